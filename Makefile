@@ -1,0 +1,41 @@
+# A thin wrapper over CMake. `make run` and `make test` install what is missing first.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+TORCH_DIR ?= $(CURDIR)/.venv/lib/python3.11/site-packages/torch/share/cmake/Torch
+CMAKE_FLAGS ?=
+CTEST_FLAGS ?=
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+
+.PHONY: all deps build test test-fast check docs clean
+
+all: build
+
+deps:
+	@tools/install-deps
+
+$(BUILD)/CMakeCache.txt:
+	@tools/install-deps
+	cmake -S . -B $(BUILD) -DTorch_DIR=$(or $(Torch_DIR),$(TORCH_DIR)) $(CMAKE_FLAGS)
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Every test: unit, multi-rank (1-8 ranks) and whole-job.
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+
+# The quick loop while developing: everything but the tests labelled slow.
+test-fast: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow $(CTEST_FLAGS)
+
+# Validates the example run on 2 ranks without training.
+check: build
+	mpirun --oversubscribe -np 2 $(BUILD)/lftrain --check inputs/run.toml
+
+# Regenerates docs/config.md from the key table.
+docs: build
+	$(BUILD)/lftrain --help-config --markdown > docs/config.md
+
+clean:
+	rm -rf $(BUILD)

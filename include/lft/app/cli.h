@@ -1,0 +1,22 @@
+// lftrain's command line: what to do, the config file and its key=value overrides.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace lft::app {
+
+enum class Mode { Run, Check, Help, Version, HelpConfig, HelpConfigMarkdown, ListEngines };
+
+struct CliOptions {
+  Mode mode = Mode::Run;
+  std::string config_path;
+  std::vector<std::string> overrides;  // "key=value", in order
+};
+
+// Throws UsageError for an unknown flag or a missing config path.
+CliOptions parse_cli(int argc, char** argv);
+
+std::string usage_text();
+
+}  // namespace lft::app

@@ -1,0 +1,119 @@
+// The Communicator interface: collectives over one group of ranks, blocking and non-blocking,
+// with counters (stats.h), a watchdog deadline on every wait (watchdog.h) and a sequence number
+// per call. SPMD rule: every rank of the group calls the same collectives in the same order.
+// Tensors must be contiguous and on the backend's device (CPU for MPI, CUDA for NCCL).
+// A Communicator and the Work it returns are used from one thread at a time.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lft/comm/stats.h"
+
+namespace lft {
+
+enum class ReduceOp { Sum, Avg, Max };
+const char* reduce_op_name(ReduceOp op);
+
+// A posted operation. wait() blocks (under the watchdog) until it is complete and its result is
+// in place; the destructor waits too, since buffers must outlive the operation.
+class Work {
+ public:
+  virtual ~Work() = default;
+  void wait();
+  // Drives progress without blocking; true once complete (then wait() returns at once).
+  bool test();
+  const std::string& what() const { return what_; }
+
+ protected:
+  Work(std::string what, CollStats* stats);
+  virtual void block() = 0;     // wait for the backend
+  virtual bool poll() = 0;      // the backend's non-blocking test
+  virtual void finish() {}      // after completion: copy back, divide for Avg
+  void finish_in_destructor();  // derived destructors call this
+
+ private:
+  void complete();
+  std::string what_;
+  CollStats* stats_;
+  std::chrono::steady_clock::time_point start_;
+  bool done_ = false;
+};
+
+using WorkPtr = std::unique_ptr<Work>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_.reset(); }
+  virtual const char* backend() const = 0;
+
+  // In place: every rank's `t` becomes the reduction over the group.
+  WorkPtr all_reduce_async(const at::Tensor& t, ReduceOp op = ReduceOp::Sum);
+  // `in` holds every rank's shard back to back; `out` gets this rank's shard of the reduction.
+  // counts empty: equal shards (in.numel() == size() * out.numel()); else counts[r] elements for
+  // rank r (unequal shards).
+  WorkPtr reduce_scatter_async(const at::Tensor& in, const at::Tensor& out,
+                               ReduceOp op = ReduceOp::Sum, const std::vector<int64_t>& counts = {});
+  // `out` gets every rank's `in`, in rank order. counts as for reduce_scatter.
+  WorkPtr all_gather_async(const at::Tensor& in, const at::Tensor& out,
+                           const std::vector<int64_t>& counts = {});
+  WorkPtr broadcast_async(const at::Tensor& t, int root);
+  WorkPtr send_async(const at::Tensor& t, int dst, int tag = 0);
+  WorkPtr recv_async(const at::Tensor& t, int src, int tag = 0);
+  WorkPtr barrier_async();
+
+  void all_reduce(const at::Tensor& t, ReduceOp op = ReduceOp::Sum) { all_reduce_async(t, op)->wait(); }
+  void reduce_scatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op = ReduceOp::Sum,
+                      const std::vector<int64_t>& counts = {}) {
+    reduce_scatter_async(in, out, op, counts)->wait();
+  }
+  void all_gather(const at::Tensor& in, const at::Tensor& out,
+                  const std::vector<int64_t>& counts = {}) {
+    all_gather_async(in, out, counts)->wait();
+  }
+  void broadcast(const at::Tensor& t, int root) { broadcast_async(t, root)->wait(); }
+  void send(const at::Tensor& t, int dst, int tag = 0) { send_async(t, dst, tag)->wait(); }
+  void recv(const at::Tensor& t, int src, int tag = 0) { recv_async(t, src, tag)->wait(); }
+  void barrier() { barrier_async()->wait(); }
+
+ protected:
+  Communicator(std::string name, int rank, int size);
+
+  // What a backend gets with every call: the watchdog's description and the counters to fill.
+  struct CallInfo {
+    std::string what;
+    CollStats* stats;
+  };
+  virtual WorkPtr do_all_reduce(const at::Tensor& t, ReduceOp op, CallInfo info) = 0;
+  virtual WorkPtr do_reduce_scatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op,
+                                    const std::vector<int64_t>& counts, CallInfo info) = 0;
+  virtual WorkPtr do_all_gather(const at::Tensor& in, const at::Tensor& out,
+                                const std::vector<int64_t>& counts, CallInfo info) = 0;
+  virtual WorkPtr do_broadcast(const at::Tensor& t, int root, CallInfo info) = 0;
+  virtual WorkPtr do_send(const at::Tensor& t, int dst, int tag, CallInfo info) = 0;
+  virtual WorkPtr do_recv(const at::Tensor& t, int src, int tag, CallInfo info) = 0;
+  virtual WorkPtr do_barrier(CallInfo info) = 0;
+  // The bytes a backend hands the wire for `t` (an MPI 16-bit reduction travels as fp32).
+  virtual std::uint64_t wire_bytes(const at::Tensor& t, bool reduction) const;
+
+ private:
+  CallInfo begin(CollKind kind, std::uint64_t payload_bytes, const std::string& detail);
+
+  std::string name_;
+  int rank_;
+  int size_;
+  std::uint64_t sequence_ = 0;
+  CommStats stats_;
+};
+
+}  // namespace lft

@@ -1,0 +1,16 @@
+// Test-only fault injection, so whole-job tests can show that a missing or dead rank ends the job
+// with a report instead of a hang. Off unless the environment variable LFT_TEST_FAULT is set:
+//   LFT_TEST_FAULT=skip:RANK:N   world rank RANK never arrives at its N-th collective (counted over
+//                                every communicator, from 1): it sleeps instead, as a hung rank would
+//   LFT_TEST_FAULT=kill:RANK:N   world rank RANK dies (SIGKILL) just before its N-th collective
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lft {
+
+// Called at the start of every collective with the process-wide collective count (from 1).
+void inject_fault_if_requested(std::uint64_t collective_number, const std::string& what);
+
+}  // namespace lft

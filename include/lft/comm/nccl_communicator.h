@@ -1,0 +1,41 @@
+// The NCCL backend, for CUDA tensors (built when LFT_HAS_NCCL). Rank 0 of the group makes the
+// unique id and broadcasts it over the group's MPI communicator. Operations run on the current
+// CUDA stream; wait() synchronises on an event recorded after them, under the watchdog.
+#pragma once
+
+#include <nccl.h>
+
+#include "lft/comm/communicator.h"
+#include "lft/comm/mpi_communicator.h"
+
+namespace lft {
+
+class NcclCommunicator : public Communicator {
+ public:
+  // Collective over `bootstrap`'s ranks; the calling thread's current CUDA device is used.
+  NcclCommunicator(const MpiCommunicator& bootstrap, std::string name);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  const char* backend() const override { return "nccl"; }
+
+ protected:
+  WorkPtr do_all_reduce(const at::Tensor& t, ReduceOp op, CallInfo info) override;
+  WorkPtr do_reduce_scatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op,
+                            const std::vector<int64_t>& counts, CallInfo info) override;
+  WorkPtr do_all_gather(const at::Tensor& in, const at::Tensor& out,
+                        const std::vector<int64_t>& counts, CallInfo info) override;
+  WorkPtr do_broadcast(const at::Tensor& t, int root, CallInfo info) override;
+  WorkPtr do_send(const at::Tensor& t, int dst, int tag, CallInfo info) override;
+  WorkPtr do_recv(const at::Tensor& t, int src, int tag, CallInfo info) override;
+  WorkPtr do_barrier(CallInfo info) override;
+
+ private:
+  ncclComm_t comm_ = nullptr;
+};
+
+// The NCCL library's version, e.g. "2.28.9".
+std::string nccl_version();
+
+}  // namespace lft

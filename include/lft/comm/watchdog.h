@@ -1,0 +1,38 @@
+// The watchdog: no collective, and no set-up phase, may wait forever. Code that may block on other
+// ranks opens a Scope with a deadline; a background thread aborts the whole job (MPI_Abort) with a
+// report naming the rank and what it was waiting in when a deadline passes. A SIGTERM or SIGINT
+// (what mpirun and srun send when a peer dies) prints what the rank was waiting in before exiting.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lft {
+
+class Watchdog {
+ public:
+  // Starts the watchdog thread and installs the SIGTERM/SIGINT reporter. Idempotent.
+  static void start();
+  // Stops the thread (before MPI_Finalize).
+  static void stop();
+
+  // Deadlines for collectives (config `comm_timeout`) and set-up phases (`setup_timeout`).
+  static void set_timeouts(double collective_seconds, double setup_seconds);
+  static double collective_timeout();
+  static double setup_timeout();
+
+  // While a Scope lives, its description is "what this rank waits in"; if it lives longer than
+  // `timeout_seconds` the job is aborted. `timeout_key` names the config key that sets it.
+  class Scope {
+   public:
+    Scope(std::string what, double timeout_seconds, const char* timeout_key);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    std::uint64_t id_;
+  };
+};
+
+}  // namespace lft

@@ -1,0 +1,45 @@
+// The one table of configuration keys. Every key lftrain understands is declared here once;
+// validation, `lftrain --help-config` and docs/config.md are all generated from it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace lft::config {
+
+enum class ValueType { Bool, Int, Float, String };
+
+using Value = std::variant<bool, std::int64_t, double, std::string>;
+
+// What a string key that names a path must point at.
+enum class PathCheck { None, File, Directory, ModelFolder };
+
+struct KeySpec {
+  std::string path;                    // dotted: "learning_rate", "mesh.tp", "model.hidden_size"
+  ValueType type = ValueType::String;
+  std::optional<Value> default_value;  // nullopt: no default (optional key, or required_in_table)
+  std::vector<std::string> allowed;    // String keys: the allowed values (empty = any)
+  std::optional<double> min;           // Int/Float keys: inclusive range
+  std::optional<double> max;
+  std::string help;                    // one line
+  std::vector<std::string> engines;    // engines the key applies to (empty = every engine)
+  bool required_in_table = false;      // must be given whenever its table is present
+  PathCheck path_check = PathCheck::None;
+};
+
+// The full table, in documentation order.
+const std::vector<KeySpec>& schema();
+
+// The spec for a dotted path, or nullptr.
+const KeySpec* find_key(const std::string& path);
+
+// Every engine name `distributed` may take, in documentation order.
+const std::vector<std::string>& engine_names();
+
+const char* type_name(ValueType type);
+std::string format_value(const Value& value);
+
+}  // namespace lft::config

@@ -1,0 +1,56 @@
+// The device mesh: the world's ranks laid out as pp x dp_replicate x dp_shard x tp, tp innermost
+// (a tensor-parallel group sits on consecutive ranks, so on one node) and pp outermost. Each dim,
+// and the flattened data-parallel dim dp = dp_replicate x dp_shard, gets its own communicator.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+
+#include "lft/comm/mpi_communicator.h"
+
+namespace lft {
+
+enum class MeshDim { PP = 0, DPReplicate = 1, DPShard = 2, TP = 3 };
+constexpr int kMeshDims = 4;
+const char* mesh_dim_name(MeshDim dim);  // "pp", "dp_replicate", "dp_shard", "tp"
+
+struct MeshShape {
+  std::array<int, kMeshDims> sizes{1, 1, 1, 1};
+
+  int operator[](MeshDim d) const { return sizes[static_cast<int>(d)]; }
+  int& operator[](MeshDim d) { return sizes[static_cast<int>(d)]; }
+  int world_size() const { return sizes[0] * sizes[1] * sizes[2] * sizes[3]; }
+  int dp_size() const { return (*this)[MeshDim::DPReplicate] * (*this)[MeshDim::DPShard]; }
+  std::string str() const;  // "pp=1 x dp_replicate=2 x dp_shard=2 x tp=2"
+};
+
+using MeshCoord = std::array<int, kMeshDims>;
+
+// Row-major with tp fastest: rank = ((pp * R + dpr) * S + dps) * T + tp.
+MeshCoord mesh_coord(const MeshShape& shape, int rank);
+int mesh_rank(const MeshShape& shape, const MeshCoord& coord);
+
+class DeviceMesh {
+ public:
+  // Collective over `world`: splits one communicator per dim and one for dp. The shape must
+  // cover exactly world.size() ranks (std::invalid_argument otherwise: callers validate first).
+  DeviceMesh(const MpiCommunicator& world, const MeshShape& shape);
+
+  const MeshShape& shape() const { return shape_; }
+  const MeshCoord& coord() const { return coord_; }
+  int coord(MeshDim d) const { return coord_[static_cast<int>(d)]; }
+  // This rank's group along `d` (ranks that differ only in that coordinate), ordered by it.
+  MpiCommunicator& comm(MeshDim d) { return *dims_[static_cast<int>(d)]; }
+  // The flattened data-parallel group (dp_replicate x dp_shard), ordered dpr-major.
+  MpiCommunicator& dp() { return *dp_; }
+  int dp_rank() const { return coord(MeshDim::DPReplicate) * shape_[MeshDim::DPShard] + coord(MeshDim::DPShard); }
+
+ private:
+  MeshShape shape_;
+  MeshCoord coord_{};
+  std::array<std::unique_ptr<MpiCommunicator>, kMeshDims> dims_;
+  std::unique_ptr<MpiCommunicator> dp_;
+};
+
+}  // namespace lft

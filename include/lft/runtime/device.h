@@ -1,0 +1,22 @@
+// The device a rank computes on: cuda:<local rank> when this build has CUDA and the node has
+// enough GPUs, else the CPU, with the reason.
+#pragma once
+
+#include <string>
+
+namespace lft {
+
+struct DeviceChoice {
+  bool cuda = false;
+  int index = -1;          // CUDA device index when cuda
+  std::string name;        // "cpu" or "cuda:0 (NVIDIA H200)"
+  std::string cpu_reason;  // why not CUDA, when on the CPU
+};
+
+// Picks and (for CUDA) activates the device of a rank with `local_rank` of `local_size`.
+DeviceChoice select_device(int local_rank, int local_size);
+
+// "LibTorch 2.11.0, Open MPI v4.1.4, HDF5 1.10.8, NCCL 2.28.9 (built in)" for the startup log.
+std::string library_versions();
+
+}  // namespace lft

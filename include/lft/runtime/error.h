@@ -1,0 +1,29 @@
+// The two kinds of fatal error (docs/errors.md):
+//  - UsageError: every rank sees the same problem (bad config, missing file). main() catches it,
+//    rank 0 prints one message, every rank exits with status 2.
+//  - fatal_one(): one rank sees a problem the others cannot know about (I/O failure, a peer that
+//    died). It prints "[rank N] ..." and aborts the whole job.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace lft {
+
+// Exit status of a run rejected before any work started.
+constexpr int kUsageExitCode = 2;
+// Exit status passed to MPI_Abort when one rank fails.
+constexpr int kAbortExitCode = 3;
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Prints "[rank N] lftrain: <message>" to stderr and aborts every rank of the job. Never returns.
+[[noreturn]] void fatal_one(const std::string& message);
+
+// World rank of this process, or -1 before MPI is initialised (used to prefix messages).
+int world_rank_or_minus_one();
+
+}  // namespace lft

@@ -1,0 +1,52 @@
+// The process's place in the job: MPI initialisation (MPI_THREAD_MULTIPLE, for the watchdog),
+// world rank and size from MPI, local rank and size from the shared-memory split, the launcher,
+// the hosts. One Runtime lives for the whole of main(); it finalises MPI when it goes.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+namespace lft {
+
+class Runtime {
+ public:
+  Runtime(int* argc, char*** argv);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  // "mpirun", "srun (PMIx)", "singleton", or "unknown launcher (...)".
+  const std::string& launcher() const { return launcher_; }
+  const std::string& hostname() const { return hostname_; }
+  // Every rank's host, indexed by world rank (gathered at start-up).
+  const std::vector<std::string>& hosts() const { return hosts_; }
+  int node_count() const { return node_count_; }
+  MPI_Comm world() const { return MPI_COMM_WORLD; }
+
+ private:
+  int rank_ = 0;
+  int world_size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  int node_count_ = 1;
+  std::string launcher_;
+  std::string hostname_;
+  std::vector<std::string> hosts_;
+  MPI_Comm node_comm_ = MPI_COMM_NULL;
+};
+
+// What launched this process, from the environment the launchers set (never SLURM_PROCID: under
+// mpirun inside a Slurm job it is 0 on every rank).
+std::string detect_launcher(int world_size);
+
+// Intra-op threads per rank: `requested` when > 0, else cores on the node / ranks on the node
+// (at least 1).
+int threads_per_rank(int requested, int local_size);
+
+}  // namespace lft

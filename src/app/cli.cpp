@@ -1,0 +1,45 @@
+#include "lft/app/cli.h"
+
+#include "lft/runtime/error.h"
+
+namespace lft::app {
+
+std::string usage_text() {
+  return "usage: lftrain [--check] CONFIG.toml [key=value ...]\n"
+         "       lftrain --help | --version | --help-config [--markdown] | --list-engines\n"
+         "\n"
+         "  CONFIG.toml      the run's configuration (docs/config.md)\n"
+         "  key=value        override a key of the file, e.g. learning_rate=1e-4 mesh.tp=2\n"
+         "  --check          validate the config, build the mesh, test every communicator,\n"
+         "                   print the plan and exit without training\n"
+         "  --help-config    every config key with its type, default and allowed values\n"
+         "  --list-engines   the engines (`distributed`) this build has\n"
+         "\n"
+         "Start it with MPI: mpirun -np 4 lftrain run.toml, or srun inside sbatch.\n";
+}
+
+CliOptions parse_cli(int argc, char** argv) {
+  CliOptions opts;
+  bool markdown = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") opts.mode = Mode::Help;
+    else if (arg == "--version") opts.mode = Mode::Version;
+    else if (arg == "--help-config") opts.mode = Mode::HelpConfig;
+    else if (arg == "--markdown") markdown = true;
+    else if (arg == "--list-engines") opts.mode = Mode::ListEngines;
+    else if (arg == "--check") opts.mode = Mode::Check;
+    else if (arg.rfind("--", 0) == 0)
+      throw UsageError("unknown option '" + arg + "'\n" + usage_text());
+    else if (opts.config_path.empty() && arg.find('=') == std::string::npos)
+      opts.config_path = arg;
+    else
+      opts.overrides.push_back(arg);
+  }
+  if (markdown && opts.mode == Mode::HelpConfig) opts.mode = Mode::HelpConfigMarkdown;
+  if ((opts.mode == Mode::Run || opts.mode == Mode::Check) && opts.config_path.empty())
+    throw UsageError("no config file given\n" + usage_text());
+  return opts;
+}
+
+}  // namespace lft::app

@@ -1,0 +1,56 @@
+#include "lft/app/session.h"
+
+#include <ATen/Parallel.h>
+
+#include <optional>
+#include <sstream>
+
+#include "lft/app/agreement.h"
+#include "lft/app/startup.h"
+#include "lft/comm/mpi_communicator.h"
+#include "lft/comm/watchdog.h"
+#include "lft/config/config.h"
+#include "lft/engine/mesh_plan.h"
+#include "lft/engine/registry.h"
+#include "lft/runtime/device.h"
+#include "lft/runtime/log.h"
+
+namespace lft::app {
+
+int run_session(Runtime& rt, const CliOptions& opts) {
+  const std::string text = read_config_text(opts.config_path);
+  std::optional<config::Config> parsed;
+  run_agreed([&] { parsed = config::parse_config(text, opts.config_path, opts.overrides); });
+  const config::Config& cfg = *parsed;
+  Watchdog::set_timeouts(cfg.real("comm_timeout"), cfg.real("setup_timeout"));
+
+  const engine::EngineInfo* engine = nullptr;
+  MeshShape shape;
+  run_agreed([&] {
+    engine = &engine::engine_for(cfg);
+    shape = engine::plan_mesh(cfg, *engine, rt.world_size());
+  });
+
+  const int threads = threads_per_rank(static_cast<int>(cfg.integer("intra_op_threads")),
+                                      rt.local_size());
+  at::set_num_threads(threads);
+  const DeviceChoice device = select_device(rt.local_rank(), rt.local_size());
+  log0(startup_report(rt, cfg, *engine, shape, threads, device));
+
+  MpiCommunicator world(MPI_COMM_WORLD, "world", false);
+  DeviceMesh mesh(world, shape);
+  log0(check_communication(world, mesh));
+  log0(plan_report(cfg, shape));
+
+  if (opts.mode == Mode::Check) {
+    log0("check: ok (nothing was trained: --check)");
+    return 0;
+  }
+  throw UsageError(
+      "lftrain " + std::string(LFT_VERSION) +
+      " validates runs (--check) but has no training loop yet: the model, data and trainer "
+      "are not part of this build. Nothing was run; use `lftrain --check " + opts.config_path +
+      "`.");
+}
+
+}  // namespace lft::app

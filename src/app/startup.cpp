@@ -1,0 +1,105 @@
+#include "lft/app/startup.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include "lft/runtime/error.h"
+
+namespace lft::app {
+namespace {
+
+// "vm x4, node2 x4"
+std::string host_summary(const std::vector<std::string>& hosts) {
+  std::map<std::string, int> count;
+  std::vector<std::string> order;
+  for (const auto& h : hosts)
+    if (count[h]++ == 0) order.push_back(h);
+  std::string out;
+  for (const auto& h : order) out += (out.empty() ? "" : ", ") + h + " x" + std::to_string(count[h]);
+  return out;
+}
+
+std::string fmt(const char* format, double value) {
+  char text[64];
+  std::snprintf(text, sizeof(text), format, value);
+  return text;
+}
+
+}  // namespace
+
+std::string startup_report(const Runtime& rt, const config::Config& cfg,
+                           const engine::EngineInfo& engine, const MeshShape& shape, int threads,
+                           const DeviceChoice& device) {
+  std::string out = "lftrain " + std::string(LFT_VERSION) + "\n";
+  out += "  launcher   " + rt.launcher() + "\n";
+  out += "  world      " + std::to_string(rt.world_size()) + " rank(s) on " +
+         std::to_string(rt.node_count()) + " node(s): " + host_summary(rt.hosts()) +
+         "; this node " + std::to_string(rt.local_size()) + " rank(s)\n";
+  out += "  threads    " + std::to_string(threads) + " per rank" +
+         (cfg.is_set("intra_op_threads") ? " (intra_op_threads)" : " (cores on the node / ranks on the node)") + "\n";
+  out += "  device     " + device.name + (device.cuda ? "" : " (" + device.cpu_reason + ")") + "\n";
+  out += "  libraries  " + library_versions() + "\n";
+  out += "  config     " + cfg.source_name() +
+         (cfg.overrides().empty() ? "" : " + " + std::to_string(cfg.overrides().size()) + " override(s)") + "\n";
+  out += "  engine     " + engine.name + ": " + engine.summary + "\n";
+  out += "  mesh       " + shape.str() + "\n";
+  out += "  timeouts   comm_timeout " + fmt("%g", cfg.real("comm_timeout")) + " s, setup_timeout " +
+         fmt("%g", cfg.real("setup_timeout")) + " s";
+  return out;
+}
+
+std::string check_communication(MpiCommunicator& world, DeviceMesh& mesh) {
+  const MeshShape& shape = mesh.shape();
+  const int me = world.rank();
+  std::string out = "communication check:";
+  auto check = [&](MpiCommunicator& comm, auto&& member_of_group) {
+    // Sum of the world ranks in my group, computed from the mesh, against the all-reduce.
+    int64_t expected = 0;
+    for (int r = 0; r < world.size(); ++r)
+      if (member_of_group(mesh_coord(shape, r))) expected += r;
+    auto t = at::full({1}, static_cast<int64_t>(me), at::kLong);
+    const auto start = std::chrono::steady_clock::now();
+    comm.all_reduce(t);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (t.item<int64_t>() != expected)
+      fatal_one("communication check failed on communicator '" + comm.name() + "': all_reduce gave " +
+                std::to_string(t.item<int64_t>()) + ", expected " + std::to_string(expected));
+    out += " " + comm.name() + "(" + std::to_string(comm.size()) + ") ok " + fmt("%.2f ms", ms) + ";";
+  };
+  const MeshCoord mine = mesh.coord();
+  check(world, [](const MeshCoord&) { return true; });
+  for (int d = 0; d < kMeshDims; ++d) {
+    check(mesh.comm(static_cast<MeshDim>(d)), [&](const MeshCoord& c) {
+      for (int o = 0; o < kMeshDims; ++o)
+        if (o != d && c[o] != mine[o]) return false;
+      return true;
+    });
+  }
+  check(mesh.dp(), [&](const MeshCoord& c) {
+    return c[static_cast<int>(MeshDim::PP)] == mine[static_cast<int>(MeshDim::PP)] &&
+           c[static_cast<int>(MeshDim::TP)] == mine[static_cast<int>(MeshDim::TP)];
+  });
+  return out;
+}
+
+std::string plan_report(const config::Config& cfg, const MeshShape& shape) {
+  const int64_t micro = cfg.integer("per_device_train_batch_size");
+  const int64_t accum = cfg.integer("gradient_accumulation_steps");
+  const int64_t global = micro * accum * shape.dp_size();
+  std::string out = "plan:\n";
+  out += "  batch      " + std::to_string(micro) + " per rank x " + std::to_string(accum) +
+         " accumulation x " + std::to_string(shape.dp_size()) + " data-parallel = " +
+         std::to_string(global) + " sequences of " + std::to_string(cfg.integer("cutoff_len")) +
+         " tokens per step\n";
+  const int64_t max_steps = cfg.integer("max_steps");
+  out += "  steps      " + (max_steps > 0 ? std::to_string(max_steps) + " (max_steps)"
+                                         : fmt("%g", cfg.real("num_train_epochs")) +
+                                               " epoch(s) (num_train_epochs)");
+  return out;
+}
+
+}  // namespace lft::app

@@ -1,0 +1,163 @@
+#include "lft/comm/communicator.h"
+
+#include <cstdio>
+#include <numeric>
+#include <stdexcept>
+
+#include "lft/comm/fault_injection.h"
+#include "lft/comm/watchdog.h"
+
+namespace lft {
+namespace {
+
+std::uint64_t g_collective_count = 0;  // process-wide, for fault injection
+
+std::uint64_t bytes_of(const at::Tensor& t) {
+  return static_cast<std::uint64_t>(t.numel()) * t.element_size();
+}
+
+std::string dtype_name(const at::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
+
+void require_contiguous(const at::Tensor& t, const char* what) {
+  if (!t.defined() || !t.is_contiguous())
+    throw std::invalid_argument(std::string(what) + ": tensor must be defined and contiguous");
+}
+
+void require_counts(const std::vector<int64_t>& counts, int size, const char* what) {
+  if (static_cast<int>(counts.size()) != size)
+    throw std::invalid_argument(std::string(what) + ": counts has " +
+                                std::to_string(counts.size()) + " entries for " +
+                                std::to_string(size) + " ranks");
+}
+
+// Checks that `whole` is the concatenation of the shards and `part` this rank's shard.
+void require_shard_shapes(const at::Tensor& whole, const at::Tensor& part,
+                          const std::vector<int64_t>& counts, int rank, int size, const char* what) {
+  require_contiguous(whole, what);
+  require_contiguous(part, what);
+  if (whole.scalar_type() != part.scalar_type())
+    throw std::invalid_argument(std::string(what) + ": input and output dtypes differ");
+  int64_t total = part.numel() * size;
+  int64_t mine = part.numel();
+  if (!counts.empty()) {
+    require_counts(counts, size, what);
+    total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+    mine = counts[rank];
+  }
+  if (whole.numel() != total || part.numel() != mine)
+    throw std::invalid_argument(std::string(what) + ": full buffer has " +
+                                std::to_string(whole.numel()) + " elements and shard " +
+                                std::to_string(part.numel()) + ", expected " +
+                                std::to_string(total) + " and " + std::to_string(mine));
+}
+
+}  // namespace
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+  }
+  return "?";
+}
+
+Work::Work(std::string what, CollStats* stats)
+    : what_(std::move(what)), stats_(stats), start_(std::chrono::steady_clock::now()) {}
+
+void Work::wait() {
+  if (done_) return;
+  {
+    Watchdog::Scope scope(what_, Watchdog::collective_timeout(), "comm_timeout");
+    block();
+  }
+  complete();
+}
+
+bool Work::test() {
+  if (!done_ && poll()) complete();
+  return done_;
+}
+
+void Work::finish_in_destructor() {
+  if (!done_) wait();
+}
+
+void Work::complete() {
+  finish();
+  done_ = true;
+  stats_->seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+Communicator::Communicator(std::string name, int rank, int size)
+    : name_(std::move(name)), rank_(rank), size_(size) {}
+
+std::uint64_t Communicator::wire_bytes(const at::Tensor& t, bool /*reduction*/) const {
+  return bytes_of(t);
+}
+
+Communicator::CallInfo Communicator::begin(CollKind kind, std::uint64_t payload_bytes,
+                                           const std::string& detail) {
+  ++sequence_;
+  char text[320];
+  std::snprintf(text, sizeof(text), "%s #%llu (%s%s) on communicator '%s' [%s, rank %d of %d]",
+                coll_kind_name(kind), static_cast<unsigned long long>(sequence_), detail.c_str(),
+                format_bytes(static_cast<double>(payload_bytes)).c_str(), name_.c_str(),
+                backend(), rank_, size_);
+  inject_fault_if_requested(++g_collective_count, text);
+  CollStats& s = stats_.at(kind);
+  s.calls += 1;
+  s.bytes += payload_bytes;
+  return CallInfo{text, &s};
+}
+
+WorkPtr Communicator::all_reduce_async(const at::Tensor& t, ReduceOp op) {
+  require_contiguous(t, "all_reduce");
+  auto info = begin(CollKind::AllReduce, wire_bytes(t, true),
+                    std::string(reduce_op_name(op)) + ", " + dtype_name(t) + ", ");
+  return do_all_reduce(t, op, std::move(info));
+}
+
+WorkPtr Communicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out,
+                                           ReduceOp op, const std::vector<int64_t>& counts) {
+  require_shard_shapes(in, out, counts, rank_, size_, "reduce_scatter");
+  auto info = begin(CollKind::ReduceScatter, wire_bytes(in, true),
+                    std::string(reduce_op_name(op)) + ", " + dtype_name(in) + ", ");
+  return do_reduce_scatter(in, out, op, counts, std::move(info));
+}
+
+WorkPtr Communicator::all_gather_async(const at::Tensor& in, const at::Tensor& out,
+                                       const std::vector<int64_t>& counts) {
+  require_shard_shapes(out, in, counts, rank_, size_, "all_gather");
+  auto info = begin(CollKind::AllGather, wire_bytes(out, false), dtype_name(in) + ", ");
+  return do_all_gather(in, out, counts, std::move(info));
+}
+
+WorkPtr Communicator::broadcast_async(const at::Tensor& t, int root) {
+  require_contiguous(t, "broadcast");
+  auto info = begin(CollKind::Broadcast, wire_bytes(t, false),
+                    "root " + std::to_string(root) + ", " + dtype_name(t) + ", ");
+  return do_broadcast(t, root, std::move(info));
+}
+
+WorkPtr Communicator::send_async(const at::Tensor& t, int dst, int tag) {
+  require_contiguous(t, "send");
+  auto info = begin(CollKind::Send, wire_bytes(t, false),
+                    "to " + std::to_string(dst) + ", tag " + std::to_string(tag) + ", ");
+  return do_send(t, dst, tag, std::move(info));
+}
+
+WorkPtr Communicator::recv_async(const at::Tensor& t, int src, int tag) {
+  require_contiguous(t, "recv");
+  auto info = begin(CollKind::Recv, wire_bytes(t, false),
+                    "from " + std::to_string(src) + ", tag " + std::to_string(tag) + ", ");
+  return do_recv(t, src, tag, std::move(info));
+}
+
+WorkPtr Communicator::barrier_async() {
+  auto info = begin(CollKind::Barrier, 0, "");
+  return do_barrier(std::move(info));
+}
+
+}  // namespace lft

@@ -1,0 +1,54 @@
+#include "lft/comm/fault_injection.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "lft/runtime/error.h"
+#include "lft/runtime/log.h"
+
+namespace lft {
+namespace {
+
+struct Fault {
+  enum class Action { None, Skip, Kill } action = Action::None;
+  int rank = -1;
+  std::uint64_t number = 0;
+};
+
+Fault parse_fault() {
+  Fault f;
+  const char* spec = std::getenv("LFT_TEST_FAULT");
+  if (spec == nullptr || *spec == '\0') return f;
+  char action[16] = {0};
+  unsigned long long number = 0;
+  int rank = -1;
+  if (std::sscanf(spec, "%15[a-z]:%d:%llu", action, &rank, &number) != 3 || number == 0)
+    throw UsageError("LFT_TEST_FAULT='" + std::string(spec) +
+                     "' is not ACTION:RANK:N with ACTION skip or kill and N >= 1");
+  const std::string a = action;
+  if (a == "skip") f.action = Fault::Action::Skip;
+  else if (a == "kill") f.action = Fault::Action::Kill;
+  else throw UsageError("LFT_TEST_FAULT action '" + a + "' is not skip or kill");
+  f.rank = rank;
+  f.number = number;
+  return f;
+}
+
+}  // namespace
+
+void inject_fault_if_requested(std::uint64_t collective_number, const std::string& what) {
+  static const Fault fault = parse_fault();
+  if (fault.action == Fault::Action::None || collective_number != fault.number ||
+      world_rank_or_minus_one() != fault.rank)
+    return;
+  if (fault.action == Fault::Action::Kill) {
+    log_rank("LFT_TEST_FAULT: killing this rank before " + what);
+    std::raise(SIGKILL);
+  }
+  log_rank("LFT_TEST_FAULT: this rank never arrives at " + what);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(3600));
+}
+
+}  // namespace lft

@@ -1,0 +1,161 @@
+#include "lft/comm/watchdog.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "lft/runtime/error.h"
+
+namespace lft {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Entry {
+  std::string what;
+  const char* timeout_key;
+  double timeout_seconds;
+  Clock::time_point start;
+};
+
+struct State {
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::map<std::uint64_t, Entry> active;
+  std::uint64_t next_id = 1;
+  std::thread thread;
+  bool running = false;
+  double collective_seconds = 600;
+  double setup_seconds = 1800;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+// What the signal handler prints: two buffers, flipped atomically, so the handler never reads one
+// that is being written (it only calls async-signal-safe functions).
+constexpr std::size_t kSignalTextSize = 512;
+char g_signal_text[2][kSignalTextSize];
+std::atomic<int> g_signal_slot{-1};
+
+void publish_for_signal(const std::string& text) {
+  const int next = g_signal_slot.load() == 0 ? 1 : 0;
+  std::snprintf(g_signal_text[next], kSignalTextSize, "%s", text.c_str());
+  g_signal_slot.store(next);
+}
+
+void on_terminate_signal(int sig) {
+  char line[kSignalTextSize + 160];
+  const int slot = g_signal_slot.load();
+  const char* what = slot < 0 ? "no collective (computing or idle)" : g_signal_text[slot];
+  const int n = std::snprintf(line, sizeof(line),
+                              "[rank %d] lftrain: terminated by signal %d while waiting in %s\n",
+                              world_rank_or_minus_one(), sig, what);
+  if (n > 0) {
+    ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n));
+    (void)ignored;
+  }
+  _exit(128 + sig);
+}
+
+void refresh_signal_text_locked(State& s) {
+  if (s.active.empty()) {
+    g_signal_slot.store(-1);
+    return;
+  }
+  const Entry& newest = s.active.rbegin()->second;
+  publish_for_signal(newest.what);
+}
+
+[[noreturn]] void report_and_abort(const Entry& e) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%g", e.timeout_seconds);
+  fatal_one(e.what + " did not complete within " + seconds + " s (" + e.timeout_key +
+            "). A peer rank has not joined it: it died, hangs, or runs a different code path. "
+            "Aborting the job; raise " + e.timeout_key + " if this phase is legitimately slow.");
+}
+
+void watch_loop() {
+  State& s = state();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  while (s.running) {
+    s.wake.wait_for(lock, std::chrono::milliseconds(100));
+    const auto now = Clock::now();
+    for (const auto& [id, e] : s.active) {
+      const double waited = std::chrono::duration<double>(now - e.start).count();
+      if (waited > e.timeout_seconds) {
+        const Entry copy = e;
+        lock.unlock();
+        report_and_abort(copy);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void Watchdog::start() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.running) return;
+  s.running = true;
+  s.thread = std::thread(watch_loop);
+  std::signal(SIGTERM, on_terminate_signal);
+  std::signal(SIGINT, on_terminate_signal);
+}
+
+void Watchdog::stop() {
+  State& s = state();
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.running) return;
+    s.running = false;
+  }
+  s.wake.notify_all();
+  s.thread.join();
+}
+
+void Watchdog::set_timeouts(double collective_seconds, double setup_seconds) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.collective_seconds = collective_seconds;
+  s.setup_seconds = setup_seconds;
+}
+
+double Watchdog::collective_timeout() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().collective_seconds;
+}
+
+double Watchdog::setup_timeout() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().setup_seconds;
+}
+
+Watchdog::Scope::Scope(std::string what, double timeout_seconds, const char* timeout_key) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  id_ = s.next_id++;
+  s.active.emplace(id_, Entry{std::move(what), timeout_key, timeout_seconds, Clock::now()});
+  refresh_signal_text_locked(s);
+}
+
+Watchdog::Scope::~Scope() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.active.erase(id_);
+  refresh_signal_text_locked(s);
+}
+
+}  // namespace lft

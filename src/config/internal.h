@@ -1,0 +1,78 @@
+// Internals of the config module shared by its .cpp files (not part of the public interface).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lft/config/config.h"
+#include "lft/config/schema.h"
+
+namespace lft::config::detail {
+
+// ---- schema helpers (schema.cpp) ----
+
+// Range rules that the inclusive min/max of KeySpec cannot express.
+enum class RangeKind {
+  Plain,     // min/max as declared
+  Positive,  // declared min 0, but 0 itself is rejected (timeouts, sizes)
+  MeshDim,   // >= 1, or -1 to fill; 0 and < -1 are rejected
+};
+RangeKind range_kind(const KeySpec& spec);
+bool in_range(const KeySpec& spec, double v);
+// ">= 0", "between 0 and 1", "> 0", ">= 1, or -1 to fill"; "" when the key has no range.
+std::string range_text(const KeySpec& spec);
+// A bound or number for humans: "0", "1", "0.5", "1e-08".
+std::string format_number(double v);
+// "a float", "an int", ...
+std::string type_with_article(ValueType type);
+// "\"a\", \"b\", \"c\""
+std::string quoted_list(const std::vector<std::string>& values);
+// Table names ("mesh", "model", "dist_config") in schema order.
+const std::vector<std::string>& table_names();
+bool is_table_name(const std::string& name);
+// The nearest declared key (or "[table]" when `as_table`), or "" when nothing is close.
+std::string suggest_key(const std::string& path, bool as_table);
+// The nearest of `candidates`, or "" when nothing is close.
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+
+// ---- parsed input (parse.cpp) ----
+
+enum class ItemKind { Scalar, Table, Array, DateTime };
+
+// One flattened value from the file or the command line, before validation.
+struct Item {
+  std::string path;
+  ItemKind kind = ItemKind::Scalar;
+  Value value;  // when kind == Scalar
+  Location loc;
+  int order = 0;  // source position: file entries by line/column, then overrides
+};
+
+struct Checked {
+  Value value;
+  Location loc;
+  int order = 0;
+};
+
+struct Input {
+  std::string file;
+  std::vector<Item> items;                 // sorted by order
+  std::map<std::string, Location> tables;  // tables present ("model" -> its header)
+  std::map<std::string, Checked> entries;  // filled by validation
+};
+
+// ---- errors (validate.cpp) ----
+
+// Throws ConfigError: "config error: <loc or file>: <what>", the quoted source line(s), a hint.
+[[noreturn]] void fail(const std::string& file, const Location* loc, const std::string& what,
+                       const std::string& hint, const Location* other = nullptr);
+std::string describe(const Item& item);  // "string \"abc\"", "table", "int 3"
+
+// ---- validation phases, in the order parse_config runs them ----
+void check_items(Input& in);  // unknown keys, types, ranges, allowed values (source order)
+void check_engines(const Input& in);
+void check_rules(const Input& in);  // required keys and rules across keys
+void check_paths(const Input& in);  // files and folders that must exist
+
+}  // namespace lft::config::detail

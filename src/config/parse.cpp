@@ -1,0 +1,201 @@
+// parse_config: TOML text + key=value overrides -> flat, located items -> validated Config.
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <toml.hpp>
+#include <tuple>
+#include <vector>
+
+#include "internal.h"
+#include "lft/config/config.h"
+
+namespace lft::config {
+namespace {
+
+using detail::Input;
+using detail::Item;
+using detail::ItemKind;
+
+const char kCommandLine[] = "<command line>";
+
+std::string trim(const std::string& s) {
+  const char* ws = " \t\r\n";
+  std::size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+// Where a TOML value sits. toml11 points at the value ("lr = 1e-4" -> column 6); for a key/value
+// line we point at the key instead, which is what the user reads and edits.
+Location location_of(const toml::value& v, const std::string& path) {
+  const toml::source_location src = v.location();
+  Location loc;
+  loc.file = src.file_name();
+  loc.line = static_cast<int>(src.line());
+  loc.column = static_cast<int>(src.column());
+  loc.line_text = src.line_str();
+  const std::string stripped = trim(loc.line_text);
+  const bool header = !stripped.empty() && stripped[0] == '[';
+  if (!header && loc.column > 1) {
+    const std::string leaf = path.substr(path.rfind('.') + 1);
+    std::size_t pos = loc.line_text.substr(0, loc.column - 1).rfind(leaf);
+    if (pos != std::string::npos) {
+      // Back to the start of a dotted or quoted key: "mesh.tp = 2" -> column 1.
+      auto in_key = [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' ||
+               c == '"' || c == '\'';
+      };
+      while (pos > 0 && in_key(loc.line_text[pos - 1])) --pos;
+      loc.column = static_cast<int>(pos) + 1;
+    }
+  }
+  return loc;
+}
+
+// Flattens `v` (found at dotted `path`) into items. `forced` (overrides) replaces toml locations.
+void flatten(const toml::value& v, const std::string& path, const Location* forced,
+             std::vector<Item>& out, std::map<std::string, Location>& tables) {
+  Location loc = forced != nullptr ? *forced : path.empty() ? Location{} : location_of(v, path);
+  Item item;
+  item.path = path;
+  item.loc = loc;
+  switch (v.type()) {
+    case toml::value_t::table: {
+      if (!path.empty() && (find_key(path) != nullptr || !detail::is_table_name(path))) {
+        // A table where a value is expected, or a table nobody declared.
+        item.kind = ItemKind::Table;
+        out.push_back(item);
+        return;
+      }
+      if (!path.empty()) tables.emplace(path, loc);
+      for (const auto& [key, child] : v.as_table()) {
+        flatten(child, path.empty() ? key : path + "." + key, forced, out, tables);
+      }
+      return;
+    }
+    case toml::value_t::array:
+      item.kind = ItemKind::Array;
+      break;
+    case toml::value_t::offset_datetime:
+    case toml::value_t::local_datetime:
+    case toml::value_t::local_date:
+    case toml::value_t::local_time:
+      item.kind = ItemKind::DateTime;
+      break;
+    case toml::value_t::boolean:
+      item.value = v.as_boolean();
+      break;
+    case toml::value_t::integer:
+      item.value = static_cast<std::int64_t>(v.as_integer());
+      break;
+    case toml::value_t::floating:
+      item.value = static_cast<double>(v.as_floating());
+      break;
+    case toml::value_t::string:
+      item.value = v.as_string().str;
+      break;
+    default:
+      return;  // value_t::empty does not occur in parsed input
+  }
+  out.push_back(item);
+}
+
+bool before(const Item& a, const Item& b) {
+  return std::tie(a.loc.line, a.loc.column, a.path) < std::tie(b.loc.line, b.loc.column, b.path);
+}
+
+// One "key=value" argument (1-based `index`) -> items.
+std::vector<Item> parse_override(const std::string& file, const std::string& arg, int index,
+                                 std::map<std::string, Location>& tables) {
+  Location loc{kCommandLine, index, 0, arg};
+  const std::size_t eq = arg.find('=');
+  if (eq == std::string::npos) {
+    detail::fail(file, &loc, "expected key=value, got '" + arg + "'",
+                 "command-line overrides look like learning_rate=1e-4 or mesh.tp=2");
+  }
+  const std::string key = trim(arg.substr(0, eq));
+  const std::string raw = trim(arg.substr(eq + 1));
+  if (key.empty()) {
+    detail::fail(file, &loc, "no key before '=' in '" + arg + "'",
+                 "command-line overrides look like learning_rate=1e-4 or mesh.tp=2");
+  }
+  std::vector<Item> out;
+  const KeySpec* spec = find_key(key);
+  if (spec == nullptr || spec->type != ValueType::String) {
+    try {
+      std::istringstream is("v = " + raw);
+      const toml::value parsed = toml::parse(is, kCommandLine);
+      if (parsed.is_table() && parsed.as_table().size() == 1 && parsed.contains("v")) {
+        flatten(parsed.at("v"), key, &loc, out, tables);
+        return out;
+      }
+    } catch (const std::exception&) {
+      // Not a TOML value: read it as a bare string below.
+    }
+  } else if (raw.size() >= 2 && (raw.front() == '"' || raw.front() == '\'')) {
+    try {  // a quoted string for a string key: take TOML's reading of the quotes
+      std::istringstream is("v = " + raw);
+      const toml::value parsed = toml::parse(is, kCommandLine);
+      if (parsed.as_table().size() == 1 && parsed.at("v").is_string()) {
+        Item item{key, ItemKind::Scalar, parsed.at("v").as_string().str, loc, 0};
+        return {item};
+      }
+    } catch (const std::exception&) {
+    }
+  }
+  out.push_back(Item{key, ItemKind::Scalar, raw, loc, 0});
+  return out;
+}
+
+}  // namespace
+
+Config parse_config(const std::string& text, const std::string& file_name,
+                    const std::vector<std::string>& overrides) {
+  Input in;
+  in.file = file_name;
+
+  toml::value root;
+  try {
+    std::istringstream is(text);
+    root = toml::parse(is, file_name);
+  } catch (const std::exception& e) {
+    throw ConfigError(file_name + ": TOML syntax error\n" + e.what());
+  }
+  flatten(root, "", nullptr, in.items, in.tables);
+  std::sort(in.items.begin(), in.items.end(), before);
+
+  for (std::size_t i = 0; i < overrides.size(); ++i) {
+    for (Item& item : parse_override(file_name, overrides[i], static_cast<int>(i) + 1, in.tables)) {
+      in.items.erase(std::remove_if(in.items.begin(), in.items.end(),
+                                    [&](const Item& old) { return old.path == item.path; }),
+                     in.items.end());
+      in.items.push_back(std::move(item));
+    }
+  }
+  for (std::size_t i = 0; i < in.items.size(); ++i) {
+    Item& item = in.items[i];
+    item.order = static_cast<int>(i);
+    const std::size_t dot = item.path.find('.');
+    if (dot != std::string::npos && detail::is_table_name(item.path.substr(0, dot))) {
+      in.tables.emplace(item.path.substr(0, dot), item.loc);  // e.g. model.x=1 on the command line
+    }
+  }
+
+  detail::check_items(in);
+  detail::check_engines(in);
+  detail::check_rules(in);
+  detail::check_paths(in);
+
+  Config config;
+  config.source_name_ = file_name;
+  config.source_text_ = text;
+  config.overrides_ = overrides;
+  for (const auto& [path, checked] : in.entries) {
+    config.entries_[path] = Config::Entry{checked.value, checked.loc};
+  }
+  return config;
+}
+
+}  // namespace lft::config

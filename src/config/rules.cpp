@@ -1,0 +1,162 @@
+// Rules across keys: the model source, required keys, contradictions, mesh and model shapes.
+#include <string>
+#include <tuple>
+#include <variant>
+#include <vector>
+
+#include "internal.h"
+
+namespace lft::config::detail {
+namespace {
+
+const Checked* get(const Input& in, const std::string& path) {
+  auto it = in.entries.find(path);
+  return it == in.entries.end() ? nullptr : &it->second;
+}
+
+Value value(const Input& in, const std::string& path) {
+  if (const Checked* c = get(in, path)) return c->value;
+  return *find_key(path)->default_value;
+}
+
+// Source order: the file by line and column, then the command line by argument.
+bool later(const Location& a, const Location& b) {
+  const bool a_cli = a.file == "<command line>";
+  const bool b_cli = b.file == "<command line>";
+  return std::tie(a_cli, a.line, a.column) > std::tie(b_cli, b.line, b.column);
+}
+
+// An error that involves two settings: reported at the later one, naming where the other is.
+[[noreturn]] void fail_two(const Input& in, const Location& a, const std::string& a_name,
+                           const Location& b, const std::string& b_name, const std::string& what,
+                           const std::string& hint) {
+  const bool a_later = later(a, b);
+  const Location& primary = a_later ? a : b;
+  const Location& other = a_later ? b : a;
+  fail(in.file, &primary, what + "; " + (a_later ? b_name : a_name) + " is set at " + other.str(),
+       hint, &other);
+}
+
+std::string shown(const Input& in, const std::string& path) {
+  return path + " = " + format_value(value(in, path));
+}
+
+void model_source(const Input& in) {
+  const Checked* folder = get(in, "model_name_or_path");
+  auto table = in.tables.find("model");
+  if (folder != nullptr && table != in.tables.end()) {
+    fail_two(in, folder->loc, "key 'model_name_or_path'", table->second, "table [model]",
+             "key 'model_name_or_path' and an inline [model] table both give the model",
+             "set one of them: model_name_or_path to fine-tune a Hugging Face model, or [model] "
+             "to train a new one from scratch");
+  }
+  if (folder == nullptr && table == in.tables.end()) {
+    fail(in.file, nullptr,
+         "no model: set model_name_or_path (a Hugging Face model folder) or an inline [model] "
+         "table",
+         "e.g. model_name_or_path = \"/models/Qwen2.5-0.5B\", or a [model] table with "
+         "vocab_size, hidden_size, intermediate_size, num_hidden_layers and "
+         "num_attention_heads");
+  }
+}
+
+void required_keys(const Input& in) {
+  for (const KeySpec& spec : schema()) {
+    if (!spec.required_in_table || get(in, spec.path) != nullptr) continue;
+    const std::size_t dot = spec.path.find('.');
+    const std::string name = spec.path.substr(dot + 1);
+    const std::string hint = "add " + name + " = <" + type_name(spec.type) + ">";
+    if (dot == std::string::npos) {
+      fail(in.file, nullptr, "missing required key '" + spec.path + "'",
+           hint + " (" + spec.help + ")");
+    }
+    const std::string table = spec.path.substr(0, dot);
+    auto it = in.tables.find(table);
+    if (it == in.tables.end()) continue;
+    fail(in.file, &it->second, "table [" + table + "] is missing required key '" + spec.path + "'",
+         hint + " under [" + table + "] (" + spec.help + ")");
+  }
+}
+
+void contradictions(const Input& in) {
+  const std::string engine = std::get<std::string>(value(in, "distributed"));
+  if (engine == "deepspeed" && get(in, "deepspeed") == nullptr) {
+    fail(in.file, &get(in, "distributed")->loc,
+         "distributed = \"deepspeed\" needs key 'deepspeed' (a DeepSpeed JSON config file)",
+         "add deepspeed = \"path/to/ds_config.json\"");
+  }
+  const Checked* bf16 = get(in, "bf16");
+  const Checked* fp16 = get(in, "fp16");
+  if (bf16 && fp16 && std::get<bool>(bf16->value) && std::get<bool>(fp16->value)) {
+    fail_two(in, bf16->loc, "key 'bf16'", fp16->loc, "key 'fp16'",
+             "bf16 = true and fp16 = true contradict each other",
+             "choose one mixed-precision mode: remove bf16 or fp16");
+  }
+  const Checked* ratio = get(in, "warmup_ratio");
+  const Checked* steps = get(in, "warmup_steps");
+  if (ratio && steps && std::get<double>(ratio->value) != 0 &&
+      std::get<std::int64_t>(steps->value) != 0) {
+    fail_two(
+        in, ratio->loc, "key 'warmup_ratio'", steps->loc, "key 'warmup_steps'",
+        shown(in, "warmup_ratio") + " and " + shown(in, "warmup_steps") + " contradict each other",
+        "set one of warmup_ratio and warmup_steps");
+  }
+  const Checked* max_steps = get(in, "max_steps");
+  const Checked* epochs = get(in, "num_train_epochs");
+  if (max_steps && epochs && std::get<std::int64_t>(max_steps->value) != -1) {
+    fail_two(
+        in, max_steps->loc, "key 'max_steps'", epochs->loc, "key 'num_train_epochs'",
+        shown(in, "max_steps") + " and " + shown(in, "num_train_epochs") + " contradict each other",
+        "set one of max_steps and num_train_epochs (max_steps = -1 uses num_train_epochs)");
+  }
+}
+
+void mesh(const Input& in) {
+  std::vector<std::string> fill;
+  for (const KeySpec& spec : schema()) {
+    const Checked* c = spec.path.rfind("mesh.", 0) == 0 ? get(in, spec.path) : nullptr;
+    if (c && std::get<std::int64_t>(c->value) == -1) fill.push_back(spec.path);
+  }
+  if (fill.size() >= 2) {
+    fail_two(in, get(in, fill[0])->loc, "key '" + fill[0] + "'", get(in, fill[1])->loc,
+             "key '" + fill[1] + "'",
+             "keys '" + fill[0] + "' and '" + fill[1] +
+                 "' are both -1, but at most one mesh size may be -1 (fill)",
+             "give one of them an explicit size");
+  }
+}
+
+void model_shape(const Input& in) {
+  if (in.tables.count("model") == 0) return;
+  const std::int64_t hidden = std::get<std::int64_t>(value(in, "model.hidden_size"));
+  const std::int64_t heads = std::get<std::int64_t>(value(in, "model.num_attention_heads"));
+  if (hidden % heads != 0) {
+    fail_two(in, get(in, "model.hidden_size")->loc, "key 'model.hidden_size'",
+             get(in, "model.num_attention_heads")->loc, "key 'model.num_attention_heads'",
+             shown(in, "model.hidden_size") + " is not divisible by " +
+                 shown(in, "model.num_attention_heads"),
+             "hidden_size must be a multiple of num_attention_heads (head dim = hidden_size / "
+             "num_attention_heads)");
+  }
+  const Checked* kv = get(in, "model.num_key_value_heads");
+  if (kv && heads % std::get<std::int64_t>(kv->value) != 0) {
+    fail_two(in, get(in, "model.num_attention_heads")->loc, "key 'model.num_attention_heads'",
+             kv->loc, "key 'model.num_key_value_heads'",
+             shown(in, "model.num_attention_heads") + " is not divisible by " +
+                 shown(in, "model.num_key_value_heads"),
+             "num_key_value_heads must divide num_attention_heads (each key/value head serves "
+             "the same number of query heads)");
+  }
+}
+
+}  // namespace
+
+void check_rules(const Input& in) {
+  model_source(in);
+  required_keys(in);
+  contradictions(in);
+  mesh(in);
+  model_shape(in);
+}
+
+}  // namespace lft::config::detail

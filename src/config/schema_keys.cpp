@@ -1,0 +1,206 @@
+// The one table of configuration keys, in documentation order. Validation, `lftrain --help-config`
+// and docs/config.md are generated from it: add a key here and nowhere else.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lft/config/schema.h"
+
+namespace lft::config {
+namespace {
+
+// A small builder so each key reads as one declaration.
+class K {
+ public:
+  K(std::string path, ValueType type, std::string help) {
+    spec_.path = std::move(path);
+    spec_.type = type;
+    spec_.help = std::move(help);
+  }
+  K& def(bool v) { return set_default(Value{v}); }
+  K& def(int v) { return set_default(Value{std::int64_t{v}}); }
+  K& def(double v) { return set_default(Value{v}); }
+  K& def(const char* v) { return set_default(Value{std::string(v)}); }
+  K& allowed(std::vector<std::string> values) {
+    spec_.allowed = std::move(values);
+    return *this;
+  }
+  K& min(double v) {
+    spec_.min = v;
+    return *this;
+  }
+  K& max(double v) {
+    spec_.max = v;
+    return *this;
+  }
+  K& engines(std::vector<std::string> names) {
+    spec_.engines = std::move(names);
+    return *this;
+  }
+  K& required() {
+    spec_.required_in_table = true;
+    return *this;
+  }
+  K& path(PathCheck check) {
+    spec_.path_check = check;
+    return *this;
+  }
+  operator KeySpec() const { return spec_; }  // NOLINT: implicit by design
+
+ private:
+  K& set_default(Value v) {
+    spec_.default_value = std::move(v);
+    return *this;
+  }
+  KeySpec spec_;
+};
+
+constexpr ValueType B = ValueType::Bool;
+constexpr ValueType I = ValueType::Int;
+constexpr ValueType F = ValueType::Float;
+constexpr ValueType S = ValueType::String;
+
+std::vector<KeySpec> build() {
+  std::vector<KeySpec> t = {
+      // ---- top level: what to train, on what, where ----
+      K("distributed", S,
+        "Parallel engine (multi-node jobs are launched with srun or mpirun, not Ray)")
+          .def("none")
+          .allowed(engine_names()),
+      K("model_name_or_path", S,
+        "Local Hugging Face model folder (config.json, tokenizer, *.safetensors) to start from; "
+        "or give an inline [model] table instead")
+          .path(PathCheck::ModelFolder),
+      K("train_dataset", S, "Training data file").required().path(PathCheck::File),
+      K("output_dir", S, "Directory for checkpoints, logs and the final model").def("output"),
+      K("deepspeed", S, "DeepSpeed JSON config file; required with distributed = \"deepspeed\"")
+          .path(PathCheck::File)
+          .engines({"deepspeed"}),
+      K("fp8", B,
+        "FP8 mixed-precision compute; no engine of this build implements it, so it must stay "
+        "false")
+          .def(false),
+      K("fp8_enable_fsdp_float8_all_gather", B,
+        "FP8 all-gather of FSDP2 parameters; needs FP8, which this build does not implement, so "
+        "it must stay false")
+          .def(false)
+          .engines({"fsdp2"}),
+      // ---- optimisation ----
+      K("per_device_train_batch_size", I, "Sequences per rank in one micro-step").def(1).min(1),
+      K("gradient_accumulation_steps", I, "Micro-steps accumulated into one optimizer step")
+          .def(1)
+          .min(1),
+      K("learning_rate", F, "Peak learning rate of AdamW").def(5e-5).min(0),
+      K("weight_decay", F, "AdamW decoupled weight decay").def(0.0).min(0),
+      K("adam_beta1", F, "AdamW beta1 (first-moment decay)").def(0.9).min(0).max(1),
+      K("adam_beta2", F, "AdamW beta2 (second-moment decay)").def(0.999).min(0).max(1),
+      K("adam_epsilon", F, "AdamW epsilon").def(1e-8).min(0),
+      K("max_grad_norm", F, "Gradient clipping norm; 0 disables clipping").def(1.0).min(0),
+      K("lr_scheduler_type", S, "Learning-rate schedule after warm-up")
+          .def("linear")
+          .allowed({"constant", "linear", "cosine"}),
+      K("warmup_ratio", F, "Fraction of the total steps used for linear warm-up (or warmup_steps)")
+          .def(0.0)
+          .min(0)
+          .max(1),
+      K("warmup_steps", I, "Optimizer steps of linear warm-up (or warmup_ratio)").def(0).min(0),
+      K("max_steps", I,
+        "Total optimizer steps; -1: run num_train_epochs epochs (set one of the two)")
+          .def(-1)
+          .min(-1),
+      K("num_train_epochs", F, "Epochs over train_dataset, used when max_steps = -1")
+          .def(3.0)
+          .min(0),
+      K("seed", I, "Random seed (initialisation, data order)").def(42).min(0),
+      K("bf16", B, "bfloat16 mixed precision (not together with fp16)").def(false),
+      K("fp16", B, "float16 mixed precision (not together with bf16)").def(false),
+      K("logging_steps", I, "Log loss and throughput every this many optimizer steps")
+          .def(10)
+          .min(1),
+      K("cutoff_len", I, "Maximum tokens per sequence; longer samples are truncated")
+          .def(2048)
+          .min(1),
+      K("gradient_checkpointing", B, "Recompute activations in the backward pass to save memory")
+          .def(false),
+      // ---- robustness and resources ----
+      K("comm_timeout", F,
+        "Seconds a collective may take; one that does not finish in time aborts the job with a "
+        "report")
+          .def(600.0)
+          .min(0),
+      K("setup_timeout", F,
+        "Seconds a set-up phase (loading, tokenizing, communicator creation) may take before the "
+        "job aborts with a report")
+          .def(1800.0)
+          .min(0),
+      K("intra_op_threads", I,
+        "LibTorch threads per rank; 0: cores on the node / ranks on the node")
+          .def(0)
+          .min(0),
+      K("ddp_bucket_cap_mb", F, "Gradient all-reduce bucket size in MiB")
+          .def(25.0)
+          .min(0)
+          .engines({"ddp"}),
+
+      // ---- [mesh]: sizes of the device mesh, the one place every engine reads them from ----
+      K("mesh.pp", I, "Pipeline-parallel size").min(-1),
+      K("mesh.dp_replicate", I, "Data-parallel replicas (each holds whole parameters)").min(-1),
+      K("mesh.dp_shard", I, "Data-parallel shard group size (parameters sharded across it)")
+          .min(-1),
+      K("mesh.tp", I, "Tensor-parallel size").min(-1),
+
+      // ---- [model]: an inline model (Hugging Face config.json names), trained from scratch ----
+      K("model.vocab_size", I, "Vocabulary size").min(1).required(),
+      K("model.hidden_size", I, "Hidden size; a multiple of num_attention_heads").min(1).required(),
+      K("model.intermediate_size", I, "MLP intermediate size").min(1).required(),
+      K("model.num_hidden_layers", I, "Number of decoder layers").min(1).required(),
+      K("model.num_attention_heads", I, "Attention heads; must divide hidden_size")
+          .min(1)
+          .required(),
+      K("model.num_key_value_heads", I,
+        "Key/value heads (grouped-query attention); must divide num_attention_heads; unset: "
+        "num_attention_heads")
+          .min(1),
+      K("model.max_position_embeddings", I, "Longest sequence the position tables cover")
+          .def(2048)
+          .min(1),
+      K("model.rope_theta", F, "RoPE base frequency").def(10000.0).min(0),
+      K("model.rms_norm_eps", F, "RMSNorm epsilon").def(1e-6).min(0),
+      K("model.tie_word_embeddings", B, "Share the input embedding with the output projection")
+          .def(false),
+
+      // ---- [dist_config]: FSDP2 options ----
+      K("dist_config.mixed_precision", S,
+        "FSDP2 mixed-precision policy: dtype of parameters in forward and backward")
+          .def("fp32")
+          .allowed({"bf16", "fp16", "fp32"})
+          .engines({"fsdp2"}),
+      K("dist_config.offload_params", B,
+        "Keep sharded parameters and optimizer state in host memory")
+          .def(false)
+          .engines({"fsdp2"}),
+      K("dist_config.reshard_after_forward", B,
+        "Free gathered parameters after forward and gather them again in backward")
+          .def(true)
+          .engines({"fsdp2"}),
+      K("dist_config.pin_memory", B, "Pin the host memory of offloaded parameters")
+          .def(false)
+          .engines({"fsdp2"}),
+      K("dist_config.fp8_enable_fsdp_float8_all_gather", B,
+        "FP8 all-gather of parameters; needs FP8, which this build does not implement, so it "
+        "must stay false")
+          .def(false)
+          .engines({"fsdp2"}),
+  };
+  return t;
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& schema() {
+  static const std::vector<KeySpec> table = build();
+  return table;
+}
+
+}  // namespace lft::config

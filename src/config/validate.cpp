@@ -1,0 +1,266 @@
+// Error messages and the per-key checks: unknown keys, types, ranges, allowed values, engines,
+// paths. Each phase walks the items in source order, so the first bad key by position is reported.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <variant>
+
+#include "internal.h"
+
+namespace lft::config::detail {
+namespace {
+
+const char kCommandLine[] = "<command line>";
+
+void quote(std::string& msg, const Location* loc) {
+  if (loc == nullptr || loc->file == kCommandLine || loc->line <= 0 || loc->line_text.empty()) {
+    return;
+  }
+  msg += "  " + std::to_string(loc->line) + " | " + loc->line_text + "\n";
+}
+
+std::string value_type_name(const Value& v) {
+  static const char* names[] = {"bool", "int", "float", "string"};
+  return names[v.index()];
+}
+
+// A value to show in "write e.g. key = ..." hints.
+std::string example(const KeySpec& spec) {
+  if (spec.default_value) return format_value(*spec.default_value);
+  switch (spec.type) {
+    case ValueType::Bool:
+      return "true";
+    case ValueType::Int:
+      return spec.path.rfind("model.", 0) == 0 ? "1024" : "2";
+    case ValueType::Float:
+      return "1.0";
+    case ValueType::String:
+      return spec.path_check == PathCheck::None ? "\"...\"" : "\"path/to/it\"";
+  }
+  return "";
+}
+
+std::string leaf(const std::string& path) { return path.substr(path.rfind('.') + 1); }
+
+std::string engine_value(const Input& in) {
+  auto it = in.entries.find("distributed");
+  return it == in.entries.end() ? std::string("none") : std::get<std::string>(it->second.value);
+}
+
+[[noreturn]] void type_error(const Input& in, const Item& item, const KeySpec& spec) {
+  fail(
+      in.file, &item.loc,
+      "key '" + spec.path + "' must be " + type_with_article(spec.type) + ", got " + describe(item),
+      "write e.g. " + leaf(spec.path) + " = " + example(spec) +
+          (spec.path.find('.') != std::string::npos
+               ? " under [" + spec.path.substr(0, spec.path.find('.')) + "]"
+               : std::string()));
+}
+
+[[noreturn]] void unknown(const Input& in, const Item& item) {
+  const std::string& path = item.path;
+  const bool table = item.kind == ItemKind::Table && path.find('.') == std::string::npos;
+  if (is_table_name(path)) {
+    const KeySpec* first = nullptr;
+    for (const KeySpec& spec : schema()) {
+      if (spec.path.rfind(path + ".", 0) == 0) {
+        first = &spec;
+        break;
+      }
+    }
+    fail(in.file, &item.loc, "'" + path + "' must be a table, got " + describe(item),
+         "write its keys under a [" + path + "] header, e.g. [" + path + "] then " +
+             leaf(first->path) + " = " + example(*first));
+  }
+  std::string what = table ? "unknown table [" + path + "]" : "unknown key '" + path + "'";
+  const std::string guess = suggest_key(path, table);
+  if (!guess.empty())
+    what += table ? "; did you mean [" + guess + "]?" : "; did you mean '" + guess + "'?";
+  fail(in.file, &item.loc, what, "see `lftrain --help-config` for every key, its type and default");
+}
+
+// The item's value converted to the declared type, or a type error.
+Value typed(const Input& in, const Item& item, const KeySpec& spec) {
+  if (item.kind != ItemKind::Scalar) type_error(in, item, spec);
+  const Value& v = item.value;
+  switch (spec.type) {
+    case ValueType::Bool:
+      if (std::holds_alternative<bool>(v)) return v;
+      break;
+    case ValueType::Int:
+      if (std::holds_alternative<std::int64_t>(v)) return v;
+      break;
+    case ValueType::Float:
+      if (std::holds_alternative<double>(v)) return v;
+      if (std::holds_alternative<std::int64_t>(v)) {
+        return static_cast<double>(std::get<std::int64_t>(v));
+      }
+      break;
+    case ValueType::String:
+      if (std::holds_alternative<std::string>(v)) return v;
+      break;
+  }
+  type_error(in, item, spec);
+}
+
+void check_value(const Input& in, const Item& item, const KeySpec& spec, const Value& v) {
+  const Location* loc = &item.loc;
+  if (spec.type == ValueType::Int || spec.type == ValueType::Float) {
+    const double d = spec.type == ValueType::Int ? static_cast<double>(std::get<std::int64_t>(v))
+                                                 : std::get<double>(v);
+    if (!std::isfinite(d)) {
+      fail(in.file, loc, "key '" + spec.path + "' must be a finite number, got " + format_value(v),
+           "use a value " + range_text(spec) + " (" + spec.path + ": " + spec.help + ")");
+    }
+    if (!in_range(spec, d)) {
+      fail(in.file, loc,
+           "key '" + spec.path + "' must be " + range_text(spec) + ", got " + format_value(v),
+           "use a value " + range_text(spec) + " (" + spec.path + ": " + spec.help + ")");
+    }
+  }
+  if (spec.type == ValueType::String && !spec.allowed.empty()) {
+    const std::string& s = std::get<std::string>(v);
+    if (spec.path == "distributed" && s == "ray") {
+      fail(in.file, loc,
+           "distributed = \"ray\" is not supported: lftrain runs multi-node jobs through "
+           "MPI/Slurm, not Ray",
+           "launch with `srun` inside `sbatch slurm/multinode.sbatch`, or `mpirun -np N "
+           "--hostfile HOSTS build/lftrain run.toml`, and set distributed to one of " +
+               quoted_list(spec.allowed));
+    }
+    if (std::find(spec.allowed.begin(), spec.allowed.end(), s) == spec.allowed.end()) {
+      std::string what = "key '" + spec.path + "' = " + format_value(v) +
+                         " is not allowed; allowed values: " + quoted_list(spec.allowed);
+      const std::string guess = nearest(s, spec.allowed);
+      if (!guess.empty()) what += "; did you mean \"" + guess + "\"?";
+      fail(in.file, loc, what, spec.path + ": " + spec.help);
+    }
+  }
+  if (spec.type == ValueType::Bool && std::get<bool>(v) && leaf(spec.path).rfind("fp8", 0) == 0) {
+    if (spec.path == "fp8") {
+      fail(in.file, loc,
+           "fp8 = true asks for FP8 compute, which no engine of this build implements",
+           "remove the fp8 line (or set fp8 = false); for mixed precision use bf16 = true");
+    }
+    fail(in.file, loc,
+         spec.path +
+             " = true asks for FP8 all-gather, which needs FP8 compute; no engine of "
+             "this build implements it",
+         "remove the " + leaf(spec.path) + " line (or set it to false)");
+  }
+}
+
+}  // namespace
+
+void fail(const std::string& file, const Location* loc, const std::string& what,
+          const std::string& hint, const Location* other) {
+  std::string msg = "config error: " + (loc != nullptr ? loc->str() : file) + ": " + what + "\n";
+  const bool other_first =
+      other != nullptr && loc != nullptr && other->file == loc->file && other->line < loc->line;
+  if (other_first) quote(msg, other);
+  quote(msg, loc);
+  if (other != nullptr && !other_first &&
+      !(loc != nullptr && other->file == loc->file && other->line == loc->line)) {
+    quote(msg, other);
+  }
+  msg += "  hint: " + hint;
+  throw ConfigError(msg);
+}
+
+std::string describe(const Item& item) {
+  switch (item.kind) {
+    case ItemKind::Table:
+      return "table";
+    case ItemKind::Array:
+      return "array";
+    case ItemKind::DateTime:
+      return "date/time";
+    case ItemKind::Scalar:
+      break;
+  }
+  return value_type_name(item.value) + " " + format_value(item.value);
+}
+
+void check_items(Input& in) {
+  for (const Item& item : in.items) {
+    const KeySpec* spec = find_key(item.path);
+    if (spec == nullptr) unknown(in, item);
+    Value v = typed(in, item, *spec);
+    check_value(in, item, *spec, v);
+    in.entries[item.path] = Checked{std::move(v), item.loc, item.order};
+  }
+}
+
+void check_engines(const Input& in) {
+  const std::string engine = engine_value(in);
+  for (const Item& item : in.items) {
+    const KeySpec& spec = *find_key(item.path);
+    if (spec.engines.empty() ||
+        std::find(spec.engines.begin(), spec.engines.end(), engine) != spec.engines.end()) {
+      continue;
+    }
+    std::string engines;
+    for (const std::string& e : spec.engines) {
+      engines += (engines.empty() ? "distributed = \"" : " or \"") + e + "\"";
+    }
+    fail(in.file, &item.loc,
+         "key '" + spec.path + "' applies only to " + engines + " (this run has distributed = \"" +
+             engine + "\")",
+         "remove it, or set " + engines);
+  }
+}
+
+void check_paths(const Input& in) {
+  namespace fs = std::filesystem;
+  for (const Item& item : in.items) {
+    const KeySpec& spec = *find_key(item.path);
+    if (spec.path_check == PathCheck::None) continue;
+    const std::string& p = std::get<std::string>(in.entries.at(item.path).value);
+    const std::string shown = format_value(Value{p});
+    const std::string key = "key '" + spec.path + "': ";
+    const std::string rel =
+        "check the path; relative paths are read from the directory lftrain is started in";
+    std::error_code ec;
+    const fs::file_status st = fs::status(p, ec);
+    const bool exists = fs::exists(st);
+    const bool is_dir = fs::is_directory(st);
+    switch (spec.path_check) {
+      case PathCheck::File:
+        if (!exists) fail(in.file, &item.loc, key + "file not found: " + shown, rel);
+        if (is_dir) fail(in.file, &item.loc, key + shown + " is a directory, not a file", rel);
+        break;
+      case PathCheck::Directory:
+        if (!exists) fail(in.file, &item.loc, key + "directory not found: " + shown, rel);
+        if (!is_dir) fail(in.file, &item.loc, key + shown + " is not a directory", rel);
+        break;
+      case PathCheck::ModelFolder: {
+        const std::string what_hf =
+            "model_name_or_path must be a local Hugging Face model folder (config.json, tokenizer "
+            "files, *.safetensors): download it first, e.g. `huggingface-cli download ORG/NAME "
+            "--local-dir DIR`, or train from scratch with an inline [model] table";
+        if (!exists) fail(in.file, &item.loc, key + "model folder not found: " + shown, what_hf);
+        if (!is_dir) fail(in.file, &item.loc, key + shown + " is not a directory", what_hf);
+        const fs::path json_path = fs::path(p) / "config.json";
+        if (!fs::is_regular_file(json_path, ec)) {
+          fail(in.file, &item.loc, key + "model folder " + shown + " has no config.json", what_hf);
+        }
+        std::ifstream file(json_path);
+        const nlohmann::json json = nlohmann::json::parse(file, nullptr, false);
+        if (json.is_discarded() || !json.is_object()) {
+          fail(in.file, &item.loc,
+               key + format_value(Value{json_path.string()}) + " is not a JSON object",
+               "config.json of a Hugging Face model is a JSON object (model_type, hidden_size, "
+               "...); download the model again");
+        }
+        break;
+      }
+      case PathCheck::None:
+        break;
+    }
+  }
+}
+
+}  // namespace lft::config::detail

@@ -1,0 +1,46 @@
+#include "lft/engine/registry.h"
+
+#include <algorithm>
+
+namespace lft::engine {
+
+const std::vector<EngineInfo>& registry() {
+  static const std::vector<EngineInfo> engines = {
+      {"none", "one rank, no communication", {}, MeshDim::DPReplicate, 1, "nothing"},
+      {"ddp", "data parallel: every rank holds the whole model, gradients are all-reduced",
+       {MeshDim::DPReplicate}, MeshDim::DPReplicate, 0, "MPI (CPU) or NCCL (GPU)"},
+  };
+  return engines;
+}
+
+const EngineInfo& engine_for(const config::Config& cfg) {
+  const std::string& name = cfg.string("distributed");
+  for (const auto& e : registry())
+    if (e.name == name) return e;
+  std::string available;
+  for (const auto& e : registry()) available += (available.empty() ? "" : ", ") + e.name;
+  throw config::ConfigError("config error: " + cfg.where("distributed") + ": engine '" + name +
+                            "' is not available in this build of lftrain; available: " +
+                            available + " (see `lftrain --list-engines`)");
+}
+
+std::string list_engines_text() {
+  std::string out = "engines in this build (config key `distributed`):\n";
+  for (const auto& e : registry()) {
+    std::string dims;
+    for (MeshDim d : e.mesh_dims) dims += (dims.empty() ? "" : ", ") + std::string(mesh_dim_name(d));
+    out += "  " + e.name + std::string(std::max<size_t>(1, 10 - e.name.size()), ' ') + e.summary +
+           "\n" + std::string(12, ' ') + "mesh dims: " + (dims.empty() ? "none (one rank)" : dims) +
+           "; needs: " + e.needs + "\n";
+  }
+  std::string missing;
+  for (const auto& name : config::engine_names()) {
+    const bool built = std::any_of(registry().begin(), registry().end(),
+                                   [&](const EngineInfo& e) { return e.name == name; });
+    if (!built) missing += (missing.empty() ? "" : ", ") + name;
+  }
+  if (!missing.empty()) out += "not in this build yet: " + missing + "\n";
+  return out;
+}
+
+}  // namespace lft::engine

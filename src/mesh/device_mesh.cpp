@@ -1,0 +1,61 @@
+#include "lft/mesh/device_mesh.h"
+
+#include <stdexcept>
+
+namespace lft {
+
+const char* mesh_dim_name(MeshDim dim) {
+  switch (dim) {
+    case MeshDim::PP: return "pp";
+    case MeshDim::DPReplicate: return "dp_replicate";
+    case MeshDim::DPShard: return "dp_shard";
+    case MeshDim::TP: return "tp";
+  }
+  return "?";
+}
+
+std::string MeshShape::str() const {
+  std::string out;
+  for (int d = 0; d < kMeshDims; ++d) {
+    if (d > 0) out += " x ";
+    out += std::string(mesh_dim_name(static_cast<MeshDim>(d))) + "=" + std::to_string(sizes[d]);
+  }
+  return out;
+}
+
+MeshCoord mesh_coord(const MeshShape& shape, int rank) {
+  MeshCoord c{};
+  for (int d = kMeshDims - 1; d >= 0; --d) {
+    c[d] = rank % shape.sizes[d];
+    rank /= shape.sizes[d];
+  }
+  return c;
+}
+
+int mesh_rank(const MeshShape& shape, const MeshCoord& coord) {
+  int rank = 0;
+  for (int d = 0; d < kMeshDims; ++d) rank = rank * shape.sizes[d] + coord[d];
+  return rank;
+}
+
+DeviceMesh::DeviceMesh(const MpiCommunicator& world, const MeshShape& shape) : shape_(shape) {
+  if (shape.world_size() != world.size())
+    throw std::invalid_argument("mesh " + shape.str() + " covers " +
+                                std::to_string(shape.world_size()) + " ranks, the world has " +
+                                std::to_string(world.size()));
+  coord_ = mesh_coord(shape, world.rank());
+  for (int d = 0; d < kMeshDims; ++d) {
+    // Ranks that share every other coordinate form the group; the color is that coordinate
+    // tuple with this dim zeroed, flattened.
+    MeshCoord key_coord = coord_;
+    key_coord[d] = 0;
+    dims_[d] = world.split(mesh_rank(shape, key_coord), coord_[d],
+                           mesh_dim_name(static_cast<MeshDim>(d)));
+  }
+  MeshCoord dp_color = coord_;
+  dp_color[static_cast<int>(MeshDim::DPReplicate)] = 0;
+  dp_color[static_cast<int>(MeshDim::DPShard)] = 0;
+  dp_ = world.split(mesh_rank(shape, dp_color), dp_rank(), "dp");
+}
+
+}  // namespace lft

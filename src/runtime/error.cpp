@@ -1,0 +1,29 @@
+#include "lft/runtime/error.h"
+
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace lft {
+
+int world_rank_or_minus_one() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return -1;
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+void fatal_one(const std::string& message) {
+  const int rank = world_rank_or_minus_one();
+  std::fprintf(stderr, "[rank %d] lftrain: %s\n", rank, message.c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  if (rank >= 0) MPI_Abort(MPI_COMM_WORLD, kAbortExitCode);
+  std::_Exit(kAbortExitCode);
+}
+
+}  // namespace lft

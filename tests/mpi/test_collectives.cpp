@@ -1,0 +1,182 @@
+// Every collective of the MPI backend against values each rank computes locally, for each dtype
+// and for sizes that do not divide by the world size.
+#include <ATen/ATen.h>
+
+#include <numeric>
+
+#include "mpi_test_util.h"
+
+namespace lft {
+namespace {
+
+using test::world;
+
+// Rank r contributes (r + 1) * (i % 13) at index i.
+at::Tensor contribution(int rank, int64_t n, at::ScalarType dtype) {
+  return (at::arange(n, at::kLong).remainder(13) * (rank + 1)).to(dtype);
+}
+
+class AllReduceTest : public testing::TestWithParam<std::tuple<at::ScalarType, int64_t>> {};
+
+TEST_P(AllReduceTest, SumMatchesLocalSum) {
+  const auto [dtype, n] = GetParam();
+  const int size = world().size();
+  auto t = contribution(world().rank(), n, dtype);
+  world().all_reduce(t, ReduceOp::Sum);
+  const auto expected = contribution(0, n, at::kDouble) * (size * (size + 1) / 2);
+  EXPECT_TRUE(at::equal(t.to(at::kDouble), expected)) << "dtype " << dtype << ", n " << n;
+}
+
+TEST_P(AllReduceTest, MaxMatchesLocalMax) {
+  const auto [dtype, n] = GetParam();
+  auto t = contribution(world().rank(), n, dtype);
+  world().all_reduce(t, ReduceOp::Max);
+  EXPECT_TRUE(at::equal(t, contribution(world().size() - 1, n, dtype)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, AllReduceTest,
+                         testing::Combine(testing::Values(at::kFloat, at::kDouble, at::kLong,
+                                                          at::kInt, at::kBFloat16, at::kHalf),
+                                          testing::Values(int64_t{1}, int64_t{7}, int64_t{1001})));
+
+TEST(AllReduce, AvgOfFloats) {
+  const int size = world().size();
+  auto t = at::full({5}, static_cast<double>(world().rank()), at::kFloat);
+  world().all_reduce(t, ReduceOp::Avg);
+  EXPECT_TRUE(at::allclose(t, at::full({5}, (size - 1) / 2.0, at::kFloat)));
+}
+
+TEST(AllReduce, AvgOfIntegersIsRejected) {
+  auto t = at::ones({3}, at::kLong);
+  EXPECT_THROW(world().all_reduce(t, ReduceOp::Avg), std::invalid_argument);
+}
+
+// 1 + (n-1) * 2^-8 in bf16: adding 2^-8 to 1 one step at a time in bf16 stays at 1 (half an ulp
+// rounds to even), so only an fp32 accumulation reaches the right answer.
+TEST(AllReduce, BFloat16SumAccumulatesInFloat32) {
+  LFT_REQUIRE_RANKS(3);
+  const double mine = world().rank() == 0 ? 1.0 : 1.0 / 256;
+  auto t = at::full({4}, mine, at::kBFloat16);
+  world().all_reduce(t);
+  const float exact = 1.0f + (world().size() - 1) / 256.0f;
+  const auto expected = at::full({4}, exact, at::kFloat).to(at::kBFloat16);
+  EXPECT_TRUE(at::equal(t, expected)) << t << " vs " << expected;
+  EXPECT_GT(t[0].item<float>(), 1.0f);
+}
+
+TEST(ReduceScatter, EqualShards) {
+  const int size = world().size();
+  for (auto dtype : {at::kFloat, at::kDouble, at::kLong, at::kBFloat16}) {
+    const int64_t shard = 5;
+    auto in = contribution(world().rank(), shard * size, dtype);
+    auto out = at::empty({shard}, in.options());
+    world().reduce_scatter(in, out);
+    auto full = contribution(0, shard * size, at::kDouble) * (size * (size + 1) / 2);
+    EXPECT_TRUE(at::equal(out.to(at::kDouble), full.narrow(0, shard * world().rank(), shard)))
+        << dtype;
+  }
+}
+
+// counts[r] = r % 3 + 2*r: unequal, one shard may be small.
+std::vector<int64_t> uneven_counts(int size) {
+  std::vector<int64_t> c;
+  for (int r = 0; r < size; ++r) c.push_back(r % 3 + 2 * r);
+  return c;
+}
+
+TEST(ReduceScatter, UnequalShardsAndAvg) {
+  const int size = world().size();
+  const auto counts = uneven_counts(size);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const int64_t offset = std::accumulate(counts.begin(), counts.begin() + world().rank(), int64_t{0});
+  auto in = contribution(world().rank(), total, at::kFloat);
+  auto out = at::empty({counts[world().rank()]}, at::kFloat);
+  world().reduce_scatter(in, out, ReduceOp::Avg, counts);
+  auto full = contribution(0, total, at::kDouble) * ((size + 1) / 2.0);
+  EXPECT_TRUE(at::allclose(out.to(at::kDouble), full.narrow(0, offset, counts[world().rank()])));
+}
+
+TEST(AllGather, EqualAndUnequalShards) {
+  const int size = world().size();
+  for (auto dtype : {at::kFloat, at::kLong, at::kBFloat16, at::kByte}) {
+    auto in = at::full({3}, world().rank() + 1, at::TensorOptions().dtype(dtype));
+    auto out = at::empty({3 * size}, in.options());
+    world().all_gather(in, out);
+    auto expected = at::arange(1, size + 1, at::kLong).repeat_interleave(3).to(dtype);
+    EXPECT_TRUE(at::equal(out, expected)) << dtype;
+  }
+  const auto counts = uneven_counts(size);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  auto in = at::full({counts[world().rank()]}, world().rank() + 1, at::kDouble);
+  auto out = at::empty({total}, at::kDouble);
+  world().all_gather(in, out, counts);
+  std::vector<double> expected;
+  for (int r = 0; r < size; ++r) expected.insert(expected.end(), counts[r], r + 1.0);
+  EXPECT_TRUE(at::equal(out, at::tensor(expected, at::kDouble)));
+}
+
+TEST(Broadcast, FromLastRank) {
+  const int root = world().size() - 1;
+  auto t = world().rank() == root ? at::arange(11, at::kHalf) : at::zeros({11}, at::kHalf);
+  world().broadcast(t, root);
+  EXPECT_TRUE(at::equal(t, at::arange(11, at::kHalf)));
+}
+
+TEST(SendRecv, RingPassesEachRanksTensor) {
+  LFT_REQUIRE_RANKS(2);
+  const int size = world().size();
+  const int next = (world().rank() + 1) % size, prev = (world().rank() + size - 1) % size;
+  auto out = at::full({6}, world().rank(), at::kFloat);
+  auto in = at::empty({6}, at::kFloat);
+  auto recv = world().recv_async(in, prev, 7);
+  auto send = world().send_async(out, next, 7);
+  send->wait();
+  recv->wait();
+  EXPECT_TRUE(at::equal(in, at::full({6}, prev, at::kFloat)));
+}
+
+TEST(Async, ManyInFlightCompleteInAnyWaitOrder) {
+  std::vector<at::Tensor> tensors;
+  std::vector<WorkPtr> works;
+  for (int i = 0; i < 6; ++i) {
+    tensors.push_back(at::full({100 + i}, static_cast<double>(i), at::kFloat));
+    works.push_back(world().all_reduce_async(tensors.back()));
+  }
+  for (int i = 5; i >= 0; --i) {
+    while (!works[i]->test()) {
+    }
+    works[i]->wait();  // a no-op once test() said done
+    EXPECT_TRUE(at::equal(tensors[i], at::full({100 + i}, i * world().size(), at::kFloat)));
+  }
+  world().barrier();
+}
+
+TEST(Stats, CountCallsAndPayloadBytes) {
+  MpiCommunicator comm(MPI_COMM_WORLD, "stats", false);
+  auto t = at::ones({100}, at::kFloat);
+  comm.all_reduce(t);
+  auto h = at::ones({100}, at::kBFloat16);
+  comm.all_reduce(h);  // travels as fp32 on MPI
+  auto out = at::empty({100 * comm.size()}, at::kBFloat16);
+  comm.all_gather(h, out);  // moves 16-bit words
+  EXPECT_EQ(comm.stats()[CollKind::AllReduce].calls, 2u);
+  EXPECT_EQ(comm.stats()[CollKind::AllReduce].bytes, 800u);
+  EXPECT_EQ(comm.stats()[CollKind::AllGather].bytes, 200u * comm.size());
+  EXPECT_GT(comm.stats()[CollKind::AllReduce].seconds, 0.0);
+  EXPECT_EQ(comm.stats()[CollKind::Broadcast].calls, 0u);
+  comm.reset_stats();
+  EXPECT_EQ(comm.stats().total_calls(), 0u);
+}
+
+TEST(Validation, ShapeMismatchesAreRejectedBeforeCommunicating) {
+  auto in = at::ones({5}, at::kFloat);
+  auto wrong = at::empty({5 * world().size() + 1}, at::kFloat);
+  EXPECT_THROW(world().all_gather(in, wrong), std::invalid_argument);
+  EXPECT_THROW(world().all_gather(in, at::empty({5 * world().size()}, at::kDouble)),
+               std::invalid_argument);
+  EXPECT_THROW(world().reduce_scatter(wrong, in), std::invalid_argument);
+  EXPECT_THROW(world().all_gather(in, wrong, {1, 2}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace lft
