@@ -16,7 +16,20 @@ std::uint64_t bytes_of(const at::Tensor& t) {
   return static_cast<std::uint64_t>(t.numel()) * t.element_size();
 }
 
-std::string dtype_name(const at::Tensor& t) { return std::string(c10::toString(t.scalar_type())); }
+// PyTorch's user-facing names ("float32", "bfloat16"), as users see them in Python.
+std::string dtype_name(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kLong: return "int64";
+    case at::kInt: return "int32";
+    case at::kByte: return "uint8";
+    case at::kBool: return "bool";
+    default: return c10::toString(t.scalar_type());
+  }
+}
 
 void require_contiguous(const at::Tensor& t, const char* what) {
   if (!t.defined() || !t.is_contiguous())

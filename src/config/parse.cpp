@@ -40,7 +40,10 @@ Location location_of(const toml::value& v, const std::string& path) {
   const bool header = !stripped.empty() && stripped[0] == '[';
   if (!header && loc.column > 1) {
     const std::string leaf = path.substr(path.rfind('.') + 1);
-    std::size_t pos = loc.line_text.substr(0, loc.column - 1).rfind(leaf);
+    // toml11 points at the value, or (for some dotted keys) at the leaf key itself.
+    std::size_t pos = loc.line_text.compare(loc.column - 1, leaf.size(), leaf) == 0
+                          ? static_cast<std::size_t>(loc.column - 1)
+                          : loc.line_text.substr(0, loc.column - 1).rfind(leaf);
     if (pos != std::string::npos) {
       // Back to the start of a dotted or quoted key: "mesh.tp = 2" -> column 1.
       auto in_key = [](char c) {

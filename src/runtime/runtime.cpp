@@ -28,14 +28,11 @@ std::vector<std::string> gather_hostnames(const std::string& mine, int world_siz
 }  // namespace
 
 std::string detect_launcher(int world_size) {
-  if (has_env("OMPI_COMM_WORLD_SIZE") && (has_env("OMPI_MCA_orte_hnp_uri") ||
-                                          has_env("OMPI_MCA_ess_base_jobid") ||
-                                          has_env("PRTE_LAUNCHED")))
-    return "mpirun";
+  if (has_env("OMPI_MCA_orte_hnp_uri") || has_env("PRTE_LAUNCHED")) return "mpirun";
   if (has_env("SLURM_STEP_ID") && has_env("PMIX_RANK")) return "srun (PMIx)";
-  if (world_size == 1 && !has_env("PMIX_RANK")) return "singleton";
-  if (has_env("PMIX_RANK")) return "unknown PMIx launcher";
-  return "unknown launcher";
+  if (world_size == 1 && !has_env("OMPI_COMM_WORLD_SIZE") && !has_env("SLURM_STEP_ID"))
+    return "singleton";
+  return has_env("PMIX_RANK") ? "unknown PMIx launcher" : "unknown launcher";
 }
 
 int threads_per_rank(int requested, int local_size) {
