@@ -2,13 +2,26 @@
 
 #include <algorithm>
 
+#include "lft/engine/ddp.h"
+#include "lft/engine/none.h"
+
 namespace lft::engine {
+namespace {
+
+template <class E>
+std::unique_ptr<Engine> make(const EngineContext& ctx) {
+  return std::make_unique<E>(ctx);
+}
+
+}  // namespace
 
 const std::vector<EngineInfo>& registry() {
   static const std::vector<EngineInfo> engines = {
-      {"none", "one rank, no communication", {}, MeshDim::DPReplicate, 1, "nothing"},
+      // name -> src/engine/<name>.cpp -> <Name>Engine: one line per engine.
+      {"none", "one rank, no communication", {}, MeshDim::DPReplicate, 1, "nothing",
+       make<NoneEngine>},
       {"ddp", "data parallel: every rank holds the whole model, gradients are all-reduced",
-       {MeshDim::DPReplicate}, MeshDim::DPReplicate, 0, "MPI (CPU) or NCCL (GPU)"},
+       {MeshDim::DPReplicate}, MeshDim::DPReplicate, 0, "MPI (CPU) or NCCL (GPU)", make<DdpEngine>},
   };
   return engines;
 }

@@ -2,6 +2,11 @@
 
 #include <stdexcept>
 
+#include "lft/build_config.h"
+#if LFT_HAS_NCCL
+#include "lft/comm/nccl_communicator.h"
+#endif
+
 namespace lft {
 
 const char* mesh_dim_name(MeshDim dim) {
@@ -38,7 +43,8 @@ int mesh_rank(const MeshShape& shape, const MeshCoord& coord) {
   return rank;
 }
 
-DeviceMesh::DeviceMesh(const MpiCommunicator& world, const MeshShape& shape) : shape_(shape) {
+DeviceMesh::DeviceMesh(const MpiCommunicator& world, const MeshShape& shape, bool cuda)
+    : shape_(shape) {
   if (shape.world_size() != world.size())
     throw std::invalid_argument("mesh " + shape.str() + " covers " +
                                 std::to_string(shape.world_size()) + " ranks, the world has " +
@@ -56,6 +62,25 @@ DeviceMesh::DeviceMesh(const MpiCommunicator& world, const MeshShape& shape) : s
   dp_color[static_cast<int>(MeshDim::DPReplicate)] = 0;
   dp_color[static_cast<int>(MeshDim::DPShard)] = 0;
   dp_ = world.split(mesh_rank(shape, dp_color), dp_rank(), "dp");
+  if (!cuda) return;
+#if LFT_HAS_NCCL
+  for (int d = 0; d < kMeshDims; ++d)
+    device_dims_[d] = std::make_unique<NcclCommunicator>(*dims_[d], dims_[d]->name());
+  device_dp_ = std::make_unique<NcclCommunicator>(*dp_, "dp");
+#else
+  throw std::invalid_argument("DeviceMesh: CUDA communicators need a build with NCCL");
+#endif
+}
+
+DeviceMesh::~DeviceMesh() = default;
+
+Communicator& DeviceMesh::device_comm(MeshDim d) {
+  const int i = static_cast<int>(d);
+  return device_dims_[i] ? *device_dims_[i] : static_cast<Communicator&>(*dims_[i]);
+}
+
+Communicator& DeviceMesh::device_dp() {
+  return device_dp_ ? *device_dp_ : static_cast<Communicator&>(*dp_);
 }
 
 }  // namespace lft

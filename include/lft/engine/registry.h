@@ -3,10 +3,12 @@
 // the mesh planner (mesh_plan.h) enforces it.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "lft/config/config.h"
+#include "lft/engine/engine.h"
 #include "lft/mesh/device_mesh.h"
 
 namespace lft::engine {
@@ -18,6 +20,7 @@ struct EngineInfo {
   MeshDim fill_dim;                 // the dim that takes the world when [mesh] does not say
   int max_ranks = 0;                // 0: any
   std::string needs;                // e.g. "NCCL for GPUs; MPI for CPU tensors"
+  std::unique_ptr<Engine> (*create)(const EngineContext& ctx);
 };
 
 // The engines this build has, in registry order.

@@ -35,7 +35,9 @@ class DeviceMesh {
  public:
   // Collective over `world`: splits one communicator per dim and one for dp. The shape must
   // cover exactly world.size() ranks (std::invalid_argument otherwise: callers validate first).
-  DeviceMesh(const MpiCommunicator& world, const MeshShape& shape);
+  // With `cuda`, each group also gets an NCCL communicator for device tensors (needs LFT_HAS_NCCL).
+  DeviceMesh(const MpiCommunicator& world, const MeshShape& shape, bool cuda = false);
+  ~DeviceMesh();
 
   const MeshShape& shape() const { return shape_; }
   const MeshCoord& coord() const { return coord_; }
@@ -45,12 +47,17 @@ class DeviceMesh {
   // The flattened data-parallel group (dp_replicate x dp_shard), ordered dpr-major.
   MpiCommunicator& dp() { return *dp_; }
   int dp_rank() const { return coord(MeshDim::DPReplicate) * shape_[MeshDim::DPShard] + coord(MeshDim::DPShard); }
+  // The communicators for the tensors the model lives in: NCCL on GPUs, else the MPI ones.
+  Communicator& device_comm(MeshDim d);
+  Communicator& device_dp();
 
  private:
   MeshShape shape_;
   MeshCoord coord_{};
   std::array<std::unique_ptr<MpiCommunicator>, kMeshDims> dims_;
   std::unique_ptr<MpiCommunicator> dp_;
+  std::array<std::unique_ptr<Communicator>, kMeshDims> device_dims_;  // NCCL, when cuda
+  std::unique_ptr<Communicator> device_dp_;
 };
 
 }  // namespace lft

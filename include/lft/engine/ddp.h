@@ -1,0 +1,46 @@
+// "ddp": data parallel. Every rank holds the whole model; gradients are summed over the dp group
+// in buckets of about `ddp_bucket_cap_mb`, launched from gradient hooks while backward is still
+// running (parameters in reverse order, as their gradients become ready), and only on the last
+// micro-batch of an accumulation (no_sync for the others).
+#pragma once
+
+#include "lft/engine/engine.h"
+
+namespace lft::engine {
+
+class DdpEngine final : public Engine {
+ public:
+  explicit DdpEngine(const EngineContext& ctx);
+  const char* name() const override { return "ddp"; }
+  void prepare(torch::nn::Module& model) override;
+  void begin_micro_batch(bool sync) override { sync_ = sync; }
+  void finish_gradients() override;
+  std::vector<at::Tensor> parameters() override { return params_; }
+  std::vector<std::string> parameter_names() override { return names_; }
+  // Gradients are identical on every rank after the all-reduce: the local norm is the norm.
+  double grad_norm_squared() override { return local_grad_norm_squared(params_); }
+  std::vector<const Communicator*> communicators() const override { return {&comm_}; }
+  std::size_t bucket_count() const { return buckets_.size(); }
+
+ private:
+  struct Bucket {
+    at::Tensor buffer;                // flat fp32/params' dtype, the gradients being reduced
+    std::vector<std::size_t> params;  // indices into params_
+    std::size_t pending = 0;          // gradients still to arrive this step
+    WorkPtr work;                     // the in-flight all-reduce
+  };
+  void on_gradient(std::size_t param, const at::Tensor& grad);
+  void launch(Bucket& bucket);
+  void drive_progress();
+
+  Communicator& comm_;
+  double bucket_bytes_;
+  bool sync_ = true;
+  std::vector<at::Tensor> params_;
+  std::vector<std::string> names_;
+  std::vector<std::size_t> bucket_of_;  // per parameter
+  std::vector<int64_t> offset_of_;      // per parameter, in its bucket
+  std::vector<Bucket> buckets_;
+};
+
+}  // namespace lft::engine

@@ -1,0 +1,60 @@
+// The engine lifecycle every parallel engine shares (ARCHITECTURE.md, "Engine"):
+//   create (registry) -> prepare(model) -> per step: begin_micro_batch(sync) / backward ...
+//   -> finish_gradients() -> the optimizer updates parameters() -> ...
+// The trainer owns the model, the optimizer and the loop; an engine owns how parameters and
+// gradients are laid out and communicated.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lft/comm/communicator.h"
+#include "lft/config/config.h"
+#include "lft/mesh/device_mesh.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace lft::engine {
+
+struct EngineContext {
+  const config::Config& cfg;
+  DeviceMesh& mesh;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual const char* name() const = 0;
+
+  // Takes charge of `model`'s parameters (hooks, sharding). Collective.
+  virtual void prepare(torch::nn::Module& model) = 0;
+  // Before each micro-batch's forward: `sync` is true for the last micro-batch of a step, the one
+  // whose backward must synchronise gradients (no_sync for the others).
+  virtual void begin_micro_batch(bool sync) = 0;
+  // After the last backward of a step: every gradient of parameters() is final. Collective.
+  virtual void finish_gradients() = 0;
+
+  // The tensors this rank updates, with their names (whole parameters, or shards).
+  virtual std::vector<at::Tensor> parameters() = 0;
+  virtual std::vector<std::string> parameter_names() = 0;
+  // Squared L2 norm of the full logical gradient, over every rank and mesh dim. Collective.
+  virtual double grad_norm_squared() = 0;
+
+  // The communicators it uses, for the byte and time counters.
+  virtual std::vector<const Communicator*> communicators() const = 0;
+  // Seconds finish_gradients() spent waiting for communication that backward had not hidden.
+  double exposed_comm_seconds() const { return exposed_seconds_; }
+
+ protected:
+  double exposed_seconds_ = 0.0;
+};
+
+// Squared L2 norm of the gradients of `tensors` on this rank (in double).
+double local_grad_norm_squared(const std::vector<at::Tensor>& tensors);
+
+}  // namespace lft::engine

@@ -1,0 +1,52 @@
+#include "lft/optim/adamw.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <stdexcept>
+
+namespace lft::optim {
+
+AdamW::AdamW(std::vector<at::Tensor> params, std::vector<std::string> names, AdamWOptions options)
+    : params_(std::move(params)), names_(std::move(names)), options_(options) {
+  if (params_.size() != names_.size())
+    throw std::invalid_argument("AdamW: one name per parameter is required");
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    exp_avg_.push_back(at::zeros_like(params_[i]));
+    exp_avg_sq_.push_back(at::zeros_like(params_[i]));
+    step_count_.push_back(at::zeros({}, params_[i].options().dtype(at::kFloat)));
+    (params_[i].dim() >= 2 ? decay_ : no_decay_).push_back(i);
+  }
+}
+
+void AdamW::step(double lr) {
+  step_group(decay_, lr, options_.weight_decay);
+  step_group(no_decay_, lr, 0.0);
+  ++steps_;
+}
+
+void AdamW::step_group(const std::vector<std::size_t>& group, double lr, double weight_decay) {
+  std::vector<at::Tensor> p, g, m, v, s;
+  for (std::size_t i : group) {
+    const at::Tensor& grad = params_[i].grad();
+    if (!grad.defined()) continue;
+    p.push_back(params_[i]);
+    g.push_back(grad);
+    m.push_back(exp_avg_[i]);
+    v.push_back(exp_avg_sq_[i]);
+    s.push_back(step_count_[i]);
+  }
+  if (p.empty()) return;
+  c10::NoGradGuard no_grad;
+  at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, s, lr, options_.beta1, options_.beta2,
+                    weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+}
+
+std::int64_t AdamW::state_bytes() const {
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    n += (exp_avg_[i].numel() + exp_avg_sq_[i].numel()) * exp_avg_[i].element_size();
+  return n;
+}
+
+}  // namespace lft::optim

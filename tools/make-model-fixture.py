@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Writes the reference fixtures that tests/unit/test_model_vs_transformers.cpp compares the C++
+Llama against: tiny Hugging Face models built with `transformers` (tools/install-python-env),
+float32 on the CPU, with seeded random weights.
+
+For each fixture, tests/fixtures/<name>/ gets
+  config.json, model.safetensors   model.save_pretrained(...)
+  io.safetensors                   input_ids [2, 9] (int64), logits [2, 9, vocab] (float32),
+                                   loss (float32 scalar), and grad.<hf name> for every parameter
+where loss = sum over rows b and positions t < 8 whose target input_ids[b, t+1] != pad_id of the
+cross-entropy of logits[b, t] against input_ids[b, t+1] (the pad id is in the metadata; the
+second row ends in padding so the mask is exercised).
+
+Deterministic: run it again and the files are the same (same machine and torch version).
+  .venv/bin/python tools/make-model-fixture.py [output_root]   (default tests/fixtures)
+"""
+import json
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+import transformers
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+
+PAD_ID = 0
+
+# Small enough that the three fixtures together stay under 300 KB, large enough to exercise
+# grouped-query attention (4 query heads sharing 2 key/value heads, head_dim 8).
+COMMON = dict(vocab_size=61, hidden_size=32, intermediate_size=28, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6,
+              hidden_act="silu", pad_token_id=PAD_ID, bos_token_id=1, eos_token_id=2)
+
+FIXTURES = {
+    # name: (model class, config)
+    "llama-tiny": (LlamaForCausalLM, lambda: LlamaConfig(
+        **COMMON, num_hidden_layers=2, rope_theta=10000.0, tie_word_embeddings=False)),
+    "llama-tiny-tied": (LlamaForCausalLM, lambda: LlamaConfig(
+        **COMMON, num_hidden_layers=1, rope_theta=500000.0, tie_word_embeddings=True)),
+    "qwen2-tiny": (Qwen2ForCausalLM, lambda: Qwen2Config(
+        **COMMON, num_hidden_layers=1, rope_theta=1000000.0, tie_word_embeddings=True,
+        use_sliding_window=False)),
+}
+
+
+def randomize(model, seed):
+    """O(1) activations (not HF's 0.02 init), so that attention is far from uniform and every
+    nonlinearity matters: linear weights ~ N(0, 1/fan_in), embeddings ~ N(0, 0.09), norm weights
+    ~ 1 + N(0, 0.2), biases ~ N(0, 0.1). Parameters are filled in name order from one generator."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * noise)
+            elif name.endswith(".bias"):
+                p.copy_(0.1 * noise)
+            elif "embed_tokens" in name:
+                p.copy_(0.3 * noise)
+            else:
+                p.copy_(noise / p.shape[1] ** 0.5)
+
+
+def input_batch(vocab, seed):
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (2, 9), generator=gen, dtype=torch.int64)
+    ids[1, 6:] = PAD_ID  # right padding: the last three targets of row 1 are ignored
+    return ids
+
+
+def make(name, root, seed):
+    cls, make_config = FIXTURES[name]
+    config = make_config()
+    config._attn_implementation = "eager"  # the textbook softmax(q k^T / sqrt(d)) path
+    torch.manual_seed(seed)
+    model = cls(config).to(torch.float32)
+    model.eval()  # no dropout (attention_dropout is 0 anyway)
+    randomize(model, seed)
+
+    ids = input_batch(config.vocab_size, seed + 1)
+    logits = model(input_ids=ids).logits  # [2, 9, V]
+    targets = ids[:, 1:]
+    ce = torch.nn.functional.cross_entropy(
+        logits[:, :-1].float().reshape(-1, config.vocab_size), targets.reshape(-1),
+        reduction="none").view_as(targets)
+    loss = (ce * (targets != PAD_ID)).sum()
+    model.zero_grad()
+    loss.backward()
+
+    out = os.path.join(root, name)
+    os.makedirs(out, exist_ok=True)
+    model.save_pretrained(out)  # config.json + model.safetensors (safetensors is the only format)
+    for extra in ("generation_config.json",):
+        path = os.path.join(out, extra)
+        if os.path.exists(path):
+            os.remove(path)
+    io = {"input_ids": ids.contiguous(), "logits": logits.detach().contiguous(),
+          "loss": loss.detach().reshape([]).contiguous()}
+    for pname, p in model.named_parameters():
+        io["grad." + pname] = p.grad.detach().contiguous()
+    save_file(io, os.path.join(out, "io.safetensors"),
+              metadata={"pad_id": str(PAD_ID), "seed": str(seed),
+                        "transformers": transformers.__version__, "torch": torch.__version__,
+                        "loss": "sum of CE(logits[:, t], input_ids[:, t+1]) over targets != pad_id"})
+    size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+    print(f"{out}: {sum(p.numel() for p in model.parameters())} parameters, "
+          f"loss {loss.item():.6f}, {size} bytes")
+    return size
+
+
+def main(root="tests/fixtures"):
+    torch.use_deterministic_algorithms(True)
+    total = 0
+    for i, name in enumerate(FIXTURES):
+        total += make(name, root, seed=1000 + 10 * i)
+    print(f"total {total} bytes")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:2])
