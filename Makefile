@@ -7,7 +7,7 @@ CTEST_FLAGS ?=
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps build test test-fast check docs clean
+.PHONY: all deps build run test test-fast check docs clean
 
 all: build
 
@@ -28,6 +28,10 @@ test: build
 # The quick loop while developing: everything but the tests labelled slow.
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow $(CTEST_FLAGS)
+
+# The main job: the bundled example on 2 ranks (README, "What make run does").
+run: build
+	mpirun --oversubscribe -np 2 $(BUILD)/lftrain inputs/run.toml
 
 # Validates the example run on 2 ranks without training.
 check: build

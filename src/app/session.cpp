@@ -12,6 +12,8 @@
 #include "lft/config/config.h"
 #include "lft/engine/mesh_plan.h"
 #include "lft/engine/registry.h"
+#include "lft/model/model_config.h"
+#include "lft/train/trainer.h"
 #include "lft/runtime/device.h"
 #include "lft/runtime/log.h"
 
@@ -38,19 +40,20 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   log0(startup_report(rt, cfg, *engine, shape, threads, device));
 
   MpiCommunicator world(MPI_COMM_WORLD, "world", false);
-  DeviceMesh mesh(world, shape);
+  DeviceMesh mesh(world, shape, device.cuda);
   log0(check_communication(world, mesh));
-  log0(plan_report(cfg, shape));
+  std::optional<model::ModelConfig> model_config;
+  run_agreed([&] { model_config = model::ModelConfig::from_run_config(cfg); });
+  log0(plan_report(cfg, shape, *model_config));
 
   if (opts.mode == Mode::Check) {
     log0("check: ok (nothing was trained: --check)");
     return 0;
   }
-  throw UsageError(
-      "lftrain " + std::string(LFT_VERSION) +
-      " validates runs (--check) but has no training loop yet: the model, data and trainer "
-      "are not part of this build. Nothing was run; use `lftrain --check " + opts.config_path +
-      "`.");
+  std::unique_ptr<train::Trainer> trainer;
+  run_agreed([&] { trainer = std::make_unique<train::Trainer>(cfg, mesh, device); });
+  trainer->run();
+  return 0;
 }
 
 }  // namespace lft::app

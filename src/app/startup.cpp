@@ -86,7 +86,8 @@ std::string check_communication(MpiCommunicator& world, DeviceMesh& mesh) {
   return out;
 }
 
-std::string plan_report(const config::Config& cfg, const MeshShape& shape) {
+std::string plan_report(const config::Config& cfg, const MeshShape& shape,
+                        const model::ModelConfig& model) {
   const int64_t micro = cfg.integer("per_device_train_batch_size");
   const int64_t accum = cfg.integer("gradient_accumulation_steps");
   const int64_t global = micro * accum * shape.dp_size();
@@ -99,6 +100,14 @@ std::string plan_report(const config::Config& cfg, const MeshShape& shape) {
   out += "  steps      " + (max_steps > 0 ? std::to_string(max_steps) + " (max_steps)"
                                          : fmt("%g", cfg.real("num_train_epochs")) +
                                                " epoch(s) (num_train_epochs)");
+  // none and ddp keep everything on every rank: fp32 weights and gradients, AdamW's two moments,
+  // and (ddp) one more gradient copy in the all-reduce buckets.
+  const double params = static_cast<double>(model.num_parameters());
+  const double per_param = cfg.string("distributed") == "ddp" ? 20.0 : 16.0;
+  out += "\n  model      " + model.summary();
+  out += "\n  memory     " + format_bytes(params * per_param) +
+         " per rank for weights, gradients and optimizer state (" + fmt("%g", per_param) +
+         " bytes per parameter), plus activations";
   return out;
 }
 

@@ -48,6 +48,9 @@ int main(int argc, char** argv) {
   } catch (const lft::UsageError& e) {
     if (rt.rank() == 0) std::fprintf(stderr, "lftrain: %s\n", e.what());
     status = lft::kUsageExitCode;
+  } catch (const lft::RunFailure& e) {
+    if (rt.rank() == 0) std::fprintf(stderr, "lftrain: %s\n", e.what());
+    status = lft::kRunFailedExitCode;
   } catch (const std::exception& e) {
     lft::fatal_one(std::string("unexpected error: ") + e.what());
   }

@@ -43,7 +43,7 @@ if [ "$(id -u)" != 0 ] && ! { command -v sudo >/dev/null && sudo -n true 2>/dev/
   skip "starting a local Slurm needs root or passwordless sudo"
 fi
 say "starting the local Slurm (tools/slurm-local start)"
-if ! timeout 900 tools/slurm-local start >"$tmp/start.out" 2>"$tmp/start.err"; then
+if ! timeout 600 tools/slurm-local start >"$tmp/start.out" 2>"$tmp/start.err"; then
   cat "$tmp/start.err"
   skip "tools/slurm-local start failed (see above): no Slurm to test with"
 fi

@@ -9,6 +9,7 @@
 #include "lft/config/config.h"
 #include "lft/engine/registry.h"
 #include "lft/mesh/device_mesh.h"
+#include "lft/model/model_config.h"
 #include "lft/runtime/device.h"
 #include "lft/runtime/runtime.h"
 
@@ -22,7 +23,8 @@ std::string startup_report(const Runtime& rt, const config::Config& cfg,
 // predict from its coordinates. A wrong sum is a one-rank error (the rank that sees it aborts).
 std::string check_communication(MpiCommunicator& world, DeviceMesh& mesh);
 
-// Batch sizes and step counts.
-std::string plan_report(const config::Config& cfg, const MeshShape& shape);
+// Batch sizes, step counts, model size and a per-rank memory estimate.
+std::string plan_report(const config::Config& cfg, const MeshShape& shape,
+                        const model::ModelConfig& model);
 
 }  // namespace lft::app

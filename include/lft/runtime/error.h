@@ -20,6 +20,16 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Exit status of a run that started but had to stop, every rank agreeing (a NaN loss).
+constexpr int kRunFailedExitCode = 1;
+
+// Every rank sees it (the values it is about are global), so main() handles it like a
+// UsageError: one message from rank 0, exit status kRunFailedExitCode.
+class RunFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Prints "[rank N] lftrain: <message>" to stderr and aborts every rank of the job. Never returns.
 [[noreturn]] void fatal_one(const std::string& message);
 

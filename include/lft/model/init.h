@@ -1,0 +1,37 @@
+// Initial weights that depend only on (seed, parameter name): not on the rank, the parallel
+// layout, the number of layers or the order in which parameters were created, so every rank can
+// produce exactly its slice of the same logical model and two layouts start from identical weights.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace lft::model {
+
+// The standard deviation of the normal init of weights (HF initializer_range default).
+constexpr double kInitStd = 0.02;
+
+// The 64-bit seed of a parameter's generator: splitmix64 mixing of `seed` with the FNV-1a hash of
+// `name`.
+std::uint64_t parameter_seed(const std::string& name, std::uint64_t seed);
+
+// The full logical tensor (CPU, float32) of the parameter `name` with global shape `shape`:
+//   "*norm.weight" (RMSNorm)      ones
+//   "*.bias"                      zeros
+//   anything else (embedding, linear weights)   normal(0, kInitStd) from a CPU generator seeded
+//                                 with parameter_seed(name, seed)
+at::Tensor init_parameter(const std::string& name, at::IntArrayRef shape, std::uint64_t seed);
+
+// Fills every parameter of `model` (named as in named_parameters(), recursively) with
+// init_parameter(name, its shape, seed), converted to its dtype and device. Does not record
+// autograd history.
+void init_weights(torch::nn::Module& model, std::uint64_t seed);
+
+}  // namespace lft::model

@@ -1,0 +1,91 @@
+// The shape of a Llama-family model (Llama, Qwen2, Mistral), with the Hugging Face config.json
+// field names. Built from the run configuration: an inline [model] table (training from scratch)
+// or <model_name_or_path>/config.json (fine-tuning). Pure: every rank reads the same file and
+// reaches the same verdict, so a bad field is a lft::config::ConfigError (an every-rank error).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace lft::config {
+class Config;
+}
+
+namespace lft::model {
+
+struct ModelConfig {
+  std::string model_type = "llama";  // llama, qwen2 or mistral
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;
+  std::int64_t num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t num_key_value_heads = 0;
+  std::int64_t max_position_embeddings = 2048;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;
+
+  // Biases (HF: Llama's `attention_bias` gives q/k/v AND o_proj biases; Qwen2 always has q/k/v
+  // biases and no o_proj bias; Mistral none; Llama's `mlp_bias` gives gate/up/down biases).
+  bool attention_bias = false;      // q_proj, k_proj, v_proj
+  bool attention_out_bias = false;  // o_proj
+  bool mlp_bias = false;            // gate_proj, up_proj, down_proj
+
+  // config.json `head_dim` when it is given and differs from hidden_size / num_attention_heads
+  // (e.g. Mistral-Nemo); 0: hidden_size / num_attention_heads. Use head_dim().
+  std::int64_t explicit_head_dim = 0;
+
+  // RoPE frequency scaling (`rope_parameters` / legacy `rope_scaling`): "default", "linear" or
+  // "llama3" (Llama 3.1/3.2). The other HF kinds (dynamic, yarn, longrope) are rejected.
+  std::string rope_type = "default";
+  double rope_factor = 1.0;                                // linear, llama3
+  double rope_low_freq_factor = 1.0;                       // llama3
+  double rope_high_freq_factor = 4.0;                      // llama3
+  std::int64_t rope_original_max_position_embeddings = 0;  // llama3; 0: max_position_embeddings
+
+  // Sliding-window attention: a query sees itself and the sliding_window - 1 keys before it, in
+  // layers with index >= sliding_window_first_layer. 0: full causal attention everywhere.
+  // Mistral: `sliding_window` (null: off) for every layer. Qwen2: only with `use_sliding_window`,
+  // from layer `max_window_layers` on.
+  std::int64_t sliding_window = 0;
+  std::int64_t sliding_window_first_layer = 0;
+
+  // config.json `dtype` (or legacy `torch_dtype`), e.g. "bfloat16"; empty when not given. Kept
+  // for export; the trainer chooses its own compute dtype.
+  std::string dtype;
+
+  std::int64_t head_dim() const {
+    return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads;
+  }
+  bool uses_sliding_window(std::int64_t layer) const {
+    return sliding_window > 0 && layer >= sliding_window_first_layer;
+  }
+
+  // From the run configuration: the [model] table when cfg.has_table("model") (a Llama without
+  // biases; model.num_key_value_heads unset means num_attention_heads), otherwise
+  // <model_name_or_path>/config.json. Throws lft::config::ConfigError.
+  static ModelConfig from_run_config(const lft::config::Config& cfg);
+  // From the text of a Hugging Face config.json; file_name is used in error messages. Accepts
+  // model_type llama, qwen2 and mistral. Throws lft::config::ConfigError naming the file and the
+  // field for a missing or wrong field or an unsupported model type / RoPE scaling.
+  static ModelConfig from_hf_json(const std::string& json_text, const std::string& file_name);
+  // Reads <folder>/config.json (POSIX path; no std::filesystem).
+  static ModelConfig from_hf_folder(const std::string& folder);
+
+  // Checks the invariants (positive sizes, heads divide, ...). Throws ConfigError prefixed with
+  // `where` (a file name or "[model]").
+  void validate(const std::string& where) const;
+
+  // A config.json a Hugging Face `AutoModelForCausalLM.from_pretrained` reads back (export).
+  std::string to_hf_json() const;
+
+  // Every parameter (embed_tokens and lm_head counted once each; lm_head only when untied).
+  std::int64_t num_parameters() const;
+  // Without model.embed_tokens and lm_head.
+  std::int64_t num_non_embedding_parameters() const;
+  // "llama 4 layers, hidden 128, 4 heads (2 kv), ffn 352, vocab 259: 0.95 M parameters"
+  std::string summary() const;
+};
+
+}  // namespace lft::model

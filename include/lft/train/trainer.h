@@ -1,0 +1,49 @@
+// The training loop: global batch -> micro-batches -> forward/backward through the engine ->
+// global-norm clipping -> AdamW -> LR schedule, with the loss as the mean over every target
+// token of the global batch (not a mean of micro-batch means), so any split of the same global
+// batch trains the same step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lft/config/config.h"
+#include "lft/engine/engine.h"
+#include "lft/mesh/device_mesh.h"
+#include "lft/runtime/device.h"
+
+namespace lft::train {
+
+struct StepResult {
+  std::int64_t step = 0;       // 1-based, after the update
+  double loss = 0.0;           // mean over the global batch's target tokens
+  double grad_norm = 0.0;      // before clipping
+  double lr = 0.0;
+  std::int64_t tokens = 0;     // tokens of the global batch
+  double seconds = 0.0;
+};
+
+class Trainer {
+ public:
+  // Builds the model, data, engine and optimizer from `cfg`, over `mesh`. Collective.
+  Trainer(const config::Config& cfg, DeviceMesh& mesh, const DeviceChoice& device);
+  ~Trainer();
+
+  // The whole run: total_steps() steps with logging (rank 0 prints; trainer_log.jsonl).
+  void run();
+  // One optimizer step. Collective.
+  StepResult step();
+
+  std::int64_t total_steps() const;
+  engine::Engine& engine();
+  // One line on the model, data and plan for the log.
+  std::string describe() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace lft::train

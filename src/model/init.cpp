@@ -1,0 +1,54 @@
+// Name-and-seed deterministic parameter initialisation.
+#include "lft/model/init.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/module.h>
+
+namespace lft::model {
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+std::uint64_t fnv1a64(const std::string& s) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::uint64_t parameter_seed(const std::string& name, std::uint64_t seed) {
+  return splitmix64(splitmix64(seed) ^ fnv1a64(name));
+}
+
+at::Tensor init_parameter(const std::string& name, at::IntArrayRef shape, std::uint64_t seed) {
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  if (ends_with(name, "norm.weight")) return at::ones(shape, f32);
+  if (ends_with(name, ".bias")) return at::zeros(shape, f32);
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(parameter_seed(name, seed));
+  return at::normal(0.0, kInitStd, shape, gen, f32);
+}
+
+void init_weights(torch::nn::Module& model, std::uint64_t seed) {
+  at::NoGradGuard no_grad;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    at::Tensor p = item.value();
+    p.copy_(init_parameter(item.key(), p.sizes(), seed));
+  }
+}
+
+}  // namespace lft::model

@@ -1,0 +1,375 @@
+// ModelConfig: from the [model] table or a Hugging Face config.json (hf-formats notes, section 2).
+#include "lft/model/model_config.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "lft/config/config.h"
+
+namespace lft::model {
+
+namespace {
+
+using Json = nlohmann::json;
+using lft::config::ConfigError;
+
+[[noreturn]] void fail(const std::string& file, const std::string& field, const std::string& what) {
+  throw ConfigError(file + ": field '" + field + "': " + what);
+}
+
+std::string type_of(const Json& j) {
+  if (j.is_null()) return "null";
+  if (j.is_boolean()) return "a boolean";
+  if (j.is_number_integer() || j.is_number_unsigned()) return "an integer";
+  if (j.is_number_float()) return "a number";
+  if (j.is_string()) return "a string";
+  if (j.is_array()) return "a list";
+  return "an object";
+}
+
+// A field that may be absent or null (then `fallback`), and otherwise must be of the right type.
+struct Reader {
+  const Json& root;
+  std::string file;
+
+  const Json* find(const Json& obj, const std::string& key) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::int64_t integer(const Json& obj, const std::string& key, const std::string& shown,
+                       const std::int64_t* fallback) const {
+    const Json* j = find(obj, key);
+    if (j == nullptr) {
+      if (fallback == nullptr) fail(file, shown, "missing (an integer is required)");
+      return *fallback;
+    }
+    if (j->is_number_unsigned()) {
+      if (j->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+        fail(file, shown, "too large: " + j->dump());
+      }
+      return static_cast<std::int64_t>(j->get<std::uint64_t>());
+    }
+    if (j->is_number_integer()) return j->get<std::int64_t>();
+    if (j->is_number_float()) {
+      const double d = j->get<double>();
+      if (std::floor(d) == d && std::fabs(d) < 9.0e15) return static_cast<std::int64_t>(d);
+    }
+    fail(file, shown, "expected an integer, got " + type_of(*j) + " " + j->dump());
+  }
+  std::int64_t integer(const std::string& key) const { return integer(root, key, key, nullptr); }
+  std::int64_t integer(const std::string& key, std::int64_t fallback) const {
+    return integer(root, key, key, &fallback);
+  }
+
+  double real(const Json& obj, const std::string& key, const std::string& shown,
+              double fallback) const {
+    const Json* j = find(obj, key);
+    if (j == nullptr) return fallback;
+    if (!j->is_number()) {
+      fail(file, shown, "expected a number, got " + type_of(*j) + " " + j->dump());
+    }
+    return j->get<double>();
+  }
+  double real(const std::string& key, double fallback) const {
+    return real(root, key, key, fallback);
+  }
+
+  bool boolean(const std::string& key, bool fallback) const {
+    const Json* j = find(root, key);
+    if (j == nullptr) return fallback;
+    if (!j->is_boolean()) {
+      fail(file, key, "expected true or false, got " + type_of(*j) + " " + j->dump());
+    }
+    return j->get<bool>();
+  }
+
+  std::string string(const Json& obj, const std::string& key, const std::string& shown,
+                     const std::string& fallback) const {
+    const Json* j = find(obj, key);
+    if (j == nullptr) return fallback;
+    if (!j->is_string()) {
+      fail(file, shown, "expected a string, got " + type_of(*j) + " " + j->dump());
+    }
+    return j->get<std::string>();
+  }
+  std::string string(const std::string& key, const std::string& fallback) const {
+    return string(root, key, key, fallback);
+  }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot open the model's config.json");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ConfigError(path + ": read error");
+  return text.str();
+}
+
+std::string format_count(std::int64_t n) {
+  char buf[64];
+  if (n >= 1000000000LL) {
+    std::snprintf(buf, sizeof buf, "%.2f B", static_cast<double>(n) / 1e9);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f M", static_cast<double>(n) / 1e6);
+  }
+  return buf;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_hf_json(const std::string& json_text, const std::string& file_name) {
+  Json root;
+  try {
+    root = Json::parse(json_text);
+  } catch (const Json::parse_error& e) {
+    throw ConfigError(file_name + ": not valid JSON: " + e.what());
+  }
+  if (!root.is_object()) {
+    throw ConfigError(file_name + ": expected a JSON object (a Hugging Face config.json), got " +
+                      type_of(root));
+  }
+  const Reader r{root, file_name};
+
+  ModelConfig c;
+  const Json* type = r.find(root, "model_type");
+  if (type == nullptr) fail(file_name, "model_type", "missing (llama, qwen2 or mistral)");
+  c.model_type = r.string("model_type", "");
+  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral") {
+    fail(file_name, "model_type",
+         "'" + c.model_type + "' is not supported; lftrain trains llama, qwen2 and mistral models");
+  }
+  if (r.find(root, "quantization_config") != nullptr) {
+    fail(file_name, "quantization_config",
+         "quantized checkpoints are not supported; use the unquantized model");
+  }
+  const std::string act = r.string("hidden_act", "silu");
+  if (act != "silu") fail(file_name, "hidden_act", "'" + act + "' is not supported (silu)");
+
+  c.vocab_size = r.integer("vocab_size");
+  c.hidden_size = r.integer("hidden_size");
+  c.intermediate_size = r.integer("intermediate_size");
+  c.num_hidden_layers = r.integer("num_hidden_layers");
+  c.num_attention_heads = r.integer("num_attention_heads");
+  c.num_key_value_heads = r.integer("num_key_value_heads", c.num_attention_heads);
+  const std::int64_t default_positions =
+      c.model_type == "llama" ? 2048 : (c.model_type == "qwen2" ? 32768 : 131072);
+  c.max_position_embeddings = r.integer("max_position_embeddings", default_positions);
+  c.rms_norm_eps = r.real("rms_norm_eps", 1e-6);
+  c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
+  c.explicit_head_dim = r.integer("head_dim", 0);
+  c.dtype = r.string("dtype", r.string("torch_dtype", ""));
+
+  if (c.model_type == "llama") {
+    c.attention_bias = r.boolean("attention_bias", false);
+    c.attention_out_bias = c.attention_bias;
+    c.mlp_bias = r.boolean("mlp_bias", false);
+  } else if (c.model_type == "qwen2") {
+    c.attention_bias = true;
+  }
+
+  // RoPE: transformers 5 writes one `rope_parameters` object; 4.x wrote `rope_theta` plus
+  // `rope_scaling` (null or an object whose kind is in `rope_type` or the older `type`).
+  c.rope_theta = r.real("rope_theta", 10000.0);
+  const Json* rope = r.find(root, "rope_parameters");
+  std::string rope_field = "rope_parameters";
+  if (rope == nullptr) {
+    rope = r.find(root, "rope_scaling");
+    rope_field = "rope_scaling";
+  }
+  if (rope != nullptr) {
+    if (!rope->is_object()) fail(file_name, rope_field, "expected an object, got " + type_of(*rope));
+    c.rope_theta = r.real(*rope, "rope_theta", rope_field + ".rope_theta", c.rope_theta);
+    std::string kind = r.string(*rope, "type", rope_field + ".type", "default");
+    kind = r.string(*rope, "rope_type", rope_field + ".rope_type", kind);
+    if (kind != "default" && kind != "linear" && kind != "llama3") {
+      fail(file_name, rope_field + ".rope_type",
+           "'" + kind + "' is not supported (default, linear, llama3)");
+    }
+    c.rope_type = kind;
+    if (kind == "linear" || kind == "llama3") {
+      const Json* factor = r.find(*rope, "factor");
+      if (factor == nullptr) fail(file_name, rope_field + ".factor", "missing for " + kind);
+      c.rope_factor = r.real(*rope, "factor", rope_field + ".factor", 1.0);
+    }
+    if (kind == "llama3") {
+      c.rope_low_freq_factor =
+          r.real(*rope, "low_freq_factor", rope_field + ".low_freq_factor", 1.0);
+      c.rope_high_freq_factor =
+          r.real(*rope, "high_freq_factor", rope_field + ".high_freq_factor", 4.0);
+      const std::int64_t fallback = c.max_position_embeddings;
+      c.rope_original_max_position_embeddings =
+          r.integer(*rope, "original_max_position_embeddings",
+                    rope_field + ".original_max_position_embeddings", &fallback);
+    }
+  }
+
+  if (c.model_type == "mistral") {
+    c.sliding_window = r.integer("sliding_window", 0);
+    c.sliding_window_first_layer = 0;
+  } else if (c.model_type == "qwen2" && r.boolean("use_sliding_window", false)) {
+    c.sliding_window = r.integer("sliding_window", 4096);
+    c.sliding_window_first_layer = r.integer("max_window_layers", 28);
+  }
+  // A window at least as long as every sequence the model may see changes nothing.
+  if (c.sliding_window >= c.max_position_embeddings) c.sliding_window = 0;
+  if (c.sliding_window == 0) c.sliding_window_first_layer = 0;
+
+  c.validate(file_name);
+  return c;
+}
+
+ModelConfig ModelConfig::from_hf_folder(const std::string& folder) {
+  std::string path = folder;
+  if (path.empty()) path = ".";
+  if (path.back() != '/') path += '/';
+  path += "config.json";
+  return from_hf_json(read_file(path), path);
+}
+
+ModelConfig ModelConfig::from_run_config(const lft::config::Config& cfg) {
+  if (!cfg.has_table("model")) {
+    if (!cfg.is_set("model_name_or_path")) {
+      throw ConfigError(cfg.source_name() +
+                        ": no model: set model_name_or_path or an inline [model] table");
+    }
+    return from_hf_folder(cfg.string("model_name_or_path"));
+  }
+  ModelConfig c;
+  c.model_type = "llama";
+  c.vocab_size = cfg.integer("model.vocab_size");
+  c.hidden_size = cfg.integer("model.hidden_size");
+  c.intermediate_size = cfg.integer("model.intermediate_size");
+  c.num_hidden_layers = cfg.integer("model.num_hidden_layers");
+  c.num_attention_heads = cfg.integer("model.num_attention_heads");
+  c.num_key_value_heads = cfg.is_set("model.num_key_value_heads")
+                              ? cfg.integer("model.num_key_value_heads")
+                              : c.num_attention_heads;
+  c.max_position_embeddings = cfg.integer("model.max_position_embeddings");
+  c.rope_theta = cfg.real("model.rope_theta");
+  c.rms_norm_eps = cfg.real("model.rms_norm_eps");
+  c.tie_word_embeddings = cfg.boolean("model.tie_word_embeddings");
+  c.validate(cfg.source_name() + " [model]");
+  return c;
+}
+
+void ModelConfig::validate(const std::string& where) const {
+  auto positive = [&](const char* field, std::int64_t v) {
+    if (v < 1) fail(where, field, "must be at least 1, got " + std::to_string(v));
+  };
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("intermediate_size", intermediate_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("num_key_value_heads", num_key_value_heads);
+  positive("max_position_embeddings", max_position_embeddings);
+  if (explicit_head_dim < 0) fail(where, "head_dim", "must be positive");
+  if (explicit_head_dim == 0 && hidden_size % num_attention_heads != 0) {
+    fail(where, "num_attention_heads",
+         std::to_string(num_attention_heads) + " does not divide hidden_size " +
+             std::to_string(hidden_size));
+  }
+  if (num_attention_heads % num_key_value_heads != 0) {
+    fail(where, "num_key_value_heads",
+         std::to_string(num_key_value_heads) + " does not divide num_attention_heads " +
+             std::to_string(num_attention_heads));
+  }
+  if (head_dim() % 2 != 0) {
+    fail(where, "head_dim", "rotary embeddings need an even head dimension, got " +
+                                std::to_string(head_dim()));
+  }
+  if (!(rope_theta > 0.0)) fail(where, "rope_theta", "must be positive");
+  if (!(rms_norm_eps > 0.0)) fail(where, "rms_norm_eps", "must be positive");
+  if (!(rope_factor > 0.0)) fail(where, "rope factor", "must be positive");
+  if (rope_type == "llama3" && !(rope_high_freq_factor > rope_low_freq_factor)) {
+    fail(where, "high_freq_factor", "must be larger than low_freq_factor");
+  }
+  if (sliding_window < 0) fail(where, "sliding_window", "must not be negative");
+}
+
+std::string ModelConfig::to_hf_json() const {
+  nlohmann::ordered_json j;
+  const char* arch = model_type == "qwen2"     ? "Qwen2ForCausalLM"
+                     : model_type == "mistral" ? "MistralForCausalLM"
+                                               : "LlamaForCausalLM";
+  j["architectures"] = {arch};
+  j["model_type"] = model_type;
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_attention_heads"] = num_attention_heads;
+  j["num_key_value_heads"] = num_key_value_heads;
+  j["head_dim"] = head_dim();
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rms_norm_eps"] = rms_norm_eps;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  if (model_type == "llama") {
+    j["attention_bias"] = attention_bias;
+    j["mlp_bias"] = mlp_bias;
+  }
+  nlohmann::ordered_json rope;
+  rope["rope_theta"] = rope_theta;
+  rope["rope_type"] = rope_type;
+  if (rope_type != "default") rope["factor"] = rope_factor;
+  if (rope_type == "llama3") {
+    rope["low_freq_factor"] = rope_low_freq_factor;
+    rope["high_freq_factor"] = rope_high_freq_factor;
+    rope["original_max_position_embeddings"] = rope_original_max_position_embeddings > 0
+                                                   ? rope_original_max_position_embeddings
+                                                   : max_position_embeddings;
+  }
+  j["rope_parameters"] = rope;  // transformers 5
+  j["rope_theta"] = rope_theta;  // transformers 4.x
+  if (rope_type == "default") {
+    j["rope_scaling"] = nullptr;
+  } else {
+    j["rope_scaling"] = rope;
+  }
+  if (model_type == "mistral") {
+    j["sliding_window"] = sliding_window > 0 ? nlohmann::ordered_json(sliding_window) : nullptr;
+  } else if (model_type == "qwen2") {
+    j["use_sliding_window"] = sliding_window > 0;
+    j["sliding_window"] = sliding_window > 0 ? nlohmann::ordered_json(sliding_window) : nullptr;
+    j["max_window_layers"] = sliding_window > 0 ? sliding_window_first_layer : num_hidden_layers;
+  }
+  if (!dtype.empty()) j["dtype"] = dtype;
+  return j.dump(2) + "\n";
+}
+
+std::int64_t ModelConfig::num_parameters() const {
+  const std::int64_t embed = vocab_size * hidden_size;
+  return num_non_embedding_parameters() + embed + (tie_word_embeddings ? 0 : embed);
+}
+
+std::int64_t ModelConfig::num_non_embedding_parameters() const {
+  const std::int64_t h = hidden_size, q = num_attention_heads * head_dim(),
+                     kv = num_key_value_heads * head_dim(), ffn = intermediate_size;
+  std::int64_t layer = 2 * h                                // input/post-attention norms
+                       + h * q + 2 * h * kv + q * h         // q, k, v, o
+                       + 3 * h * ffn;                       // gate, up, down
+  if (attention_bias) layer += q + 2 * kv;
+  if (attention_out_bias) layer += h;
+  if (mlp_bias) layer += 2 * ffn + h;
+  return num_hidden_layers * layer + h;  // + final norm
+}
+
+std::string ModelConfig::summary() const {
+  std::string s = model_type + " " + std::to_string(num_hidden_layers) + " layers, hidden " +
+                  std::to_string(hidden_size) + ", " + std::to_string(num_attention_heads) +
+                  " heads (" + std::to_string(num_key_value_heads) + " kv), ffn " +
+                  std::to_string(intermediate_size) + ", vocab " + std::to_string(vocab_size);
+  if (tie_word_embeddings) s += " tied";
+  return s + ": " + format_count(num_parameters()) + " parameters";
+}
+
+}  // namespace lft::model

@@ -1,0 +1,57 @@
+#include "lft/train/metrics.h"
+
+#include <sys/resource.h>
+
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace lft::train {
+
+double flops_per_token(std::int64_t non_embedding_params, std::int64_t layers, std::int64_t hidden,
+                       std::int64_t seq_len) {
+  return 6.0 * static_cast<double>(non_embedding_params) +
+         12.0 * static_cast<double>(layers) * static_cast<double>(hidden) * static_cast<double>(seq_len);
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) seconds = 0;
+  const long s = std::lround(seconds);
+  char text[32];
+  std::snprintf(text, sizeof(text), "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  return text;
+}
+
+std::string to_json_line(const LogRecord& r) {
+  nlohmann::ordered_json j;
+  j["current_steps"] = r.step;
+  j["total_steps"] = r.total_steps;
+  j["loss"] = r.loss;
+  j["lr"] = r.lr;
+  j["epoch"] = std::round(r.epoch * 100.0) / 100.0;
+  j["percentage"] = std::round(10000.0 * r.step / std::max<std::int64_t>(1, r.total_steps)) / 100.0;
+  j["elapsed_time"] = format_duration(r.elapsed_s);
+  j["remaining_time"] = format_duration(r.remaining_s);
+  j["step"] = r.step;
+  j["grad_norm"] = r.grad_norm;
+  j["tokens_per_s"] = r.tokens_per_s;
+  return j.dump();
+}
+
+std::string to_console_line(const LogRecord& r) {
+  char text[256];
+  std::snprintf(text, sizeof(text),
+                "step %lld/%lld | loss %.4f | lr %.2e | grad %.3f | %.0f tok/s | %.2f GFLOP/s | %s < %s",
+                static_cast<long long>(r.step), static_cast<long long>(r.total_steps), r.loss, r.lr,
+                r.grad_norm, r.tokens_per_s, r.flops_per_s / 1e9, format_duration(r.elapsed_s).c_str(),
+                format_duration(r.remaining_s).c_str());
+  return text;
+}
+
+double peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024.0;  // Linux reports KiB
+}
+
+}  // namespace lft::train

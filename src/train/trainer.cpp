@@ -1,0 +1,258 @@
+#include "lft/train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+#include "lft/comm/watchdog.h"
+#include "lft/data/corpus.h"
+#include "lft/data/packed_dataset.h"
+#include "lft/data/sampler.h"
+#include "lft/data/tokenizer.h"
+#include "lft/engine/registry.h"
+#include "lft/model/init.h"
+#include "lft/model/llama.h"
+#include "lft/model/loss.h"
+#include "lft/model/model_config.h"
+#include "lft/optim/adamw.h"
+#include "lft/optim/lr_schedule.h"
+#include "lft/runtime/error.h"
+#include "lft/runtime/log.h"
+#include "lft/train/metrics.h"
+
+namespace lft::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// bf16 compute over fp32 master weights: autocast for the forward pass only.
+class AutocastScope {
+ public:
+  AutocastScope(bool on, at::DeviceType device) : on_(on), device_(device) {
+    if (!on_) return;
+    at::autocast::set_autocast_dtype(device_, at::kBFloat16);
+    at::autocast::set_autocast_enabled(device_, true);
+  }
+  ~AutocastScope() {
+    if (!on_) return;
+    at::autocast::set_autocast_enabled(device_, false);
+    at::autocast::clear_cache();
+  }
+
+ private:
+  bool on_;
+  at::DeviceType device_;
+};
+
+void make_directories(const std::string& path) {
+  std::string partial;
+  for (std::size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (!partial.empty()) mkdir(partial.c_str(), 0755);
+    }
+    if (i < path.size()) partial += path[i];
+  }
+}
+
+}  // namespace
+
+struct Trainer::State {
+  const config::Config& cfg;
+  DeviceMesh& mesh;
+  DeviceChoice device;
+  model::ModelConfig model_config;
+  model::LlamaForCausalLM model{nullptr};
+  data::ByteTokenizer tokenizer;
+  std::unique_ptr<data::PackedDataset> dataset;
+  std::unique_ptr<data::GlobalSampler> sampler;
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<optim::AdamW> optimizer;
+  std::unique_ptr<optim::LrSchedule> schedule;
+  std::int64_t micro = 1, accum = 1, global = 1, total = 1, step = 0;
+  bool bf16 = false;
+  double flops_per_token = 0.0;
+
+  State(const config::Config& c, DeviceMesh& m, const DeviceChoice& d) : cfg(c), mesh(m), device(d) {}
+  at::Device torch_device() const {
+    return device.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index)) : at::Device(at::kCPU);
+  }
+};
+
+Trainer::Trainer(const config::Config& cfg, DeviceMesh& mesh, const DeviceChoice& device)
+    : s_(std::make_unique<State>(cfg, mesh, device)) {
+  State& s = *s_;
+  if (cfg.boolean("fp16"))
+    throw config::ConfigError("config error: " + cfg.where("fp16") +
+                              ": fp16 training needs dynamic loss scaling, which this build does "
+                              "not have\n  hint: use bf16 = true (same memory, no loss scaling)");
+  s.bf16 = cfg.boolean("bf16");
+  s.model_config = model::ModelConfig::from_run_config(cfg);
+  if (s.model_config.vocab_size < s.tokenizer.vocab_size())
+    throw config::ConfigError("config error: " + cfg.where("model.vocab_size") + ": the " +
+                              s.tokenizer.name() + " tokenizer has " +
+                              std::to_string(s.tokenizer.vocab_size()) +
+                              " ids but the model's vocab_size is " +
+                              std::to_string(s.model_config.vocab_size));
+  s.micro = cfg.integer("per_device_train_batch_size");
+  s.accum = cfg.integer("gradient_accumulation_steps");
+  s.global = s.micro * s.accum * mesh.shape().dp_size();
+  {
+    // Every rank reads and tokenizes the data itself (no rank waits on another meanwhile).
+    Watchdog::Scope scope("reading and tokenizing " + cfg.string("train_dataset"),
+                          Watchdog::setup_timeout(), "setup_timeout");
+    const auto docs = data::read_text_corpus(cfg.string("train_dataset"));
+    s.dataset = std::make_unique<data::PackedDataset>(docs, s.tokenizer, cfg.integer("cutoff_len"));
+  }
+  s.sampler = std::make_unique<data::GlobalSampler>(s.dataset->num_sequences(), s.global,
+                                                    static_cast<std::uint64_t>(cfg.integer("seed")));
+  const std::int64_t max_steps = cfg.integer("max_steps");
+  s.total = max_steps > 0 ? max_steps
+                          : static_cast<std::int64_t>(std::ceil(cfg.real("num_train_epochs") *
+                                                                static_cast<double>(s.sampler->steps_per_epoch())));
+  s.model = model::LlamaForCausalLM(s.model_config);
+  model::init_weights(*s.model, static_cast<std::uint64_t>(cfg.integer("seed")));
+  s.model->set_gradient_checkpointing(cfg.boolean("gradient_checkpointing"));
+  s.model->to(s.torch_device());
+  engine::EngineContext ctx{cfg, mesh};
+  s.engine = engine::engine_for(cfg).create(ctx);
+  s.engine->prepare(*s.model);
+  optim::AdamWOptions o;
+  o.beta1 = cfg.real("adam_beta1");
+  o.beta2 = cfg.real("adam_beta2");
+  o.eps = cfg.real("adam_epsilon");
+  o.weight_decay = cfg.real("weight_decay");
+  s.optimizer = std::make_unique<optim::AdamW>(s.engine->parameters(), s.engine->parameter_names(), o);
+  s.schedule = std::make_unique<optim::LrSchedule>(
+      cfg.real("learning_rate"), optim::lr_shape_from_name(cfg.string("lr_scheduler_type")),
+      optim::resolve_warmup_steps(cfg.integer("warmup_steps"), cfg.real("warmup_ratio"), s.total),
+      s.total);
+  s.flops_per_token = flops_per_token(s.model_config.num_non_embedding_parameters(),
+                                      s.model_config.num_hidden_layers, s.model_config.hidden_size,
+                                      cfg.integer("cutoff_len"));
+}
+
+Trainer::~Trainer() = default;
+
+std::int64_t Trainer::total_steps() const { return s_->total; }
+engine::Engine& Trainer::engine() { return *s_->engine; }
+
+std::string Trainer::describe() const {
+  const State& s = *s_;
+  return "model      " + s.model_config.summary() + "\ndata       " +
+         s.cfg.string("train_dataset") + ": " + std::to_string(s.dataset->num_documents()) +
+         " documents, " + std::to_string(s.dataset->num_sequences()) + " sequences of " +
+         std::to_string(s.dataset->seq_len()) + " tokens (" + s.tokenizer.name() +
+         " tokenizer); " + std::to_string(s.sampler->steps_per_epoch()) + " steps per epoch\n" +
+         "training   " + std::to_string(s.total) + " steps of " + std::to_string(s.global) +
+         " sequences" + (s.bf16 ? ", bf16 compute over fp32 weights" : ", fp32");
+}
+
+StepResult Trainer::step() {
+  State& s = *s_;
+  const auto start = Clock::now();
+  const auto indices = s.sampler->global_batch_indices();
+  const std::int32_t pad = s.tokenizer.pad_id();
+  // The loss is over every target token of the global batch: each rank knows the count.
+  const double targets = static_cast<double>(
+      model::target_mask(s.dataset->batch(indices), pad).sum().item<std::int64_t>());
+  const int dp_rank = s.mesh.dp_rank(), dp_size = s.mesh.shape().dp_size();
+
+  std::vector<at::Tensor> sequence_sums;
+  for (std::int64_t m = 0; m < s.accum; ++m) {
+    s.engine->begin_micro_batch(m == s.accum - 1);
+    const at::Tensor ids =
+        s.dataset->batch(data::local_micro_batch(indices, dp_rank, dp_size, s.micro, s.accum, m))
+            .to(s.torch_device());
+    at::Tensor losses;
+    {
+      AutocastScope autocast(s.bf16, s.torch_device().type());
+      losses = model::token_losses(s.model->forward(ids), ids, pad);
+    }
+    sequence_sums.push_back(losses.detach().to(at::kDouble).sum(1).cpu());
+    (losses.sum() / targets).backward();
+  }
+  s.engine->finish_gradients();
+
+  // Per-sequence sums in one fixed global order, so every layout adds them the same way.
+  const at::Tensor local = at::cat(sequence_sums);
+  at::Tensor all = at::empty({s.global}, local.options());
+  s.mesh.dp().all_gather(local, all);
+  double loss_sum = 0.0;
+  const double* p = all.data_ptr<double>();
+  for (std::int64_t i = 0; i < s.global; ++i) loss_sum += p[i];
+
+  StepResult r;
+  r.loss = loss_sum / targets;
+  r.grad_norm = std::sqrt(s.engine->grad_norm_squared());
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
+    throw RunFailure("step " + std::to_string(s.step + 1) + ": the loss is " +
+                     std::to_string(r.loss) + " and the gradient norm " +
+                     std::to_string(r.grad_norm) +
+                     "; stopping before the update (nothing was written). Lower learning_rate, "
+                     "set max_grad_norm, or check the data.");
+  const double max_norm = s.cfg.real("max_grad_norm");
+  if (max_norm > 0) {
+    const double coef = std::min(1.0, max_norm / (r.grad_norm + 1e-6));
+    c10::NoGradGuard no_grad;
+    for (auto& t : s.engine->parameters())
+      if (t.grad().defined()) t.mutable_grad().mul_(coef);
+  }
+  r.lr = s.schedule->lr(s.step);
+  s.optimizer->step(r.lr);
+  s.sampler->advance();
+  r.step = ++s.step;
+  r.tokens = s.global * s.dataset->seq_len();
+  r.seconds = seconds_since(start);
+  return r;
+}
+
+void Trainer::run() {
+  State& s = *s_;
+  log0(describe());
+  const std::string out_dir = s.cfg.string("output_dir");
+  std::ofstream log_file;
+  if (s.mesh.dp().rank() == 0 && s.mesh.coord() == MeshCoord{}) {
+    make_directories(out_dir);
+    log_file.open(out_dir + "/trainer_log.jsonl", std::ios::trunc);
+    if (!log_file) fatal_one("cannot write " + out_dir + "/trainer_log.jsonl");
+  }
+  const auto start = Clock::now();
+  double window_loss = 0.0, window_seconds = 0.0;
+  std::int64_t window_steps = 0, window_tokens = 0;
+  const std::int64_t every = s.cfg.integer("logging_steps");
+  while (s.step < s.total) {
+    const StepResult r = step();
+    window_loss += r.loss;
+    window_seconds += r.seconds;
+    window_tokens += r.tokens;
+    ++window_steps;
+    if (r.step % every != 0 && r.step != s.total) continue;
+    LogRecord rec;
+    rec.step = r.step;
+    rec.total_steps = s.total;
+    rec.loss = window_loss / static_cast<double>(window_steps);
+    rec.lr = r.lr;
+    rec.grad_norm = r.grad_norm;
+    rec.epoch = static_cast<double>(r.step) / static_cast<double>(s.sampler->steps_per_epoch());
+    rec.elapsed_s = seconds_since(start);
+    rec.remaining_s = rec.elapsed_s / static_cast<double>(r.step) * static_cast<double>(s.total - r.step);
+    rec.tokens_per_s = static_cast<double>(window_tokens) / window_seconds;
+    rec.flops_per_s = rec.tokens_per_s * s.flops_per_token;
+    log0(to_console_line(rec));
+    if (log_file) log_file << to_json_line(rec) << "\n" << std::flush;
+    window_loss = window_seconds = 0.0;
+    window_steps = window_tokens = 0;
+  }
+  log0("done: " + std::to_string(s.total) + " steps in " + format_duration(seconds_since(start)) +
+       "; log in " + out_dir + "/trainer_log.jsonl");
+}
+
+}  // namespace lft::train
