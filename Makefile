@@ -7,7 +7,7 @@ CTEST_FLAGS ?=
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps build run test test-fast check docs clean
+.PHONY: all deps build run bench test test-fast check docs clean
 
 all: build
 
@@ -32,6 +32,10 @@ test-fast: build
 # The main job: the bundled example on 2 ranks (README, "What make run does").
 run: build
 	mpirun --oversubscribe -np 2 $(BUILD)/lftrain inputs/run.toml
+
+# lftrain and PyTorch side by side on the benchmark model (docs/performance.md).
+bench: build
+	.venv/bin/python tools/bench/run.py --build $(BUILD)
 
 # Validates the example run on 2 ranks without training.
 check: build

@@ -9,7 +9,8 @@ For each fixture, tests/fixtures/<name>/ gets
                                    loss (float32 scalar), and grad.<hf name> for every parameter
 where loss = sum over rows b and positions t < 8 whose target input_ids[b, t+1] != pad_id of the
 cross-entropy of logits[b, t] against input_ids[b, t+1] (the pad id is in the metadata; the
-second row ends in padding so the mask is exercised).
+second row ends in padding so the mask is exercised). tests/fixtures/rope-llama3/ holds a Llama 3.1
+style RoPE-scaling config and transformers' rotary tables for it (no weights).
 
 Deterministic: run it again and the files are the same (same machine and torch version).
   .venv/bin/python tools/make-model-fixture.py [output_root]   (default tests/fixtures)
@@ -20,7 +21,6 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 PAD_ID = 0
@@ -98,13 +98,36 @@ def make(name, root, seed):
           "loss": loss.detach().reshape([]).contiguous()}
     for pname, p in model.named_parameters():
         io["grad." + pname] = p.grad.detach().contiguous()
-    save_file(io, os.path.join(out, "io.safetensors"),
-              metadata={"pad_id": str(PAD_ID), "seed": str(seed),
-                        "transformers": transformers.__version__, "torch": torch.__version__,
-                        "loss": "sum of CE(logits[:, t], input_ids[:, t+1]) over targets != pad_id"})
+    # One metadata key only: safetensors writes __metadata__ from a hash map, so with several
+    # keys their order (and the file's bytes) would change from run to run.
+    save_file(io, os.path.join(out, "io.safetensors"), metadata={"pad_id": str(PAD_ID)})
     size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
     print(f"{out}: {sum(p.numel() for p in model.parameters())} parameters, "
           f"loss {loss.item():.6f}, {size} bytes")
+    return size
+
+
+def make_rope_llama3(root):
+    """Llama 3.1's RoPE scaling (rope_type llama3) on a 64-wide head: config.json only, and
+    rope.safetensors with transformers' inv_freq [32] and cos/sin [12, 64] for positions 0..11."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+    config = LlamaConfig(vocab_size=16, hidden_size=256, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=1,
+                         max_position_embeddings=131072,
+                         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0,
+                                          "factor": 8.0, "low_freq_factor": 1.0,
+                                          "high_freq_factor": 4.0,
+                                          "original_max_position_embeddings": 8192})
+    out = os.path.join(root, "rope-llama3")
+    os.makedirs(out, exist_ok=True)
+    config.save_pretrained(out)
+    rope = LlamaRotaryEmbedding(config)
+    x = torch.zeros(1, 12, 64, dtype=torch.float32)
+    cos, sin = rope(x, torch.arange(12).unsqueeze(0))
+    save_file({"inv_freq": rope.inv_freq.contiguous(), "cos": cos[0].contiguous(),
+               "sin": sin[0].contiguous()}, os.path.join(out, "rope.safetensors"))
+    size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+    print(f"{out}: {size} bytes")
     return size
 
 
@@ -113,6 +136,7 @@ def main(root="tests/fixtures"):
     total = 0
     for i, name in enumerate(FIXTURES):
         total += make(name, root, seed=1000 + 10 * i)
+    total += make_rope_llama3(root)
     print(f"total {total} bytes")
 
 

@@ -34,7 +34,8 @@ PackedDataset::PackedDataset(const std::vector<std::string>& docs, const Tokeniz
   if (num_sequences_ < 1) {
     throw UsageError((source.empty() ? std::string("the training data") : "'" + source + "'") +
                      " is too small for cutoff_len = " + std::to_string(seq_len_) + ": its " +
-                     std::to_string(num_documents_) + " documents make " +
+                     std::to_string(num_documents_) +
+                     (num_documents_ == 1 ? " document makes " : " documents make ") +
                      std::to_string(stream_tokens_) + " tokens with the " + tok.name() +
                      " tokenizer (BOS/EOS included), fewer than one sequence; use more data or "
                      "a smaller cutoff_len");

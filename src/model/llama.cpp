@@ -1,6 +1,7 @@
 // The Llama-family decoder: layers (Linear, Embedding, RMSNorm), RoPE, attention, MLP, model.
 #include "lft/model/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -86,12 +87,23 @@ RotaryEmbedding::RotaryEmbedding(const ModelConfig& config) {
 
 std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(
     std::int64_t seq_len, const c10::TensorOptions& options) const {
-  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(options.device());
-  const at::Tensor positions = at::arange(seq_len, f32.dtype(at::kLong)).to(at::kFloat);
-  const at::Tensor freqs = at::outer(positions, inv_freq_.to(options.device()));  // [T, d/2]
-  const at::Tensor emb = at::cat({freqs, freqs}, -1);                             // [T, d]
   const auto dtype = options.dtype_opt().value_or(caffe2::TypeMeta::Make<float>());
-  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+  const c10::Device device = options.device();
+  if (!cos_cache_.defined() || cos_cache_.size(0) < seq_len || cos_cache_.device() != device ||
+      cos_cache_.dtype() != dtype) {
+    const std::int64_t len =
+        std::max(seq_len, cos_cache_.defined() && cos_cache_.device() == device &&
+                                  cos_cache_.dtype() == dtype
+                              ? cos_cache_.size(0)
+                              : std::int64_t{0});
+    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+    const at::Tensor positions = at::arange(len, f32.dtype(at::kLong)).to(at::kFloat);
+    const at::Tensor freqs = at::outer(positions, inv_freq_.to(device));  // [T, d/2]
+    const at::Tensor emb = at::cat({freqs, freqs}, -1);                   // [T, d]
+    cos_cache_ = emb.cos().to(dtype);
+    sin_cache_ = emb.sin().to(dtype);
+  }
+  return {cos_cache_.narrow(0, 0, seq_len), sin_cache_.narrow(0, 0, seq_len)};
 }
 
 at::Tensor rotate_half(const at::Tensor& x) {
@@ -199,7 +211,7 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& input_ids) {
   const bool recompute = gradient_checkpointing && at::GradMode::is_enabled();
   for (auto& layer : layer_list) {
     if (recompute) {
-      LlamaDecoderLayer block = layer;  // the lambda owns references to the layer and cos/sin
+      auto block = layer.ptr();  // the lambda owns references to the layer and cos/sin
       at::Tensor c = cos, s = sin;
       h = checkpoint([block, c, s](const at::Tensor& x) { return block->forward(x, c, s); }, h);
     } else {

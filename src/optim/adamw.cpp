@@ -38,6 +38,8 @@ void AdamW::step_group(const std::vector<std::size_t>& group, double lr, double 
   }
   if (p.empty()) return;
   c10::NoGradGuard no_grad;
+  // The fused kernel reads the step count for bias correction; the caller advances it first.
+  at::_foreach_add_(s, 1.0);
   at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, s, lr, options_.beta1, options_.beta2,
                     weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "lft/comm/mpi_communicator.h"
 #include "lft/comm/watchdog.h"
 #include "lft/data/corpus.h"
 #include "lft/data/packed_dataset.h"
@@ -109,7 +110,8 @@ Trainer::Trainer(const config::Config& cfg, DeviceMesh& mesh, const DeviceChoice
     Watchdog::Scope scope("reading and tokenizing " + cfg.string("train_dataset"),
                           Watchdog::setup_timeout(), "setup_timeout");
     const auto docs = data::read_text_corpus(cfg.string("train_dataset"));
-    s.dataset = std::make_unique<data::PackedDataset>(docs, s.tokenizer, cfg.integer("cutoff_len"));
+    s.dataset = std::make_unique<data::PackedDataset>(docs, s.tokenizer, cfg.integer("cutoff_len"),
+                                                      cfg.string("train_dataset"));
   }
   s.sampler = std::make_unique<data::GlobalSampler>(s.dataset->num_sequences(), s.global,
                                                     static_cast<std::uint64_t>(cfg.integer("seed")));
@@ -124,6 +126,7 @@ Trainer::Trainer(const config::Config& cfg, DeviceMesh& mesh, const DeviceChoice
   engine::EngineContext ctx{cfg, mesh};
   s.engine = engine::engine_for(cfg).create(ctx);
   s.engine->prepare(*s.model);
+  for (Communicator* c : s.engine->communicators()) c->reset_stats();  // count training only
   optim::AdamWOptions o;
   o.beta1 = cfg.real("adam_beta1");
   o.beta2 = cfg.real("adam_beta2");
@@ -207,6 +210,7 @@ StepResult Trainer::step() {
   }
   r.lr = s.schedule->lr(s.step);
   s.optimizer->step(r.lr);
+  for (auto& t : s.engine->parameters()) t.mutable_grad().reset();
   s.sampler->advance();
   r.step = ++s.step;
   r.tokens = s.global * s.dataset->seq_len();
@@ -253,6 +257,31 @@ void Trainer::run() {
   }
   log0("done: " + std::to_string(s.total) + " steps in " + format_duration(seconds_since(start)) +
        "; log in " + out_dir + "/trainer_log.jsonl");
+  log0(run_summary());
+}
+
+std::string Trainer::run_summary() {
+  State& s = *s_;
+  // Peak memory of every rank, gathered to all (the world is the mesh's dp x pp x tp).
+  MpiCommunicator world(MPI_COMM_WORLD, "world", false);
+  at::Tensor mine = at::full({1}, peak_rss_bytes(), at::kDouble);
+  at::Tensor all = at::empty({world.size()}, at::kDouble);
+  world.all_gather(mine, all);
+  std::string out = "summary:\n  peak RSS   ";
+  for (int r = 0; r < world.size(); ++r)
+    out += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + " " +
+           std::to_string(static_cast<long>(all[r].item<double>() / (1024.0 * 1024.0))) + " MiB";
+  const double steps = static_cast<double>(std::max<std::int64_t>(1, s.step));
+  for (Communicator* c : s.engine->communicators()) {
+    const CollStats& ar = c->stats()[CollKind::AllReduce];
+    out += "\n  comm       '" + c->name() + "' all_reduce: " +
+           std::to_string(static_cast<double>(ar.calls) / steps).substr(0, 5) + " calls, " +
+           format_bytes(static_cast<double>(ar.bytes) / steps) + " per step (bus " +
+           format_bytes(bus_bytes(CollKind::AllReduce, static_cast<double>(ar.bytes) / steps, c->size())) +
+           "); exposed " + std::to_string(1e3 * s.engine->exposed_comm_seconds() / steps).substr(0, 6) +
+           " ms per step of " + std::to_string(1e3 * ar.seconds / steps).substr(0, 6) + " ms in flight";
+  }
+  return out;
 }
 
 }  // namespace lft::train

@@ -19,7 +19,7 @@ class DdpEngine final : public Engine {
   std::vector<std::string> parameter_names() override { return names_; }
   // Gradients are identical on every rank after the all-reduce: the local norm is the norm.
   double grad_norm_squared() override { return local_grad_norm_squared(params_); }
-  std::vector<const Communicator*> communicators() const override { return {&comm_}; }
+  std::vector<Communicator*> communicators() const override { return {&comm_}; }
   std::size_t bucket_count() const { return buckets_.size(); }
 
  private:

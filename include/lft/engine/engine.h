@@ -46,7 +46,7 @@ class Engine {
   virtual double grad_norm_squared() = 0;
 
   // The communicators it uses, for the byte and time counters.
-  virtual std::vector<const Communicator*> communicators() const = 0;
+  virtual std::vector<Communicator*> communicators() const = 0;
   // Seconds finish_gradients() spent waiting for communication that backward had not hidden.
   double exposed_comm_seconds() const { return exposed_seconds_; }
 

@@ -15,7 +15,7 @@ class NoneEngine final : public Engine {
   std::vector<at::Tensor> parameters() override { return params_; }
   std::vector<std::string> parameter_names() override { return names_; }
   double grad_norm_squared() override { return local_grad_norm_squared(params_); }
-  std::vector<const Communicator*> communicators() const override { return {}; }
+  std::vector<Communicator*> communicators() const override { return {}; }
 
  private:
   std::vector<at::Tensor> params_;

@@ -69,12 +69,15 @@ class RotaryEmbedding {
   // (linear, llama3) applied.
   const at::Tensor& inv_freq() const { return inv_freq_; }
   // cos, sin of shape [seq_len, head_dim] for positions 0..seq_len-1, computed in fp32 and cast
-  // to `options`' dtype on `options`' device.
+  // to `options`' dtype on `options`' device. The last table is cached (per device and dtype) and
+  // narrowed for shorter sequences: each row depends only on its position, so this is exact.
+  // Not thread-safe (one model per thread).
   std::pair<at::Tensor, at::Tensor> cos_sin(std::int64_t seq_len,
                                             const c10::TensorOptions& options) const;
 
  private:
   at::Tensor inv_freq_;
+  mutable at::Tensor cos_cache_, sin_cache_;
 };
 
 // rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2]).

@@ -40,6 +40,8 @@ class Trainer {
   engine::Engine& engine();
   // One line on the model, data and plan for the log.
   std::string describe() const;
+  // Peak memory per rank and communication per step (collective: gathers from every rank).
+  std::string run_summary();
 
  private:
   struct State;

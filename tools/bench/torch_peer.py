@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""The PyTorch peer of lftrain's benchmark: the same Llama (shapes from a TOML file), the same
+batch, AdamW and bf16 autocast, written as a plain PyTorch user would write it, and PyTorch DDP
+with gloo. Prints one JSON object: tokens_per_s, step_seconds, peak_rss_bytes (per rank).
+
+  torch_peer.py CONFIG.toml --threads 2 [--bf16] [--ranks 2]
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import tempfile
+import time
+import tomllib
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Block(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        h, self.nh, self.nkv = m["hidden_size"], m["num_attention_heads"], m["num_key_value_heads"]
+        self.hd = h // self.nh
+        self.q_proj = nn.Linear(h, self.nh * self.hd, bias=False)
+        self.k_proj = nn.Linear(h, self.nkv * self.hd, bias=False)
+        self.v_proj = nn.Linear(h, self.nkv * self.hd, bias=False)
+        self.o_proj = nn.Linear(self.nh * self.hd, h, bias=False)
+        i = m["intermediate_size"]
+        self.gate_proj = nn.Linear(h, i, bias=False)
+        self.up_proj = nn.Linear(h, i, bias=False)
+        self.down_proj = nn.Linear(i, h, bias=False)
+        self.input_layernorm = RMSNorm(h, m.get("rms_norm_eps", 1e-6))
+        self.post_attention_layernorm = RMSNorm(h, m.get("rms_norm_eps", 1e-6))
+
+    def forward(self, x, cos, sin):
+        b, t, _ = x.shape
+        y = self.input_layernorm(x)
+        q = self.q_proj(y).view(b, t, self.nh, self.hd).transpose(1, 2)
+        k = self.k_proj(y).view(b, t, self.nkv, self.hd).transpose(1, 2)
+        v = self.v_proj(y).view(b, t, self.nkv, self.hd).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.o_proj(a.transpose(1, 2).reshape(b, t, -1))
+        y = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
+
+
+class Llama(nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(m["vocab_size"], m["hidden_size"])
+        self.layers = nn.ModuleList(Block(m) for _ in range(m["num_hidden_layers"]))
+        self.norm = RMSNorm(m["hidden_size"], m.get("rms_norm_eps", 1e-6))
+        self.lm_head = nn.Linear(m["hidden_size"], m["vocab_size"], bias=False)
+        hd = m["hidden_size"] // m["num_attention_heads"]
+        inv = 1.0 / (m.get("rope_theta", 10000.0) ** (torch.arange(0, hd, 2).float() / hd))
+        self.register_buffer("inv_freq", inv, persistent=False)
+        for p in self.parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, ids):
+        t = ids.shape[1]
+        freqs = torch.outer(torch.arange(t, dtype=torch.float32), self.inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        x = self.embed_tokens(ids)
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.lm_head(self.norm(x))
+
+
+def worker(rank, args, cfg, result_file):
+    torch.set_num_threads(args.threads)
+    if args.ranks > 1:
+        dist.init_process_group("gloo", init_method=f"file://{args.init_file}", rank=rank,
+                                world_size=args.ranks)
+    torch.manual_seed(1)
+    model = Llama(cfg["model"])
+    if args.ranks > 1:
+        model = nn.parallel.DistributedDataParallel(model)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.get("weight_decay", 0.0)},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.get("learning_rate", 3e-4))
+    micro = cfg.get("per_device_train_batch_size", 8)
+    seq = cfg.get("cutoff_len", 256)
+    gen = torch.Generator().manual_seed(rank)
+    ids = torch.randint(0, 259, (micro, seq), generator=gen)
+    times = []
+    for step in range(args.steps):
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            logits = model(ids)
+        loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+                               ids[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - start)
+    warm = times[args.warmup:]
+    step_s = sum(warm) / len(warm)
+    result = {"tokens_per_s": micro * seq * args.ranks / step_s, "step_seconds": step_s,
+              "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+              "loss": float(loss)}
+    with open(f"{result_file}.{rank}", "w") as out:
+        json.dump(result, out)
+    if args.ranks > 1:
+        dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("config")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--ranks", type=int, default=1)
+    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--warmup", type=int, default=4)
+    args = ap.parse_args()
+    with open(args.config, "rb") as f:
+        cfg = tomllib.load(f)
+    with tempfile.TemporaryDirectory() as tmp:
+        args.init_file = os.path.join(tmp, "init")
+        result_file = os.path.join(tmp, "result")
+        if args.ranks == 1:
+            worker(0, args, cfg, result_file)
+        else:
+            torch.multiprocessing.spawn(worker, args=(args, cfg, result_file), nprocs=args.ranks)
+        results = [json.load(open(f"{result_file}.{r}")) for r in range(args.ranks)]
+    print(json.dumps({"tokens_per_s": results[0]["tokens_per_s"],
+                      "step_seconds": results[0]["step_seconds"],
+                      "peak_rss_bytes": [r["peak_rss_bytes"] for r in results]}))
+
+
+if __name__ == "__main__":
+    main()
