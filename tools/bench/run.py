@@ -81,6 +81,11 @@ def main():
     print("-" * len(head))
     for dtype in args.dtypes.split(","):
         bf16 = dtype == "bf16"
+        if gemm[dtype]["1"] < 0.25 * gemm["fp32"]["1"]:
+            print(f"{dtype:5} skipped: this CPU has no fast {dtype} matmul ({gemm[dtype]['1']} GFLOP/s "
+                  f"against {gemm['fp32']['1']} in fp32), so neither lftrain nor PyTorch can train "
+                  f"in {dtype} here at a useful speed", flush=True)
+            continue
         for name, ranks, threads in (("none 1 thread", 1, 1), ("none 2 threads", 1, 2),
                                      ("ddp 2 x 1 thread", 2, 1)):
             ours = lftrain(args.build, args.config, ranks, threads, bf16, args.steps)

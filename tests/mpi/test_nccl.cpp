@@ -1,0 +1,76 @@
+// The NCCL backend on CUDA tensors. It runs where the build has NCCL and every rank of the node
+// has its own GPU (NCCL refuses two ranks on one device); elsewhere each test skips and says why.
+#include <ATen/ATen.h>
+
+#include "lft/build_config.h"
+#include "lft/runtime/device.h"
+#include "mpi_test_util.h"
+
+#if LFT_HAS_NCCL
+#include "lft/comm/nccl_communicator.h"
+#endif
+
+namespace lft {
+namespace {
+
+using test::world;
+
+#if LFT_HAS_NCCL
+// Skips unless this rank got a GPU of its own; the reason names what is missing.
+#define LFT_REQUIRE_GPU(device)                                                \
+  do {                                                                         \
+    if (!(device).cuda) GTEST_SKIP() << "no GPU for this rank: " << (device).cpu_reason; \
+  } while (0)
+
+DeviceChoice this_ranks_device() {
+  int local_rank = 0, local_size = 1;
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+  return select_device(local_rank, local_size);
+}
+
+TEST(Nccl, CollectivesOnCudaTensorsMatchLocalValues) {
+  const DeviceChoice device = this_ranks_device();
+  LFT_REQUIRE_GPU(device);
+  NcclCommunicator nccl(world(), "nccl-world");
+  const int n = world().size(), r = world().rank();
+  const auto cuda = at::TensorOptions().device(at::kCUDA, device.index);
+  for (auto dtype : {at::kFloat, at::kBFloat16, at::kLong}) {
+    auto t = at::full({1001}, r + 1, cuda.dtype(dtype));
+    nccl.all_reduce(t);
+    EXPECT_TRUE(at::equal(t.cpu(), at::full({1001}, n * (n + 1) / 2, at::TensorOptions().dtype(dtype))));
+  }
+  auto in = at::full({5}, r + 1.0, cuda.dtype(at::kFloat));
+  auto out = at::empty({5 * n}, in.options());
+  nccl.all_gather(in, out);
+  EXPECT_TRUE(at::equal(out.cpu(), at::arange(1, n + 1, at::kFloat).repeat_interleave(5)));
+  auto full = at::ones({3 * n}, cuda.dtype(at::kFloat));
+  auto shard = at::empty({3}, full.options());
+  nccl.reduce_scatter(full, shard, ReduceOp::Avg);
+  EXPECT_TRUE(at::equal(shard.cpu(), at::ones({3}, at::kFloat)));
+  std::vector<int64_t> counts;
+  for (int k = 0; k < n; ++k) counts.push_back(k + 1);
+  auto mine = at::full({r + 1}, static_cast<double>(r), cuda.dtype(at::kDouble));
+  auto gathered = at::empty({n * (n + 1) / 2}, mine.options());
+  nccl.all_gather(mine, gathered, counts);
+  EXPECT_EQ(gathered.sum().item<double>(), [&] { double s = 0; for (int k = 0; k < n; ++k) s += k * (k + 1.0); return s; }());
+  nccl.barrier();
+  EXPECT_EQ(nccl.stats()[CollKind::AllReduce].calls, 4u);  // three dtypes and the barrier
+}
+
+TEST(Nccl, RejectsCpuTensors) {
+  const DeviceChoice device = this_ranks_device();
+  LFT_REQUIRE_GPU(device);
+  NcclCommunicator nccl(world(), "nccl-world");
+  auto t = at::ones({4});
+  EXPECT_THROW(nccl.all_reduce(t), std::invalid_argument);
+}
+#else
+TEST(Nccl, NotBuilt) { GTEST_SKIP() << "this build has no NCCL backend (LFT_ENABLE_CUDA found no CUDA/NCCL)"; }
+#endif
+
+}  // namespace
+}  // namespace lft
