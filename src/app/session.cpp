@@ -52,8 +52,7 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   }
   std::unique_ptr<train::Trainer> trainer;
   run_agreed([&] { trainer = std::make_unique<train::Trainer>(cfg, mesh, device); });
-  trainer->run();
-  return 0;
+  return trainer->run();
 }
 
 }  // namespace lft::app

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -55,20 +54,6 @@ void publish_for_signal(const std::string& text) {
   g_signal_slot.store(next);
 }
 
-void on_terminate_signal(int sig) {
-  char line[kSignalTextSize + 160];
-  const int slot = g_signal_slot.load();
-  const char* what = slot < 0 ? "no collective (computing or idle)" : g_signal_text[slot];
-  const int n = std::snprintf(line, sizeof(line),
-                              "[rank %d] lftrain: terminated by signal %d while waiting in %s\n",
-                              world_rank_or_minus_one(), sig, what);
-  if (n > 0) {
-    ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n));
-    (void)ignored;
-  }
-  _exit(128 + sig);
-}
-
 void refresh_signal_text_locked(State& s) {
   if (s.active.empty()) {
     g_signal_slot.store(-1);
@@ -111,8 +96,11 @@ void Watchdog::start() {
   if (s.running) return;
   s.running = true;
   s.thread = std::thread(watch_loop);
-  std::signal(SIGTERM, on_terminate_signal);
-  std::signal(SIGINT, on_terminate_signal);
+}
+
+const char* Watchdog::current_wait() {
+  const int slot = g_signal_slot.load();
+  return slot < 0 ? nullptr : g_signal_text[slot];
 }
 
 void Watchdog::stop() {

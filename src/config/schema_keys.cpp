@@ -123,6 +123,27 @@ std::vector<KeySpec> build() {
           .min(1),
       K("gradient_checkpointing", B, "Recompute activations in the backward pass to save memory")
           .def(false),
+      // ---- checkpoints (docs/checkpoint.md) ----
+      K("save_strategy", S,
+        "When to save checkpoints: \"steps\" (every save_steps and at the end) or \"no\"")
+          .def("steps")
+          .allowed({"steps", "no"}),
+      K("save_steps", I, "Save a checkpoint every this many optimizer steps; 0: only at the end")
+          .def(500)
+          .min(0),
+      K("save_total_limit", I,
+        "Keep at most this many checkpoints, deleting the oldest (never the newest complete "
+        "one); 0: keep all")
+          .def(0)
+          .min(0),
+      K("resume_from_checkpoint", S,
+        "Resume from \"auto\" (the newest complete checkpoint in output_dir, if any) or from a "
+        "checkpoint folder"),
+      K("checkpoint_format", S,
+        "\"shared\": every rank writes its slices into one HDF5 file with MPI-IO; \"per_rank\": "
+        "one HDF5 file per rank (for filesystems where shared-file I/O is slow)")
+          .def("shared")
+          .allowed({"shared", "per_rank"}),
       // ---- robustness and resources ----
       K("comm_timeout", F,
         "Seconds a collective may take; one that does not finish in time aborts the job with a "

@@ -4,6 +4,14 @@
 
 namespace lft::engine {
 
+std::vector<TensorBox> whole_boxes(const std::vector<at::Tensor>& tensors, bool replicated) {
+  std::vector<TensorBox> boxes;
+  for (const auto& t : tensors)
+    boxes.push_back({std::vector<std::int64_t>(t.sizes().begin(), t.sizes().end()),
+                     std::vector<std::int64_t>(static_cast<std::size_t>(t.dim()), 0), replicated});
+  return boxes;
+}
+
 double local_grad_norm_squared(const std::vector<at::Tensor>& tensors) {
   double sum = 0.0;
   for (const auto& t : tensors) {

@@ -10,6 +10,7 @@
 #include "lft/engine/registry.h"
 #include "lft/runtime/error.h"
 #include "lft/runtime/runtime.h"
+#include "lft/runtime/signals.h"
 
 namespace {
 
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
 
   lft::Runtime rt(&argc, &argv);
   lft::Watchdog::start();
+  lft::install_signal_handlers();
   int status = 0;
   try {
     status = lft::app::run_session(rt, opts);

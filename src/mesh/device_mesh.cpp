@@ -44,7 +44,7 @@ int mesh_rank(const MeshShape& shape, const MeshCoord& coord) {
 }
 
 DeviceMesh::DeviceMesh(const MpiCommunicator& world, const MeshShape& shape, bool cuda)
-    : shape_(shape) {
+    : shape_(shape), world_(world.handle()) {
   if (shape.world_size() != world.size())
     throw std::invalid_argument("mesh " + shape.str() + " covers " +
                                 std::to_string(shape.world_size()) + " ranks, the world has " +

@@ -44,6 +44,17 @@ void AdamW::step_group(const std::vector<std::size_t>& group, double lr, double 
                     weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
 }
 
+void AdamW::load_state(std::size_t i, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq) {
+  c10::NoGradGuard no_grad;
+  exp_avg_.at(i).copy_(exp_avg);
+  exp_avg_sq_.at(i).copy_(exp_avg_sq);
+}
+
+void AdamW::set_steps(std::int64_t steps) {
+  steps_ = steps;
+  for (auto& s : step_count_) s.fill_(static_cast<double>(steps));
+}
+
 std::int64_t AdamW::state_bytes() const {
   std::int64_t n = 0;
   for (std::size_t i = 0; i < params_.size(); ++i)

@@ -2,12 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
-#include <sys/stat.h>
 
 #include <chrono>
 #include <cmath>
 #include <fstream>
 
+#include "lft/ckpt/checkpoint.h"
+#include "lft/ckpt/checkpoint_files.h"
 #include "lft/comm/mpi_communicator.h"
 #include "lft/comm/watchdog.h"
 #include "lft/data/corpus.h"
@@ -15,6 +16,7 @@
 #include "lft/data/sampler.h"
 #include "lft/data/tokenizer.h"
 #include "lft/engine/registry.h"
+#include "lft/model/hf_checkpoint.h"
 #include "lft/model/init.h"
 #include "lft/model/llama.h"
 #include "lft/model/loss.h"
@@ -23,6 +25,7 @@
 #include "lft/optim/lr_schedule.h"
 #include "lft/runtime/error.h"
 #include "lft/runtime/log.h"
+#include "lft/runtime/signals.h"
 #include "lft/train/metrics.h"
 
 namespace lft::train {
@@ -53,16 +56,6 @@ class AutocastScope {
   at::DeviceType device_;
 };
 
-void make_directories(const std::string& path) {
-  std::string partial;
-  for (std::size_t i = 0; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') {
-      if (!partial.empty()) mkdir(partial.c_str(), 0755);
-    }
-    if (i < path.size()) partial += path[i];
-  }
-}
-
 }  // namespace
 
 struct Trainer::State {
@@ -77,7 +70,7 @@ struct Trainer::State {
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<optim::AdamW> optimizer;
   std::unique_ptr<optim::LrSchedule> schedule;
-  std::int64_t micro = 1, accum = 1, global = 1, total = 1, step = 0;
+  std::int64_t micro = 1, accum = 1, global = 1, total = 1, step = 0, tokens_seen = 0;
   bool bf16 = false;
   double flops_per_token = 0.0;
 
@@ -120,7 +113,13 @@ Trainer::Trainer(const config::Config& cfg, DeviceMesh& mesh, const DeviceChoice
                           : static_cast<std::int64_t>(std::ceil(cfg.real("num_train_epochs") *
                                                                 static_cast<double>(s.sampler->steps_per_epoch())));
   s.model = model::LlamaForCausalLM(s.model_config);
-  model::init_weights(*s.model, static_cast<std::uint64_t>(cfg.integer("seed")));
+  if (cfg.is_set("model_name_or_path")) {
+    Watchdog::Scope scope("loading " + cfg.string("model_name_or_path"), Watchdog::setup_timeout(),
+                          "setup_timeout");
+    model::load_hf_checkpoint(*s.model, cfg.string("model_name_or_path"));
+  } else {
+    model::init_weights(*s.model, static_cast<std::uint64_t>(cfg.integer("seed")));
+  }
   s.model->set_gradient_checkpointing(cfg.boolean("gradient_checkpointing"));
   s.model->to(s.torch_device());
   engine::EngineContext ctx{cfg, mesh};
@@ -137,6 +136,7 @@ Trainer::Trainer(const config::Config& cfg, DeviceMesh& mesh, const DeviceChoice
       cfg.real("learning_rate"), optim::lr_shape_from_name(cfg.string("lr_scheduler_type")),
       optim::resolve_warmup_steps(cfg.integer("warmup_steps"), cfg.real("warmup_ratio"), s.total),
       s.total);
+  resume_if_asked();
   s.flops_per_token = flops_per_token(s.model_config.num_non_embedding_parameters(),
                                       s.model_config.num_hidden_layers, s.model_config.hidden_size,
                                       cfg.integer("cutoff_len"));
@@ -145,6 +145,7 @@ Trainer::Trainer(const config::Config& cfg, DeviceMesh& mesh, const DeviceChoice
 Trainer::~Trainer() = default;
 
 std::int64_t Trainer::total_steps() const { return s_->total; }
+std::int64_t Trainer::current_step() const { return s_->step; }
 engine::Engine& Trainer::engine() { return *s_->engine; }
 
 std::string Trainer::describe() const {
@@ -214,17 +215,86 @@ StepResult Trainer::step() {
   s.sampler->advance();
   r.step = ++s.step;
   r.tokens = s.global * s.dataset->seq_len();
+  s.tokens_seen += r.tokens;
   r.seconds = seconds_since(start);
   return r;
 }
 
-void Trainer::run() {
+std::vector<ckpt::HeldTensor> Trainer::held_tensors() {
+  State& s = *s_;
+  const auto params = s.engine->parameters();
+  const auto names = s.engine->parameter_names();
+  const auto boxes = s.engine->parameter_boxes();
+  std::vector<ckpt::HeldTensor> held;
+  for (std::size_t i = 0; i < params.size(); ++i)
+    held.push_back({names[i], params[i], boxes[i].global_shape, boxes[i].offset, boxes[i].replicated});
+  return held;
+}
+
+ckpt::RunInfo Trainer::run_info() const {
+  const State& s = *s_;
+  ckpt::RunInfo info;
+  info.engine = s.cfg.string("distributed");
+  info.mesh.assign(s.mesh.shape().sizes.begin(), s.mesh.shape().sizes.end());
+  info.world_size = s.mesh.shape().world_size();
+  info.config_text = s.cfg.source_text();
+  for (const auto& o : s.cfg.overrides()) info.config_text += "\n# override: " + o;
+  info.global_batch = s.global;
+  info.seed = s.cfg.integer("seed");
+  return info;
+}
+
+void Trainer::resume_if_asked() {
+  State& s = *s_;
+  if (!s.cfg.is_set("resume_from_checkpoint")) return;
+  const auto folder = ckpt::find_checkpoint(s.mesh.world(), s.cfg.string("output_dir"),
+                                            s.cfg.string("resume_from_checkpoint"));
+  if (!folder) {
+    log0("resume: no complete checkpoint in " + s.cfg.string("output_dir") + "; starting from step 0");
+    return;
+  }
+  const ckpt::Progress p = ckpt::load_checkpoint(s.mesh.world(), *folder, run_info(), held_tensors(),
+                                                 *s.optimizer);
+  s.sampler->restore(p.sampler);
+  s.step = p.step;
+  s.tokens_seen = p.tokens_seen;
+  log0("resume: " + *folder + " at step " + std::to_string(p.step) + " (epoch " +
+       std::to_string(p.sampler.epoch) + ", " + std::to_string(s.sampler->consumed_samples()) +
+       " samples consumed)");
+}
+
+std::string Trainer::save() {
+  State& s = *s_;
+  ckpt::SaveOptions o;
+  o.output_dir = s.cfg.string("output_dir");
+  o.per_rank = s.cfg.string("checkpoint_format") == "per_rank";
+  o.total_limit = s.cfg.integer("save_total_limit");
+  ckpt::Progress p;
+  p.step = s.step;
+  p.tokens_seen = s.tokens_seen;
+  p.sampler = s.sampler->state();
+  const auto start = Clock::now();
+  const std::string folder = ckpt::save_checkpoint(s.mesh.world(), s.mesh.dp_rank(),
+                                                   s.mesh.shape().dp_size(), o, run_info(), p,
+                                                   held_tensors(), *s.optimizer);
+  log0("saved " + folder + " in " + std::to_string(seconds_since(start)).substr(0, 5) + " s");
+  return folder;
+}
+
+// Agreed over every rank at a step boundary: did any rank get a stop signal?
+static bool stop_requested(MPI_Comm world) {
+  int mine = stop_signal_received(), any = 0;
+  MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, world);
+  return any != 0;
+}
+
+int Trainer::run() {
   State& s = *s_;
   log0(describe());
   const std::string out_dir = s.cfg.string("output_dir");
   std::ofstream log_file;
   if (s.mesh.dp().rank() == 0 && s.mesh.coord() == MeshCoord{}) {
-    make_directories(out_dir);
+    ckpt::make_directories(out_dir);
     log_file.open(out_dir + "/trainer_log.jsonl", std::ios::trunc);
     if (!log_file) fatal_one("cannot write " + out_dir + "/trainer_log.jsonl");
   }
@@ -232,8 +302,18 @@ void Trainer::run() {
   double window_loss = 0.0, window_seconds = 0.0;
   std::int64_t window_steps = 0, window_tokens = 0;
   const std::int64_t every = s.cfg.integer("logging_steps");
+  const bool saving = s.cfg.string("save_strategy") == "steps";
+  const std::int64_t save_every = s.cfg.integer("save_steps");
+  set_graceful_stop(true);
   while (s.step < s.total) {
+    if (stop_requested(s.mesh.world())) {
+      save();
+      log0("stopped on a signal at step " + std::to_string(s.step) + " after saving; exit status " +
+           std::to_string(kCheckpointedExitCode) + " asks the batch script to requeue the job");
+      return kCheckpointedExitCode;
+    }
     const StepResult r = step();
+    if (saving && save_every > 0 && r.step % save_every == 0 && r.step != s.total) save();
     window_loss += r.loss;
     window_seconds += r.seconds;
     window_tokens += r.tokens;
@@ -255,15 +335,18 @@ void Trainer::run() {
     window_loss = window_seconds = 0.0;
     window_steps = window_tokens = 0;
   }
+  set_graceful_stop(false);
+  if (saving) save();
   log0("done: " + std::to_string(s.total) + " steps in " + format_duration(seconds_since(start)) +
        "; log in " + out_dir + "/trainer_log.jsonl");
   log0(run_summary());
+  return 0;
 }
 
 std::string Trainer::run_summary() {
   State& s = *s_;
   // Peak memory of every rank, gathered to all (the world is the mesh's dp x pp x tp).
-  MpiCommunicator world(MPI_COMM_WORLD, "world", false);
+  MpiCommunicator world(s.mesh.world(), "world", false);
   at::Tensor mine = at::full({1}, peak_rss_bytes(), at::kDouble);
   at::Tensor all = at::empty({world.size()}, at::kDouble);
   world.all_gather(mine, all);

@@ -7,22 +7,13 @@
 #include "lft/config/config.h"
 #include "lft/train/trainer.h"
 #include "mpi_test_util.h"
+#include "tiny_run.h"
 
 namespace lft {
 namespace {
 
+using test::tiny_run;
 using test::world;
-
-std::string tiny_run(const std::string& engine, int micro, int accum) {
-  return "distributed = \"" + engine + "\"\n"
-         "train_dataset = \"inputs/data/arithmetic.txt\"\n"
-         "per_device_train_batch_size = " + std::to_string(micro) + "\n"
-         "gradient_accumulation_steps = " + std::to_string(accum) + "\n"
-         "cutoff_len = 32\nlearning_rate = 3e-3\nweight_decay = 0.01\nwarmup_steps = 2\n"
-         "lr_scheduler_type = \"cosine\"\nmax_steps = 20\nseed = 7\n"
-         "[model]\nvocab_size = 259\nhidden_size = 32\nintermediate_size = 64\n"
-         "num_hidden_layers = 2\nnum_attention_heads = 4\nnum_key_value_heads = 2\n";
-}
 
 std::vector<double> losses_of(const std::string& toml, MpiCommunicator& comm, int steps) {
   const config::Config cfg = config::parse_config(toml, "parity.toml");

@@ -1,7 +1,7 @@
 // The watchdog: no collective, and no set-up phase, may wait forever. Code that may block on other
 // ranks opens a Scope with a deadline; a background thread aborts the whole job (MPI_Abort) with a
-// report naming the rank and what it was waiting in when a deadline passes. A SIGTERM or SIGINT
-// (what mpirun and srun send when a peer dies) prints what the rank was waiting in before exiting.
+// report naming the rank and what it was waiting in when a deadline passes. The signal handlers
+// (runtime/signals.h) print what the rank was waiting in when a launcher terminates it.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@ namespace lft {
 
 class Watchdog {
  public:
-  // Starts the watchdog thread and installs the SIGTERM/SIGINT reporter. Idempotent.
+  // Starts the watchdog thread. Idempotent.
   static void start();
   // Stops the thread (before MPI_Finalize).
   static void stop();
@@ -20,6 +20,8 @@ class Watchdog {
   static void set_timeouts(double collective_seconds, double setup_seconds);
   static double collective_timeout();
   static double setup_timeout();
+  // What this rank waits in now, or nullptr. Async-signal-safe (for signal handlers).
+  static const char* current_wait();
 
   // While a Scope lives, its description is "what this rank waits in"; if it lives longer than
   // `timeout_seconds` the job is aborted. `timeout_key` names the config key that sets it.

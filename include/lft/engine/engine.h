@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,13 @@ class Module;
 }
 
 namespace lft::engine {
+
+// Where a tensor of parameters() sits in its global (logical) tensor.
+struct TensorBox {
+  std::vector<std::int64_t> global_shape;
+  std::vector<std::int64_t> offset;
+  bool replicated = false;  // every data-parallel rank holds this same box
+};
 
 struct EngineContext {
   const config::Config& cfg;
@@ -42,6 +50,8 @@ class Engine {
   // The tensors this rank updates, with their names (whole parameters, or shards).
   virtual std::vector<at::Tensor> parameters() = 0;
   virtual std::vector<std::string> parameter_names() = 0;
+  // One box per tensor of parameters(), in the same order (checkpoints).
+  virtual std::vector<TensorBox> parameter_boxes() = 0;
   // Squared L2 norm of the full logical gradient, over every rank and mesh dim. Collective.
   virtual double grad_norm_squared() = 0;
 
@@ -53,6 +63,9 @@ class Engine {
  protected:
   double exposed_seconds_ = 0.0;
 };
+
+// Boxes of whole tensors (engines that keep every parameter whole).
+std::vector<TensorBox> whole_boxes(const std::vector<at::Tensor>& tensors, bool replicated);
 
 // Squared L2 norm of the gradients of `tensors` on this rank (in double).
 double local_grad_norm_squared(const std::vector<at::Tensor>& tensors);

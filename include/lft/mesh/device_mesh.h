@@ -40,6 +40,8 @@ class DeviceMesh {
   ~DeviceMesh();
 
   const MeshShape& shape() const { return shape_; }
+  // The communicator the mesh was built over (all its ranks).
+  MPI_Comm world() const { return world_; }
   const MeshCoord& coord() const { return coord_; }
   int coord(MeshDim d) const { return coord_[static_cast<int>(d)]; }
   // This rank's group along `d` (ranks that differ only in that coordinate), ordered by it.
@@ -53,6 +55,7 @@ class DeviceMesh {
 
  private:
   MeshShape shape_;
+  MPI_Comm world_;
   MeshCoord coord_{};
   std::array<std::unique_ptr<MpiCommunicator>, kMeshDims> dims_;
   std::unique_ptr<MpiCommunicator> dp_;

@@ -31,6 +31,10 @@ class AdamW {
   const at::Tensor& exp_avg(std::size_t i) const { return exp_avg_[i]; }
   const at::Tensor& exp_avg_sq(std::size_t i) const { return exp_avg_sq_[i]; }
   std::size_t size() const { return params_.size(); }
+  // Restores parameter i's moments (copied in) and the step count of every parameter (resume).
+  void load_state(std::size_t i, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq);
+  void set_steps(std::int64_t steps);
+  const AdamWOptions& options() const { return options_; }
   // Bytes of optimizer state held by this rank.
   std::int64_t state_bytes() const;
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "lft/ckpt/checkpoint.h"
 #include "lft/config/config.h"
 #include "lft/engine/engine.h"
 #include "lft/mesh/device_mesh.h"
@@ -31,12 +32,17 @@ class Trainer {
   Trainer(const config::Config& cfg, DeviceMesh& mesh, const DeviceChoice& device);
   ~Trainer();
 
-  // The whole run: total_steps() steps with logging (rank 0 prints; trainer_log.jsonl).
-  void run();
+  // The whole run: total_steps() steps with logging (rank 0 prints; trainer_log.jsonl),
+  // checkpoints, and a graceful stop on a signal. Returns the exit status: 0, or
+  // kCheckpointedExitCode after a signal-triggered save.
+  int run();
+  // Saves a checkpoint of the current step (collective); returns its folder.
+  std::string save();
   // One optimizer step. Collective.
   StepResult step();
 
   std::int64_t total_steps() const;
+  std::int64_t current_step() const;
   engine::Engine& engine();
   // One line on the model, data and plan for the log.
   std::string describe() const;
@@ -44,6 +50,10 @@ class Trainer {
   std::string run_summary();
 
  private:
+  void resume_if_asked();
+  std::vector<ckpt::HeldTensor> held_tensors();
+  ckpt::RunInfo run_info() const;
+
   struct State;
   std::unique_ptr<State> s_;
 };

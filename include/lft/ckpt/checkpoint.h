@@ -1,0 +1,89 @@
+// Checkpoints: what is saved, where, and how a run finds and resumes one (docs/checkpoint.md).
+// The bytes go through the tensor store (tensor_store.h): every rank writes its slices of global
+// tensors, so a checkpoint loads on any world size and layout.
+//
+//   output_dir/checkpoint-<step>/state.h5   (checkpoint_format = "shared"; a folder of
+//                                           rank-*.h5 files for "per_rank")
+//   output_dir/checkpoint-<step>/COMPLETE   written by rank 0 after every rank has finished
+//   output_dir/latest                       the newest complete checkpoint's folder name
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <mpi.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lft/data/sampler.h"
+#include "lft/runtime/error.h"
+
+namespace lft::optim {
+class AdamW;
+}
+
+namespace lft::ckpt {
+
+inline constexpr const char* kFormatName = "lftrain-checkpoint";
+inline constexpr std::int64_t kFormatVersion = 1;
+
+// A tensor this rank updates: the box [offset, offset + local.sizes()) of a global tensor.
+// `replicated`: every data-parallel rank holds the same box (the save splits the writing).
+struct HeldTensor {
+  std::string name;  // Hugging Face parameter name
+  at::Tensor local;
+  std::vector<std::int64_t> global_shape;
+  std::vector<std::int64_t> offset;
+  bool replicated = false;
+};
+
+// What describes the run (root attributes).
+struct RunInfo {
+  std::string engine;
+  std::vector<std::int64_t> mesh;  // pp, dp_replicate, dp_shard, tp
+  int world_size = 1;
+  std::string config_text;  // the TOML file, then one "# override: key=value" line per override
+  std::int64_t global_batch = 0;
+  std::int64_t seed = 0;
+};
+
+// Where training stands.
+struct Progress {
+  std::int64_t step = 0;
+  std::int64_t tokens_seen = 0;
+  data::SamplerState sampler;
+};
+
+// An every-rank error that `resume_from_checkpoint = "auto"` must not skip over (a newer format,
+// another model's shapes, another global batch): it is a mistake, not a damaged file.
+class CheckpointMismatch : public UsageError {
+ public:
+  using UsageError::UsageError;
+};
+
+struct SaveOptions {
+  std::string output_dir;
+  bool per_rank = false;       // checkpoint_format = "per_rank"
+  std::int64_t total_limit = 0;  // save_total_limit
+};
+
+// Saves checkpoint-<progress.step> collectively over `world`; `dp_rank`/`dp_size` split the
+// writing of replicated tensors. A complete checkpoint of the same step is left as it is.
+// Returns the checkpoint folder.
+std::string save_checkpoint(MPI_Comm world, int dp_rank, int dp_size, const SaveOptions& options,
+                            const RunInfo& run, const Progress& progress,
+                            const std::vector<HeldTensor>& params, const optim::AdamW& optimizer);
+
+// The checkpoint folder to resume from: `spec` "auto" -> the newest complete one in output_dir
+// (broken ones are skipped with a warning on rank 0), nullopt when there is none; any other
+// `spec` is a folder that must be a complete checkpoint (UsageError otherwise).
+std::optional<std::string> find_checkpoint(MPI_Comm world, const std::string& output_dir,
+                                           const std::string& spec);
+
+// Loads `folder` into `params` (each rank reads its boxes) and `optimizer`; checks the format,
+// the model's names and shapes and the global batch. Returns the progress to continue from.
+Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInfo& run,
+                         const std::vector<HeldTensor>& params, optim::AdamW& optimizer);
+
+}  // namespace lft::ckpt

@@ -1,0 +1,21 @@
+// Signals. By default SIGTERM and SIGINT (what mpirun and srun send when a peer dies, or a user's
+// Ctrl-C) print what the rank was waiting in and end the process. While training, a stop is
+// graceful instead: SIGUSR1 (Slurm's warning before a time limit), SIGTERM or SIGINT set a flag;
+// the trainer agrees on it over all ranks at the next step boundary, saves a checkpoint and
+// exits with kCheckpointedExitCode ("requeue me"). A second signal ends the process at once.
+#pragma once
+
+namespace lft {
+
+// Exit status of a run that stopped on a signal after saving a checkpoint (EX_TEMPFAIL: "try
+// again"); slurm/train.sbatch requeues the job on it.
+constexpr int kCheckpointedExitCode = 75;
+
+// Installs the handlers (idempotent).
+void install_signal_handlers();
+// Graceful mode on/off (the trainer turns it on for its loop).
+void set_graceful_stop(bool on);
+// The signal received in graceful mode, or 0. Local to this rank: agree before acting.
+int stop_signal_received();
+
+}  // namespace lft

@@ -1,0 +1,208 @@
+#include "lft/ckpt/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "lft/build_config.h"
+#include "lft/ckpt/checkpoint_files.h"
+#include "lft/ckpt/tensor_store.h"
+#include "lft/comm/watchdog.h"
+#include "lft/optim/adamw.h"
+#include "lft/runtime/check.h"
+#include "lft/runtime/log.h"
+
+namespace lft::ckpt {
+namespace {
+
+int rank_in(MPI_Comm comm) {
+  int r = 0;
+  LFT_MPI_CHECK(MPI_Comm_rank(comm, &r));
+  return r;
+}
+
+// The part of `t`'s box this rank writes: all of it, or (replicated) its share of dim 0.
+Slice slice_of(const std::string& store_name, const HeldTensor& t, const at::Tensor& local,
+               int dp_rank, int dp_size) {
+  Slice s{store_name, t.global_shape, t.offset, local.contiguous()};
+  if (!t.replicated || dp_size == 1) return s;
+  const int64_t rows = local.size(0);
+  const int64_t begin = rows * dp_rank / dp_size, end = rows * (dp_rank + 1) / dp_size;
+  s.local = local.narrow(0, begin, end - begin).contiguous();
+  s.offset[0] += begin;
+  return s;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// Rank 0 decides; every rank gets the same string (an empty one when `decide` returns nothing).
+template <class Decide>
+std::string decided_by_rank0(MPI_Comm world, Decide&& decide) {
+  std::string text;
+  std::int64_t status = 0;  // 0 ok, 1 usage error, 2 mismatch
+  if (rank_in(world) == 0) {
+    try {
+      text = decide();
+    } catch (const CheckpointMismatch& e) {
+      text = e.what();
+      status = 2;
+    } catch (const UsageError& e) {
+      text = e.what();
+      status = 1;
+    }
+  }
+  std::int64_t header[2] = {status, static_cast<std::int64_t>(text.size())};
+  LFT_MPI_CHECK(MPI_Bcast(header, 2, MPI_INT64_T, 0, world));
+  text.resize(static_cast<std::size_t>(header[1]));
+  LFT_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(header[1]), MPI_CHAR, 0, world));
+  if (header[0] == 2) throw CheckpointMismatch(text);
+  if (header[0] == 1) throw UsageError(text);
+  return text;
+}
+
+// Checks that `folder` holds a readable lftrain checkpoint of a format this build reads.
+void check_format(const StoreReader& store, const std::string& folder) {
+  if (!store.has_attribute("/", "format") || store.string_attribute("/", "format") != kFormatName)
+    throw UsageError("checkpoint error: " + folder + " is not an lftrain checkpoint (no format = \"" +
+                     kFormatName + "\" attribute)");
+  const int64_t version = store.int_attribute("/", "format_version");
+  if (version > kFormatVersion)
+    throw CheckpointMismatch("checkpoint error: " + folder + " has format version " +
+                             std::to_string(version) + ", newer than this lftrain reads (" +
+                             std::to_string(kFormatVersion) + "); use the lftrain that wrote it");
+}
+
+}  // namespace
+
+std::string save_checkpoint(MPI_Comm world, int dp_rank, int dp_size, const SaveOptions& options,
+                            const RunInfo& run, const Progress& progress,
+                            const std::vector<HeldTensor>& params, const optim::AdamW& optimizer) {
+  const std::string name = checkpoint_name(progress.step);
+  const std::string folder = options.output_dir + "/" + name;
+  const std::string state = folder + (options.per_rank ? "/state" : "/state.h5");
+  const std::string skip = decided_by_rank0(world, [&]() -> std::string {
+    if (is_complete(folder)) return "already complete";
+    prepare_folder(folder, state);  // a half-written save of this step is removed
+    return "";
+  });
+  if (!skip.empty()) return folder;
+
+  Watchdog::Scope scope("saving " + folder, Watchdog::setup_timeout(), "setup_timeout");
+  StoreWriter writer(world, state, options.per_rank ? StoreMode::PerRank : StoreMode::SharedFile);
+  std::vector<Slice> slices;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const HeldTensor& t = params[i];
+    slices.push_back(slice_of("model/" + t.name, t, t.local.detach(), dp_rank, dp_size));
+    slices.push_back(slice_of("optim/" + t.name + "/exp_avg", t, optimizer.exp_avg(i), dp_rank, dp_size));
+    slices.push_back(slice_of("optim/" + t.name + "/exp_avg_sq", t, optimizer.exp_avg_sq(i), dp_rank, dp_size));
+  }
+  writer.write(slices);
+  writer.set_attribute("/", "format", std::string(kFormatName));
+  writer.set_attribute("/", "format_version", kFormatVersion);
+  writer.set_attribute("/", "lftrain_version", std::string(LFT_VERSION));
+  writer.set_attribute("/", "step", progress.step);
+  writer.set_attribute("/", "tokens_seen", progress.tokens_seen);
+  writer.set_attribute("/", "world_size", static_cast<int64_t>(run.world_size));
+  writer.set_attribute("/", "mesh", run.mesh);
+  writer.set_attribute("/", "engine", run.engine);
+  writer.set_attribute("/", "config", run.config_text);
+  writer.set_attribute("/", "global_batch", run.global_batch);
+  writer.set_attribute("/", "seed", run.seed);
+  const optim::AdamWOptions& o = optimizer.options();
+  writer.set_attribute("/optim", "step", optimizer.steps());
+  writer.set_attribute("/optim", "beta1", o.beta1);
+  writer.set_attribute("/optim", "beta2", o.beta2);
+  writer.set_attribute("/optim", "eps", o.eps);
+  writer.set_attribute("/optim", "weight_decay", o.weight_decay);
+  writer.set_attribute("/", "data_epoch", progress.sampler.epoch);
+  writer.set_attribute("/", "data_step_in_epoch", progress.sampler.step_in_epoch);
+  writer.set_attribute("/", "data_seed", static_cast<int64_t>(progress.sampler.seed));
+  writer.set_attribute("/", "data_num_samples", progress.sampler.num_samples);
+  writer.set_attribute("/", "data_global_batch", progress.sampler.global_batch);
+  writer.close();
+
+  LFT_MPI_CHECK(MPI_Barrier(world));  // every rank's bytes are on disk before COMPLETE
+  if (rank_in(world) == 0) {
+    mark_complete(options.output_dir, name, progress.step);
+    rotate_checkpoints(options.output_dir, options.total_limit, name);
+  }
+  LFT_MPI_CHECK(MPI_Barrier(world));
+  return folder;
+}
+
+std::optional<std::string> find_checkpoint(MPI_Comm world, const std::string& output_dir,
+                                           const std::string& spec) {
+  const std::string found = decided_by_rank0(world, [&]() -> std::string {
+    if (spec != "auto") {
+      if (!is_complete(spec))
+        throw UsageError("checkpoint error: resume_from_checkpoint = \"" + spec +
+                         "\" is not a complete checkpoint (no COMPLETE file in it)");
+      check_format(StoreReader(MPI_COMM_SELF, state_path(spec)), spec);
+      return spec;
+    }
+    for (const std::string& folder : checkpoints_newest_first(output_dir)) {
+      if (!is_complete(folder)) {
+        log_rank("warning: skipping " + folder + ": incomplete (no COMPLETE file; a save was cut short)");
+        continue;
+      }
+      try {
+        check_format(StoreReader(MPI_COMM_SELF, state_path(folder)), folder);
+        return folder;
+      } catch (const CheckpointMismatch&) {
+        throw;
+      } catch (const UsageError& e) {
+        log_rank(std::string("warning: skipping broken checkpoint ") + folder + ": " + e.what());
+      }
+    }
+    return "";
+  });
+  if (found.empty()) return std::nullopt;
+  return found;
+}
+
+Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInfo& run,
+                         const std::vector<HeldTensor>& params, optim::AdamW& optimizer) {
+  Watchdog::Scope scope("loading " + folder, Watchdog::setup_timeout(), "setup_timeout");
+  StoreReader store(world, state_path(folder));
+  check_format(store, folder);
+  const int64_t batch = store.int_attribute("/", "global_batch");
+  if (batch != run.global_batch)
+    throw CheckpointMismatch(
+        "checkpoint error: " + folder + " was trained with a global batch of " +
+        std::to_string(batch) + " sequences, this run has " + std::to_string(run.global_batch) +
+        " (per_device_train_batch_size x gradient_accumulation_steps x data-parallel ranks): "
+        "resume with the same global batch");
+  const auto stored = store.tensors("model");
+  if (stored.size() != params.size())
+    throw CheckpointMismatch("checkpoint error: " + folder + " holds " + std::to_string(stored.size()) +
+                             " model tensors, this model has " + std::to_string(params.size()) +
+                             ": it is another model");
+  c10::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const HeldTensor& t = params[i];
+    const std::string key = "model/" + t.name;
+    if (!store.has_tensor(key) || store.info(key).shape != t.global_shape)
+      throw CheckpointMismatch("checkpoint error: " + folder + ": " + t.name + " is " +
+                               (store.has_tensor(key) ? shape_text(store.info(key).shape) : "missing") +
+                               " there, " + shape_text(t.global_shape) + " in this model");
+    const std::vector<int64_t> box(t.local.sizes().begin(), t.local.sizes().end());
+    t.local.copy_(store.read(key, t.offset, box));
+    optimizer.load_state(i, store.read("optim/" + t.name + "/exp_avg", t.offset, box),
+                         store.read("optim/" + t.name + "/exp_avg_sq", t.offset, box));
+  }
+  optimizer.set_steps(store.int_attribute("/optim", "step"));
+  Progress p;
+  p.step = store.int_attribute("/", "step");
+  p.tokens_seen = store.int_attribute("/", "tokens_seen");
+  p.sampler.epoch = store.int_attribute("/", "data_epoch");
+  p.sampler.step_in_epoch = store.int_attribute("/", "data_step_in_epoch");
+  p.sampler.seed = static_cast<std::uint64_t>(store.int_attribute("/", "data_seed"));
+  p.sampler.num_samples = store.int_attribute("/", "data_num_samples");
+  p.sampler.global_batch = store.int_attribute("/", "data_global_batch");
+  return p;
+}
+
+}  // namespace lft::ckpt

@@ -1,0 +1,121 @@
+#include "lft/ckpt/checkpoint_files.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "lft/runtime/error.h"
+
+namespace lft::ckpt {
+namespace {
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Writes `text` to `path` durably: a temporary file, fsync, rename.
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fatal_one("cannot write " + tmp + ": " + std::strerror(errno));
+  const ssize_t n = write(fd, text.data(), text.size());
+  if (n != static_cast<ssize_t>(text.size()) || fsync(fd) != 0)
+    fatal_one("cannot write " + tmp + ": " + std::strerror(errno) + " (disk full?)");
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0)
+    fatal_one("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+}
+
+// The step of a "checkpoint-<step>" name, or -1.
+std::int64_t step_of(const std::string& name) {
+  const std::string prefix = "checkpoint-";
+  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return -1;
+  const std::string digits = name.substr(prefix.size());
+  if (!std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stoll(digits);
+}
+
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }
+
+}  // namespace
+
+std::string checkpoint_name(std::int64_t step) { return "checkpoint-" + std::to_string(step); }
+
+std::string state_path(const std::string& folder) {
+  return is_directory(folder + "/state") ? folder + "/state" : folder + "/state.h5";
+}
+
+bool is_complete(const std::string& folder) { return exists(folder + "/COMPLETE"); }
+
+void make_directories(const std::string& path) {
+  std::string partial;
+  for (std::size_t i = 0; i <= path.size(); ++i) {
+    if ((i == path.size() || path[i] == '/') && !partial.empty() && !is_directory(partial) &&
+        mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
+      throw UsageError("cannot create folder " + partial + ": " + std::strerror(errno));
+    if (i < path.size()) partial += path[i];
+  }
+}
+
+void remove_tree(const std::string& path) {
+  if (exists(path)) nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void prepare_folder(const std::string& folder, const std::string& state) {
+  make_directories(folder);
+  remove_tree(state);
+}
+
+void mark_complete(const std::string& output_dir, const std::string& name, std::int64_t step) {
+  write_atomically(output_dir + "/" + name + "/COMPLETE", "step " + std::to_string(step) + "\n");
+  write_atomically(output_dir + "/latest", name + "\n");
+}
+
+std::vector<std::string> checkpoints_newest_first(const std::string& output_dir) {
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  if (DIR* dir = opendir(output_dir.c_str())) {
+    while (const dirent* e = readdir(dir)) {
+      const std::int64_t step = step_of(e->d_name);
+      if (step >= 0 && is_directory(output_dir + "/" + e->d_name))
+        found.emplace_back(step, output_dir + "/" + e->d_name);
+    }
+    closedir(dir);
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+void rotate_checkpoints(const std::string& output_dir, std::int64_t limit, const std::string& newest) {
+  if (limit <= 0) return;
+  const std::string keep = output_dir + "/" + newest;
+  std::int64_t kept = 0;
+  for (const std::string& folder : checkpoints_newest_first(output_dir)) {
+    if (folder == keep || (is_complete(folder) && step_of(folder.substr(folder.rfind('/') + 1)) >
+                                                      step_of(newest))) {
+      ++kept;  // the newest, and any later one (a resumed run that re-saved earlier steps)
+      continue;
+    }
+    if (is_complete(folder) && kept < limit) {
+      ++kept;
+      continue;
+    }
+    remove_tree(folder);
+  }
+}
+
+}  // namespace lft::ckpt

@@ -1,0 +1,63 @@
+#include "lft/runtime/signals.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+
+#include "lft/comm/watchdog.h"
+#include "lft/runtime/error.h"
+
+namespace lft {
+namespace {
+
+std::atomic<bool> g_graceful{false};
+std::atomic<int> g_received{0};
+
+void write_line(const char* text, int n) {
+  if (n > 0) {
+    ssize_t ignored = write(STDERR_FILENO, text, static_cast<size_t>(n));
+    (void)ignored;
+  }
+}
+
+// Only async-signal-safe calls in here.
+void on_signal(int sig) {
+  const char* waiting = Watchdog::current_wait();
+  const char* what = waiting ? waiting : "no collective (computing or idle)";
+  char line[768];
+  const int rank = world_rank_or_minus_one();
+  if (g_graceful.load() && g_received.exchange(sig) == 0) {
+    const int n = std::snprintf(line, sizeof(line),
+                                "[rank %d] lftrain: received signal %d while waiting in %s; "
+                                "saving a checkpoint at the next step boundary\n",
+                                rank, sig, what);
+    write_line(line, n);
+    return;
+  }
+  if (sig == SIGUSR1) return;  // only meaningful while training
+  const int n = std::snprintf(line, sizeof(line),
+                              "[rank %d] lftrain: terminated by signal %d while waiting in %s\n",
+                              rank, sig, what);
+  write_line(line, n);
+  _exit(128 + sig);
+}
+
+}  // namespace
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);
+}
+
+void set_graceful_stop(bool on) { g_graceful.store(on); }
+
+int stop_signal_received() { return g_received.load(); }
+
+}  // namespace lft

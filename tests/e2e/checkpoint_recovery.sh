@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# checkpoint_recovery.sh BUILD_DIR: the real lftrain saves, is cut off, resumes on another world
+# size, and meets broken checkpoints. Run from the repository root.
+set -u
+build=$1
+out=$(mktemp -d /tmp/lft-ckpt-XXXXXX)
+trap 'rm -rf "$out"' EXIT
+run() { local np=$1; shift; mpirun --oversubscribe --bind-to none -np "$np" "$build/lftrain" inputs/run.toml \
+          max_steps=30 logging_steps=1 save_steps=10 "$@" 2>&1; }
+fail() { echo "checkpoint_recovery: FAIL: $*"; exit 1; }
+expect() { grep -Eq -- "$2" <<<"$1" || { echo "$1" | tail -20; fail "output lacks /$2/"; }; }
+
+# 1. Straight run at 2 ranks (saves at 10, 20, 30); resume its step 20 at 4 ranks to 30.
+text=$(run 2 output_dir="$out/straight") || fail "straight run: $text"
+[ -f "$out/straight/checkpoint-20/COMPLETE" ] && [ "$(cat "$out/straight/latest")" = checkpoint-30 ] \
+  || fail "checkpoints are not complete, or latest is not checkpoint-30"
+text=$(run 4 output_dir="$out/cut" per_device_train_batch_size=2 \
+       resume_from_checkpoint="$out/straight/checkpoint-20") || fail "resume at 4 ranks: $text"
+expect "$text" "resume: $out/straight/checkpoint-20 at step 20"
+python3 tests/e2e/compare_logs.py "$out/straight/trainer_log.jsonl" "$out/cut/trainer_log.jsonl" 21 30 1e-5 \
+  || fail "the resumed run does not continue the straight one"
+
+# 2. A truncated newest checkpoint: auto skips it with a warning and takes the one before.
+state="$out/straight/checkpoint-30/state.h5"
+head -c $(( $(stat -c %s "$state") / 2 )) "$state" > "$out/half" && mv "$out/half" "$state"
+text=$(run 2 output_dir="$out/straight" resume_from_checkpoint=auto save_strategy=no) || fail "auto after truncation: $text"
+expect "$text" "skipping broken checkpoint $out/straight/checkpoint-30"
+expect "$text" "resume: $out/straight/checkpoint-20 at step 20"
+
+# 3. A save cut short (no COMPLETE): auto skips it too.
+rm "$out/straight/checkpoint-20/COMPLETE"
+text=$(run 2 output_dir="$out/straight" resume_from_checkpoint=auto save_strategy=no) || fail "$text"
+expect "$text" "skipping $out/straight/checkpoint-20: incomplete"
+expect "$text" "resume: $out/straight/checkpoint-10 at step 10"
+
+# 4. Errors, never fallbacks: an explicit folder that is not a checkpoint, another global batch.
+mkdir -p "$out/fake" && echo garbage > "$out/fake/state.h5" && touch "$out/fake/COMPLETE"
+text=$(run 2 output_dir="$out/x" resume_from_checkpoint="$out/fake"); status=$?
+[ $status -ne 0 ] || fail "a garbage checkpoint was accepted"
+expect "$text" "$out/fake"
+text=$(run 2 output_dir="$out/y" per_device_train_batch_size=2 resume_from_checkpoint="$out/straight/checkpoint-10"); status=$?
+[ $status -eq 2 ] || fail "global batch mismatch exited $status, wanted 2"
+expect "$text" "global batch of 8 sequences, this run has 4"
+echo "checkpoint_recovery: ok"

@@ -1,0 +1,112 @@
+// Checkpoint and resume: 20 steps straight against 10 + save + resume + 10, on the same layout
+// (bitwise) and on another world size and engine (within 1e-5), and the errors a resume must give.
+#include <ATen/Parallel.h>
+#include <stdlib.h>
+
+#include "lft/ckpt/checkpoint.h"
+#include "lft/ckpt/checkpoint_files.h"
+#include "lft/config/config.h"
+#include "lft/train/trainer.h"
+#include "mpi_test_util.h"
+#include "tiny_run.h"
+
+namespace lft {
+namespace {
+
+using test::tiny_run;
+using test::world;
+
+// A fresh folder, made by rank 0 and known to every rank.
+std::string shared_temp_dir() {
+  char path[64] = "/tmp/lft-resume-XXXXXX";
+  if (world().rank() == 0 && mkdtemp(path) == nullptr) ADD_FAILURE() << "mkdtemp failed";
+  MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, MPI_COMM_WORLD);
+  return path;
+}
+
+struct Run {
+  std::vector<double> losses;
+  std::int64_t first_step = 0;
+};
+
+// Trains to step 20 over `comm` (saving at step `save_at` when > 0), losses of the steps it ran.
+Run train(const std::string& toml, MpiCommunicator& comm, int save_at = 0) {
+  const config::Config cfg = config::parse_config(toml, "resume.toml");
+  DeviceMesh mesh(comm, MeshShape{{1, comm.size(), 1, 1}});
+  train::Trainer trainer(cfg, mesh, DeviceChoice{});
+  Run run;
+  run.first_step = trainer.current_step();
+  while (trainer.current_step() < trainer.total_steps()) {
+    run.losses.push_back(trainer.step().loss);
+    if (trainer.current_step() == save_at) trainer.save();
+  }
+  return run;
+}
+
+// Global batch 24 = micro 1 x accumulation x ranks, at any world size that divides 24.
+int accum_for(int ranks) { return 24 / ranks; }
+
+TEST(Resume, SameLayoutContinuesBitwise) {
+  if (24 % world().size() != 0) GTEST_SKIP() << "global batch 24 needs a world size dividing 24";
+  at::set_num_threads(1);
+  const std::string dir = shared_temp_dir();
+  const int accum = accum_for(world().size());
+  const auto straight = train(tiny_run("ddp", 1, accum, "output_dir = \"" + dir + "\"\n"), world(), 10);
+  const auto resumed = train(tiny_run("ddp", 1, accum, "output_dir = \"" + dir + "/b\"\n"
+                                      "resume_from_checkpoint = \"" + dir + "/checkpoint-10\"\n"),
+                             world());
+  ASSERT_EQ(resumed.first_step, 10);
+  ASSERT_EQ(resumed.losses.size(), 10u);
+  for (std::size_t i = 0; i < 10; ++i)
+    EXPECT_EQ(resumed.losses[i], straight.losses[10 + i]) << "step " << 11 + i;
+  world().barrier();
+  if (world().rank() == 0) ckpt::remove_tree(dir);
+}
+
+TEST(Resume, OneRankEngineContinuesARunOfAnotherWorldSize) {
+  if (24 % world().size() != 0) GTEST_SKIP() << "global batch 24 needs a world size dividing 24";
+  at::set_num_threads(1);
+  const std::string dir = shared_temp_dir();
+  const auto straight = train(tiny_run("ddp", 1, accum_for(world().size()),
+                                       "output_dir = \"" + dir + "\"\n"), world(), 10);
+  // Every rank resumes alone (MPI_COMM_SELF), with engine none: micro 2 x accumulation 12.
+  MpiCommunicator self(MPI_COMM_SELF, "self", false);
+  const std::string mine = dir + "/single-" + std::to_string(world().rank());
+  const auto resumed = train(tiny_run("none", 2, 12, "output_dir = \"" + mine + "\"\n"
+                                      "save_strategy = \"no\"\n"
+                                      "resume_from_checkpoint = \"auto\"\n"), self);
+  EXPECT_EQ(resumed.first_step, 0) << "auto finds nothing in an empty output_dir";
+  const auto from_checkpoint = train(tiny_run("none", 2, 12, "output_dir = \"" + mine + "\"\n"
+                                              "resume_from_checkpoint = \"" + dir + "/checkpoint-10\"\n"),
+                                     self);
+  ASSERT_EQ(from_checkpoint.first_step, 10);
+  for (std::size_t i = 0; i < 10; ++i)
+    EXPECT_NEAR(from_checkpoint.losses[i], straight.losses[10 + i], 1e-5 * straight.losses[10 + i])
+        << "step " << 11 + i;
+  world().barrier();
+  if (world().rank() == 0) ckpt::remove_tree(dir);
+}
+
+TEST(Resume, AnotherGlobalBatchIsRefusedNamingBoth) {
+  if (24 % world().size() != 0) GTEST_SKIP() << "global batch 24 needs a world size dividing 24";
+  at::set_num_threads(1);
+  const std::string dir = shared_temp_dir();
+  train(tiny_run("ddp", 1, accum_for(world().size()), "output_dir = \"" + dir + "\"\n"),
+        world(), 20);
+  try {
+    train(tiny_run("ddp", 2, accum_for(world().size()),
+                   "output_dir = \"" + dir + "/b\"\nresume_from_checkpoint = \"" + dir +
+                       "/checkpoint-20\"\n"),
+          world());
+    ADD_FAILURE() << "expected a CheckpointMismatch";
+  } catch (const ckpt::CheckpointMismatch& e) {
+    EXPECT_NE(std::string(e.what()).find("global batch of 24 sequences, this run has 48"),
+              std::string::npos)
+        << e.what();
+  }
+  world().barrier();
+  if (world().rank() == 0) ckpt::remove_tree(dir);
+}
+
+}  // namespace
+}  // namespace lft
