@@ -10,17 +10,10 @@
 
 #include "lft/config/config.h"
 #include "lft/config/schema.h"
+#include "test_util.h"
 
 namespace lft::config {
 namespace {
-
-#define EXPECT_CONTAINS(haystack, needle)                                                   \
-  do {                                                                                      \
-    const std::string lft_h_ = (haystack);                                                  \
-    const std::string lft_n_ = (needle);                                                    \
-    EXPECT_NE(lft_h_.find(lft_n_), std::string::npos) << "missing: " << lft_n_ << "\nin:\n" \
-                                                      << lft_h_;                            \
-  } while (0)
 
 const std::string& data_path() {
   static const std::string path = [] {
@@ -41,16 +34,7 @@ std::string model_table() {
 }
 
 std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
-  try {
-    parse_config(text, "run.toml", overrides);
-  } catch (const ConfigError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected ConfigError, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected ConfigError; parsing succeeded:\n" << text;
-  return "";
+  return test::message_of<ConfigError>([&] { parse_config(text, "run.toml", overrides); });
 }
 
 // A fresh, empty temporary directory.

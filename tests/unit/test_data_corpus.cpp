@@ -14,17 +14,10 @@
 #include "lft/data/packed_dataset.h"
 #include "lft/data/tokenizer.h"
 #include "lft/runtime/error.h"
+#include "test_util.h"
 
 namespace lft::data {
 namespace {
-
-#define EXPECT_CONTAINS(haystack, needle)                                                   \
-  do {                                                                                      \
-    const std::string lft_h_ = (haystack);                                                  \
-    const std::string lft_n_ = (needle);                                                    \
-    EXPECT_NE(lft_h_.find(lft_n_), std::string::npos) << "missing: " << lft_n_ << "\nin:\n" \
-                                                      << lft_h_;                            \
-  } while (0)
 
 bool is_file(const std::string& path) {
   struct stat st {};
@@ -85,13 +78,7 @@ class TempDir {
 
 // The UsageError message of reading `path` ("" and a test failure when it does not throw one).
 std::string error_of(const std::string& path) {
-  try {
-    read_text_corpus(path);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a UsageError for " << path;
-  return "";
+  return test::message_of<UsageError>([&] { read_text_corpus(path); });
 }
 
 TEST(CorpusTest, ReadsWikiDemoTxt) {

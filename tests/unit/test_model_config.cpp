@@ -7,6 +7,7 @@
 
 #include "lft/config/config.h"
 #include "lft/model/model_config.h"
+#include "test_util.h"
 
 namespace lft::model {
 namespace {
@@ -19,16 +20,7 @@ std::string fixture_dir(const std::string& name) {
 }
 
 std::string error_of(const std::string& json) {
-  try {
-    ModelConfig::from_hf_json(json, "m/config.json");
-  } catch (const ConfigError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected ConfigError, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected ConfigError for: " << json;
-  return "";
+  return test::message_of<ConfigError>([&] { ModelConfig::from_hf_json(json, "m/config.json"); });
 }
 
 // A transformers 4.x style Llama config with the given extra fields (`,"k":v` ...).
@@ -38,14 +30,6 @@ std::string llama_json(const std::string& extra = "") {
          R"("max_position_embeddings":512,"rms_norm_eps":1e-5,"rope_theta":10000.0)" +
          extra + "}";
 }
-
-#define EXPECT_CONTAINS(haystack, needle)                                                   \
-  do {                                                                                      \
-    const std::string lft_h_ = (haystack);                                                  \
-    const std::string lft_n_ = (needle);                                                    \
-    EXPECT_NE(lft_h_.find(lft_n_), std::string::npos) << "missing: " << lft_n_ << "\nin:\n" \
-                                                      << lft_h_;                            \
-  } while (0)
 
 TEST(ModelConfig, ReadsTransformers5LlamaFixture) {
   const ModelConfig c = ModelConfig::from_hf_folder(fixture_dir("llama-tiny"));

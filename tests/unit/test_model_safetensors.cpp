@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 
 #include "lft/model/safetensors.h"
+#include "test_util.h"
 
 namespace lft::model {
 namespace {
@@ -50,25 +51,8 @@ std::string make_file(const std::string& name, std::string header, std::size_t d
 }
 
 std::string error_of(const std::string& path) {
-  try {
-    read_safetensors(path);
-  } catch (const SafetensorsError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected SafetensorsError, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected SafetensorsError reading " << path;
-  return "";
+  return test::message_of<SafetensorsError>([&] { read_safetensors(path); });
 }
-
-#define EXPECT_CONTAINS(haystack, needle)                                                   \
-  do {                                                                                      \
-    const std::string lft_h_ = (haystack);                                                  \
-    const std::string lft_n_ = (needle);                                                    \
-    EXPECT_NE(lft_h_.find(lft_n_), std::string::npos) << "missing: " << lft_n_ << "\nin:\n" \
-                                                      << lft_h_;                            \
-  } while (0)
 
 TEST(Safetensors, RoundTripEveryDtype) {
   std::map<std::string, at::Tensor> in;
