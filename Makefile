@@ -36,6 +36,7 @@ run: build
 # lftrain and PyTorch side by side on the benchmark model (docs/performance.md).
 bench: build
 	.venv/bin/python tools/bench/run.py --build $(BUILD)
+	.venv/bin/python tools/bench/checkpoint.py $(BUILD)
 
 # Validates the example run on 2 ranks without training.
 check: build

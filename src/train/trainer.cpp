@@ -253,14 +253,16 @@ void Trainer::resume_if_asked() {
     log0("resume: no complete checkpoint in " + s.cfg.string("output_dir") + "; starting from step 0");
     return;
   }
+  const auto start = Clock::now();
   const ckpt::Progress p = ckpt::load_checkpoint(s.mesh.world(), *folder, run_info(), held_tensors(),
                                                  *s.optimizer);
+  const double seconds = seconds_since(start);
   s.sampler->restore(p.sampler);
   s.step = p.step;
   s.tokens_seen = p.tokens_seen;
   log0("resume: " + *folder + " at step " + std::to_string(p.step) + " (epoch " +
        std::to_string(p.sampler.epoch) + ", " + std::to_string(s.sampler->consumed_samples()) +
-       " samples consumed)");
+       " samples consumed), loaded in " + std::to_string(seconds).substr(0, 5) + " s");
 }
 
 std::string Trainer::save() {

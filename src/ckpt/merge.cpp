@@ -1,0 +1,497 @@
+// lfmerge: the export plan and its execution, --inspect, and the command line (merge.h).
+#include "lft/ckpt/merge.h"
+
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "lft/ckpt/checkpoint_files.h"
+#include "lft/runtime/error.h"
+#include "merge_internal.h"
+#include "store_util.h"
+
+namespace lft::ckpt {
+
+using namespace merge_detail;
+
+namespace {
+
+// Files copied byte for byte from a run's model_name_or_path folder when they exist.
+const std::vector<std::string>& copied_model_files() {
+  static const std::vector<std::string> names = {"tokenizer.json",
+                                                 "tokenizer_config.json",
+                                                 "special_tokens_map.json",
+                                                 "tokenizer.model",
+                                                 "generation_config.json",
+                                                 "added_tokens.json",
+                                                 "vocab.json",
+                                                 "merges.txt",
+                                                 "chat_template.jinja"};
+  return names;
+}
+
+// A name this tool writes (what --force replaces), or its temporary file.
+bool is_export_file(std::string name) {
+  const std::string tmp = ".tmp";
+  if (name.size() > tmp.size() && name.compare(name.size() - tmp.size(), tmp.size(), tmp) == 0)
+    name.resize(name.size() - tmp.size());
+  if (name == "model.safetensors" || name == "model.safetensors.index.json" || name == "model.h5" ||
+      name == "config.json")
+    return true;
+  for (const std::string& n : copied_model_files())
+    if (name == n) return true;
+  // model-00001-of-00004.safetensors
+  const std::string suffix = ".safetensors";
+  if (name.size() != 6 + 5 + 4 + 5 + suffix.size() || name.compare(0, 6, "model-") != 0 ||
+      name.compare(11, 4, "-of-") != 0 || name.compare(20, suffix.size(), suffix) != 0)
+    return false;
+  for (std::size_t i : {6, 7, 8, 9, 10, 15, 16, 17, 18, 19})
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return false;
+  return true;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("cannot read " + path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// config.json: the run's model folder's (a [model] table's ModelConfig otherwise), with the dtype
+// of the export (`dtype` for transformers 5, `torch_dtype` for 4.x).
+std::string hf_config_json(const RunModel& run, at::ScalarType dtype) {
+  nlohmann::ordered_json j;
+  if (run.model_folder.empty()) {
+    model::ModelConfig c = run.config;
+    c.dtype = dtype_name(dtype);
+    j = nlohmann::ordered_json::parse(c.to_hf_json());
+  } else {
+    const std::string path = run.model_folder + "/config.json";
+    j = nlohmann::ordered_json::parse(read_text(path), nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      throw UsageError(path + " (the run's model_name_or_path) is not a JSON object");
+  }
+  j["dtype"] = dtype_name(dtype);
+  j["torch_dtype"] = dtype_name(dtype);
+  return j.dump(2) + "\n";
+}
+
+struct Shard {
+  std::string file;
+  std::vector<TensorInfo> tensors;
+  std::int64_t bytes = 0;
+};
+
+// Greedy, in export order, as transformers shards: a new shard when the next tensor would push
+// the current one past the limit (a tensor larger than the limit gets a shard of its own).
+std::vector<Shard> plan_shards(const std::vector<TensorInfo>& tensors, std::int64_t element,
+                               std::int64_t max_bytes) {
+  std::vector<Shard> shards(1);
+  for (const TensorInfo& t : tensors) {
+    const std::int64_t bytes = numel(t.shape) * element;
+    if (!shards.back().tensors.empty() && shards.back().bytes + bytes > max_bytes)
+      shards.emplace_back();
+    shards.back().tensors.push_back(t);
+    shards.back().bytes += bytes;
+  }
+  if (shards.size() == 1) {
+    shards[0].file = "model.safetensors";
+  } else {
+    char name[64];
+    for (std::size_t k = 0; k < shards.size(); ++k) {
+      std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+      shards[k].file = name;
+    }
+  }
+  return shards;
+}
+
+std::string dtype_flag(at::ScalarType dtype) {
+  return dtype == at::kBFloat16 ? "bf16" : dtype == at::kHalf ? "fp16" : "fp32";
+}
+
+}  // namespace
+
+MergeReport merge_checkpoint(const MergeOptions& o) {
+  if (o.checkpoint.empty()) throw UsageError("no checkpoint given: " + merge_usage());
+  if (o.out_dir.empty()) throw UsageError("no output folder: pass --out DIR");
+  if (o.dtype != at::kFloat && o.dtype != at::kBFloat16 && o.dtype != at::kHalf)
+    throw UsageError("export dtype " + dtype_name(o.dtype) + " is not one of fp32, bf16, fp16");
+  if (o.max_shard_bytes < 1) throw UsageError("--max-shard-size must be at least 1 byte");
+
+  // 1. Everything about the input, before touching the output.
+  Source src = open_checkpoint(o.checkpoint, /*allow_incomplete=*/false);
+  const RunModel run = rebuild_model(src);
+  const std::vector<TensorInfo> tensors = model_tensors(src);
+  check_model_tensors(src, tensors, run.config);
+
+  // 2. The plan.
+  const std::int64_t element = static_cast<std::int64_t>(c10::elementSize(o.dtype));
+  MergeReport report;
+  report.model_summary = run.config.summary();
+  report.tensor_count = static_cast<std::int64_t>(tensors.size());
+  for (const TensorInfo& t : tensors) {
+    report.parameters += numel(t.shape);
+    report.total_bytes += numel(t.shape) * element;
+  }
+  const std::string dir = o.out_dir;
+  std::vector<std::pair<std::string, std::string>> lines;  // file, description
+  std::vector<Shard> shards;
+  std::vector<std::string> copies;  // names copied from the model folder
+  std::string config_json;
+  if (o.format == ExportFormat::HuggingFace) {
+    config_json = hf_config_json(run, o.dtype);
+    shards = plan_shards(tensors, element, o.max_shard_bytes);
+    for (const Shard& s : shards)
+      lines.emplace_back(s.file,
+                         std::to_string(s.tensors.size()) + " tensors, " + human_bytes(s.bytes));
+    if (shards.size() > 1)
+      lines.emplace_back("model.safetensors.index.json",
+                         "weight_map of " + std::to_string(tensors.size()) + " tensors");
+    lines.emplace_back("config.json", run.model_folder.empty()
+                                          ? "from the run's [model] table"
+                                          : "from " + run.model_folder + "/config.json");
+    for (const std::string& name : copied_model_files()) {
+      if (run.model_folder.empty() || !is_regular_file(run.model_folder + "/" + name)) continue;
+      copies.push_back(name);
+      lines.emplace_back(name, "copied from " + run.model_folder);
+    }
+  } else {
+    lines.emplace_back("model.h5", std::to_string(tensors.size()) + " tensors, " +
+                                       human_bytes(report.total_bytes) + ", " +
+                                       std::to_string(src.attributes.size()) + " root attributes");
+  }
+  for (const auto& l : lines) report.files.push_back(dir + "/" + l.first);
+
+  // 3. The output folder.
+  const bool existed = path_exists(dir);
+  if (existed && !is_directory(dir))
+    throw UsageError("--out " + dir + " exists and is not a folder: choose another --out");
+  const std::vector<std::string> entries = existed ? list_folder(dir) : std::vector<std::string>{};
+  if (!entries.empty() && !o.force)
+    throw UsageError("output folder " + dir + " is not empty (" + std::to_string(entries.size()) +
+                     " entries, e.g. '" + entries.front() +
+                     "'): choose another --out, or pass --force to replace the export files in it");
+
+  std::ostringstream text;
+  const std::string what = "checkpoint " + o.checkpoint + " (step " +
+                           (src.attribute("step") ? src.attribute("step")->text() : "?") + ")";
+  text << (o.dry_run ? "lfmerge: dry run, nothing written. Would export " : "lfmerge: exported ")
+       << what << " to " << dir << " (" << (o.format == ExportFormat::HuggingFace ? "hf" : "hdf5")
+       << ", " << dtype_flag(o.dtype) << "):\n";
+  std::size_t width = 0;
+  for (const auto& l : lines) width = std::max(width, l.first.size());
+  for (const auto& l : lines)
+    text << "  " << std::left << std::setw(static_cast<int>(width)) << l.first << "  " << l.second
+         << "\n";
+  text << report.tensor_count << " tensors, " << report.parameters << " parameters, "
+       << human_bytes(report.total_bytes) << " (" << report.total_bytes << " bytes) as "
+       << dtype_name(o.dtype) << "; model: " << report.model_summary << "\n";
+  report.text = text.str();
+  if (o.dry_run) return report;
+
+  // 4. Writing. From here on, a failure removes what was written.
+  if (!existed) make_directories(dir);
+  OutputFiles files(dir, !existed);
+  for (const std::string& e : entries) {
+    if (!is_export_file(e) || is_directory(dir + "/" + e)) continue;
+    if (::unlink((dir + "/" + e).c_str()) != 0)
+      throw MergeIoError("cannot remove the old " + dir + "/" + e + ": " + std::strerror(errno));
+  }
+  const std::int64_t available = free_bytes(dir);
+  // Tensor data, plus safetensors headers (~150 bytes a tensor) and small files.
+  const std::int64_t needed = report.total_bytes + 256 * report.tensor_count +
+                              16384 * static_cast<std::int64_t>(lines.size());
+  if (available >= 0 && available < needed)
+    throw MergeIoError("not enough space in " + dir + ": the export needs about " +
+                       human_bytes(needed) + ", " + human_bytes(available) +
+                       " are free: free space or choose another --out");
+
+  const TensorLoader load = [&src](const TensorInfo& t) {
+    return src.reader.read_full("model/" + t.name);
+  };
+  if (o.format == ExportFormat::HuggingFace) {
+    for (const Shard& s : shards)
+      write_safetensors_streaming(dir + "/" + s.file, s.tensors, o.dtype, load, files);
+    if (shards.size() > 1) {
+      nlohmann::json index;  // sorted keys, as transformers writes it
+      index["metadata"]["total_size"] = report.total_bytes;
+      index["metadata"]["total_parameters"] = report.parameters;
+      index["weight_map"] = nlohmann::json::object();
+      for (const Shard& s : shards)
+        for (const TensorInfo& t : s.tensors) index["weight_map"][t.name] = s.file;
+      write_text_file(dir + "/model.safetensors.index.json", index.dump(2) + "\n", files);
+    }
+    write_text_file(dir + "/config.json", config_json, files);
+    for (const std::string& name : copies)
+      copy_file(run.model_folder + "/" + name, dir + "/" + name, files);
+  } else {
+    write_hdf5_export(dir + "/model.h5", tensors, o.dtype, load, src.attributes, files);
+  }
+  if (const int rc = detail::fsync_path(dir, /*directory=*/true); rc != 0)
+    throw MergeIoError("cannot sync the folder " + dir + ": " + std::strerror(rc));
+  files.commit();
+  return report;
+}
+
+std::string inspect_checkpoint(const std::string& path) {
+  const Source src = open_checkpoint(path, /*allow_incomplete=*/true);
+  std::ostringstream os;
+  auto attr = [&](const char* key) {
+    const Attribute* a = src.attribute(key);
+    return a != nullptr ? a->text() : std::string("-");
+  };
+  auto row = [&](const char* label, const std::string& value) {
+    os << std::left << std::setw(16) << label << value << "\n";
+  };
+  std::string status;
+  if (!src.folder.empty())
+    status = src.complete ? " (complete)"
+                          : " (INCOMPLETE: no COMPLETE file; its save was cut short, so it is "
+                            "neither resumed from nor merged)";
+  row("checkpoint", path + status);
+  row("format", attr("format") + ", version " + attr("format_version"));
+  row("lftrain version", attr("lftrain_version"));
+  row("step", attr("step"));
+  row("tokens seen", attr("tokens_seen"));
+  row("engine", attr("engine"));
+  const Attribute* mesh = src.attribute("mesh");
+  if (mesh != nullptr && mesh->kind == Attribute::Kind::IntVector && mesh->v.size() == 4)
+    row("mesh", "pp=" + std::to_string(mesh->v[0]) + " dp_replicate=" + std::to_string(mesh->v[1]) +
+                    " dp_shard=" + std::to_string(mesh->v[2]) +
+                    " tp=" + std::to_string(mesh->v[3]));
+  else
+    row("mesh", attr("mesh"));
+  row("world size", attr("world_size"));
+  row("global batch", attr("global_batch"));
+  row("seed", attr("seed"));
+  const bool shared = src.reader.mode() == StoreMode::SharedFile;
+  row("store", std::string(shared ? "shared file " : "per-rank files in ") + src.state +
+                   ", written by " + std::to_string(src.reader.store_world_size()) + " rank" +
+                   (src.reader.store_world_size() == 1 ? "" : "s"));
+  if (src.reader.has_attribute("optim", "step")) {
+    std::ostringstream opt;
+    opt << "step " << src.reader.int_attribute("optim", "step");
+    for (const char* k : {"beta1", "beta2", "eps", "weight_decay"})
+      if (src.reader.has_attribute("optim", k))
+        opt << ", " << k << " " << src.reader.double_attribute("optim", k);
+    row("optimizer", opt.str());
+  }
+  if (!src.folder.empty() && src.attribute("config") != nullptr) {
+    try {
+      row("model", rebuild_model(src).config.summary());
+    } catch (const std::exception& e) {
+      const std::string m = e.what();
+      row("model", "(not rebuilt: " + m.substr(0, m.find('\n')) + ")");
+    }
+  }
+
+  std::vector<TensorInfo> all = src.reader.tensors();
+  std::stable_sort(all.begin(), all.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return natural_less(a.name, b.name);
+  });
+  std::size_t name_w = 6, shape_w = 5;
+  for (const TensorInfo& t : all) {
+    name_w = std::max(name_w, t.name.size());
+    shape_w = std::max(shape_w, shape_text(t.shape).size());
+  }
+  os << "\n"
+     << std::left << std::setw(static_cast<int>(name_w)) << "tensor"
+     << "  " << std::setw(static_cast<int>(shape_w)) << "shape"
+     << "  " << std::setw(9) << "dtype" << std::right << std::setw(14) << "bytes"
+     << "\n";
+  struct Total {
+    std::int64_t count = 0, numel = 0, bytes = 0;
+  } model_total, optim_total, other_total;
+  for (const TensorInfo& t : all) {
+    const std::int64_t n = numel(t.shape);
+    const std::int64_t bytes = n * static_cast<std::int64_t>(c10::elementSize(t.dtype));
+    os << std::left << std::setw(static_cast<int>(name_w)) << t.name << "  "
+       << std::setw(static_cast<int>(shape_w)) << shape_text(t.shape) << "  " << std::setw(9)
+       << dtype_name(t.dtype) << std::right << std::setw(14) << bytes << "\n";
+    Total& total = t.name.rfind("model/", 0) == 0   ? model_total
+                   : t.name.rfind("optim/", 0) == 0 ? optim_total
+                                                    : other_total;
+    ++total.count;
+    total.numel += n;
+    total.bytes += bytes;
+  }
+  os << "\n";
+  row("model", std::to_string(model_total.count) + " tensors, " +
+                   std::to_string(model_total.numel) + " parameters, " +
+                   human_bytes(model_total.bytes) + " (" + std::to_string(model_total.bytes) +
+                   " bytes)");
+  row("optimizer", std::to_string(optim_total.count) + " tensors, " +
+                       human_bytes(optim_total.bytes) + " (" + std::to_string(optim_total.bytes) +
+                       " bytes)");
+  if (other_total.count > 0)
+    row("other", std::to_string(other_total.count) + " tensors, " + human_bytes(other_total.bytes));
+  const std::int64_t sum = model_total.bytes + optim_total.bytes + other_total.bytes;
+  row("total", human_bytes(sum) + " (" + std::to_string(sum) + " bytes)");
+  return os.str();
+}
+
+std::int64_t parse_byte_size(const std::string& text) {
+  const std::string bad = "size '" + text +
+                          "' is not a size: use a number with an optional unit, e.g. 5GB, 500MB, "
+                          "100KB, 2GiB or 123456 (bytes)";
+  std::size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
+  if (i == 0) throw UsageError(bad);
+  double value = 0;
+  try {
+    std::size_t used = 0;
+    value = std::stod(text.substr(0, i), &used);
+    if (used != i) throw UsageError(bad);
+  } catch (const std::logic_error&) {
+    throw UsageError(bad);
+  }
+  std::string unit = text.substr(i);
+  std::transform(unit.begin(), unit.end(), unit.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  double scale = 0;
+  if (unit.empty() || unit == "B")
+    scale = 1;
+  else if (unit == "KB")
+    scale = 1e3;
+  else if (unit == "MB")
+    scale = 1e6;
+  else if (unit == "GB")
+    scale = 1e9;
+  else if (unit == "TB")
+    scale = 1e12;
+  else if (unit == "KIB")
+    scale = 1024.0;
+  else if (unit == "MIB")
+    scale = 1024.0 * 1024;
+  else if (unit == "GIB")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "TIB")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else
+    throw UsageError(bad);
+  const double bytes = value * scale;
+  if (bytes < 1 || bytes > 9e18) throw UsageError("size '" + text + "' is out of range");
+  return static_cast<std::int64_t>(bytes);
+}
+
+at::ScalarType parse_export_dtype(const std::string& text) {
+  if (text == "fp32" || text == "float32") return at::kFloat;
+  if (text == "bf16" || text == "bfloat16") return at::kBFloat16;
+  if (text == "fp16" || text == "float16") return at::kHalf;
+  throw UsageError("--dtype '" + text + "' is not one of bf16, fp16, fp32");
+}
+
+std::string merge_usage() {
+  return "usage: lfmerge CHECKPOINT --out DIR [--format hf|hdf5] [--dtype bf16|fp16|fp32]\n"
+         "                [--max-shard-size 5GB] [--dry-run] [--force]\n"
+         "       lfmerge --inspect CHECKPOINT\n"
+         "\n"
+         "Exports the model of an lftrain checkpoint (output_dir/checkpoint-<step>) as a Hugging "
+         "Face\nmodel folder, or describes a checkpoint. No optimizer state is exported.\n"
+         "\n"
+         "  --out DIR             folder to write (created; must be empty unless --force)\n"
+         "  --format hf|hdf5      hf (default): model.safetensors (+ shards and index), "
+         "config.json,\n"
+         "                        tokenizer files; hdf5: DIR/model.h5 with full tensors\n"
+         "  --dtype D             fp32 (default, the master weights), bf16 or fp16\n"
+         "  --max-shard-size S    hf: shard when the weights exceed S (default 5GB; 500MB, "
+         "2GiB, ...)\n"
+         "  --dry-run             check everything and print what would be written\n"
+         "  --force               write into a non-empty DIR, replacing its export files\n"
+         "  --inspect CHECKPOINT  print step, mesh, engine, ... and every tensor of a "
+         "checkpoint\n"
+         "\n"
+         "Exit status: 0 done, 2 wrong command line or input, 1 writing failed.\n";
+}
+
+MergeCommand parse_merge_command_line(const std::vector<std::string>& args) {
+  MergeCommand cmd;
+  std::vector<std::string> positional;
+  std::string merge_option;  // the first option that only applies to a merge
+  bool shard_size_given = false;
+  const std::string see = " (lfmerge --help shows the usage)";
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i], value;
+    bool has_value = false;
+    if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {
+      value = arg.substr(arg.find('=') + 1);
+      arg = arg.substr(0, arg.find('='));
+      has_value = true;
+    }
+    auto take = [&]() {
+      if (has_value) return value;
+      if (i + 1 >= args.size()) throw UsageError(arg + " needs a value" + see);
+      return args[++i];
+    };
+    auto no_value = [&]() {
+      if (has_value) throw UsageError(arg + " takes no value" + see);
+    };
+    if (arg == "-h" || arg == "--help") {
+      cmd.action = MergeCommand::Action::Help;
+      return cmd;
+    }
+    if (merge_option.empty() && arg.size() > 1 && arg[0] == '-' && arg != "--inspect")
+      merge_option = arg;
+    if (arg == "--inspect") {
+      cmd.action = MergeCommand::Action::Inspect;
+      cmd.inspect_path = take();
+    } else if (arg == "--out" || arg == "-o") {
+      cmd.options.out_dir = take();
+    } else if (arg == "--format") {
+      const std::string f = take();
+      if (f == "hf")
+        cmd.options.format = ExportFormat::HuggingFace;
+      else if (f == "hdf5")
+        cmd.options.format = ExportFormat::Hdf5;
+      else
+        throw UsageError("--format '" + f + "' is not one of hf, hdf5");
+    } else if (arg == "--dtype") {
+      cmd.options.dtype = parse_export_dtype(take());
+    } else if (arg == "--max-shard-size") {
+      cmd.options.max_shard_bytes = parse_byte_size(take());
+      shard_size_given = true;
+    } else if (arg == "--dry-run") {
+      no_value();
+      cmd.options.dry_run = true;
+    } else if (arg == "--force") {
+      no_value();
+      cmd.options.force = true;
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      throw UsageError("unknown option '" + arg + "'" + see);
+    } else {
+      positional.push_back(arg);
+    }
+  }
+  if (cmd.action == MergeCommand::Action::Inspect) {
+    if (!positional.empty() || !merge_option.empty())
+      throw UsageError("--inspect takes one checkpoint and no other arguments, got also '" +
+                       (positional.empty() ? merge_option : positional.front()) + "'" + see);
+    return cmd;
+  }
+  if (shard_size_given && cmd.options.format != ExportFormat::HuggingFace)
+    throw UsageError("--max-shard-size applies to --format hf only (model.h5 is one file)" + see);
+  if (positional.size() != 1)
+    throw UsageError(
+        std::string(positional.empty() ? "no checkpoint given" : "more than one checkpoint given") +
+        ": pass one checkpoint folder, e.g. lfmerge output/checkpoint-100 --out "
+        "export" +
+        see);
+  if (cmd.options.out_dir.empty())
+    throw UsageError("missing --out DIR (the folder to write the model to)" + see);
+  cmd.options.checkpoint = positional.front();
+  return cmd;
+}
+
+}  // namespace lft::ckpt

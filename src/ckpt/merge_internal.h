@@ -1,0 +1,121 @@
+// Internals of lfmerge (merge.h) shared by merge.cpp, merge_source.cpp and merge_output.cpp.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lft/ckpt/tensor_store.h"
+#include "lft/model/model_config.h"
+
+namespace lft::ckpt::merge_detail {
+
+// ---- the checkpoint (merge_source.cpp) ---------------------------------------------------------
+
+// A root attribute of a store, of one of the kinds StoreWriter::set_attribute writes.
+struct Attribute {
+  enum class Kind { String, Int, Double, IntVector };
+  std::string key;
+  Kind kind = Kind::String;
+  std::string s;
+  std::int64_t i = 0;
+  double d = 0;
+  std::vector<std::int64_t> v;
+
+  std::string text() const;  // the value as lfmerge prints it
+};
+
+struct Source {
+  std::string folder;     // the checkpoint folder ("" when a store was given directly)
+  std::string state;      // the store: folder/state.h5 or folder/state
+  std::string main_file;  // the store's file holding the root attributes
+  bool complete = false;
+  StoreReader reader;
+  std::vector<Attribute> attributes;  // the root attributes, "store_*" excluded, by name
+
+  const Attribute* attribute(const std::string& key) const;
+};
+
+// Opens a checkpoint folder. UsageError (naming the path and what to do) when it is missing, not
+// a checkpoint, incomplete (unless `allow_incomplete`) or of a newer format. `allow_incomplete`
+// also accepts a bare store (an .h5 file or per-rank folder), for --inspect.
+Source open_checkpoint(const std::string& path, bool allow_incomplete);
+
+// The model of the run, from the root attribute `config` (the run's TOML text and its
+// "# override: key=value" lines).
+struct RunModel {
+  model::ModelConfig config;
+  std::string model_folder;  // model_name_or_path; "" for an inline [model] table
+};
+RunModel rebuild_model(const Source& source);
+
+// The /model tensors, names without the "model/" prefix, in export order (embeddings, layers in
+// numeric order, final norm, lm_head).
+std::vector<TensorInfo> model_tensors(const Source& source);
+
+// Checks names (Hugging Face parameter names) and shapes against `config`. UsageError listing the
+// problems (tensor and both shapes).
+void check_model_tensors(const Source& source, const std::vector<TensorInfo>& tensors,
+                         const model::ModelConfig& config);
+
+// Orders "model.layers.10" after "model.layers.9": digit runs compare as numbers.
+bool natural_less(const std::string& a, const std::string& b);
+
+// ---- formatting --------------------------------------------------------------------------------
+std::string shape_text(const std::vector<std::int64_t>& shape);  // "[3, 4]"
+std::string human_bytes(std::int64_t bytes);                     // "1.50 MB (1500000 bytes)"
+std::int64_t numel(const std::vector<std::int64_t>& shape);
+// "bfloat16" etc. (the torch name, as config.json's dtype)
+std::string dtype_name(at::ScalarType dtype);
+
+// ---- writing (merge_output.cpp) ----------------------------------------------------------------
+
+// The files of one export. Each is written to <path>.tmp and renamed when complete; whatever was
+// created is removed again unless commit() is called (an exception, a disk-full error), and the
+// output folder too when this export created it and it is empty.
+class OutputFiles {
+ public:
+  OutputFiles(std::string dir, bool created_dir);
+  ~OutputFiles();
+  OutputFiles(const OutputFiles&) = delete;
+  OutputFiles& operator=(const OutputFiles&) = delete;
+
+  // A file about to be written (its .tmp is cleaned up too).
+  void add(const std::string& path);
+  void commit() { committed_ = true; }
+
+ private:
+  std::string dir_;
+  bool created_dir_;
+  bool committed_ = false;
+  std::vector<std::string> paths_;
+};
+
+// Reads one /model tensor in full (CPU, contiguous, stored dtype).
+using TensorLoader = std::function<at::Tensor(const TensorInfo&)>;
+
+// A safetensors file of `tensors` (converted to `dtype`) streamed one tensor at a time, laid out
+// as the reference writer does, with __metadata__ {"format": "pt"}. MergeIoError on failure.
+void write_safetensors_streaming(const std::string& path, const std::vector<TensorInfo>& tensors,
+                                 at::ScalarType dtype, const TensorLoader& load,
+                                 OutputFiles& files);
+void write_text_file(const std::string& path, const std::string& text, OutputFiles& files);
+void copy_file(const std::string& from, const std::string& to, OutputFiles& files);
+
+// DIR/model.h5 as a SharedFile store on MPI_COMM_SELF (written as model.h5.tmp, then renamed).
+void write_hdf5_export(const std::string& path, const std::vector<TensorInfo>& tensors,
+                       at::ScalarType dtype, const TensorLoader& load,
+                       const std::vector<Attribute>& attributes, OutputFiles& files);
+
+bool path_exists(const std::string& path);
+bool is_directory(const std::string& path);
+bool is_regular_file(const std::string& path);
+// Entries of a folder other than "." and "..", sorted (empty when it cannot be read).
+std::vector<std::string> list_folder(const std::string& dir);
+// Free bytes for an unprivileged user on the file system of `dir`, or -1 if unknown.
+std::int64_t free_bytes(const std::string& dir);
+
+}  // namespace lft::ckpt::merge_detail
