@@ -5,6 +5,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 
 #include "lft/comm/watchdog.h"
 #include "lft/runtime/error.h"
@@ -14,6 +15,13 @@ namespace {
 
 std::atomic<bool> g_graceful{false};
 std::atomic<int> g_received{0};
+std::atomic<long long> g_first_ms{0};  // when the graceful stop was asked for (CLOCK_MONOTONIC)
+
+long long now_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return static_cast<long long>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
 
 void write_line(const char* text, int n) {
   if (n > 0) {
@@ -28,7 +36,11 @@ void on_signal(int sig) {
   const char* what = waiting ? waiting : "no collective (computing or idle)";
   char line[768];
   const int rank = world_rank_or_minus_one();
+  // Slurm sends SIGTERM twice, milliseconds apart, at a time limit: a repeat within 2 s is the
+  // same request, not a second one.
+  if (g_graceful.load() && g_received.load() != 0 && now_ms() - g_first_ms.load() < 2000) return;
   if (g_graceful.load() && g_received.exchange(sig) == 0) {
+    g_first_ms.store(now_ms());
     const int n = std::snprintf(line, sizeof(line),
                                 "[rank %d] lftrain: received signal %d while waiting in %s; "
                                 "saving a checkpoint at the next step boundary\n",

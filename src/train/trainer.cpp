@@ -297,7 +297,18 @@ int Trainer::run() {
   std::ofstream log_file;
   if (s.mesh.dp().rank() == 0 && s.mesh.coord() == MeshCoord{}) {
     ckpt::make_directories(out_dir);
-    log_file.open(out_dir + "/trainer_log.jsonl", std::ios::trunc);
+    const std::string path = out_dir + "/trainer_log.jsonl";
+    // A resumed run keeps the records up to its checkpoint and continues the same file.
+    std::string kept;
+    if (s.step > 0) {
+      std::ifstream old(path);
+      for (std::string line; std::getline(old, line);)
+        if (line.find("\"step\":") != std::string::npos &&
+            std::stoll(line.substr(line.find("\"step\":") + 7)) <= s.step)
+          kept += line + "\n";
+    }
+    log_file.open(path, std::ios::trunc);
+    log_file << kept;
     if (!log_file) fatal_one("cannot write " + out_dir + "/trainer_log.jsonl");
   }
   const auto start = Clock::now();

@@ -12,7 +12,8 @@
 #   (3) the interrupted run's losses equal the reference's bitwise at every step 1..300 (same
 #       world size), and no step is missing or repeated on either side of the checkpoint.
 # Job state comes from `scontrol show job` (no accounting needed), polled with deadlines;
-# `sbatch --wait` is not used (it returns when a requeued job's first run ends).
+# `sbatch --wait` is not used: the test acts between the two runs of the job and bounds each
+# phase on its own.
 # Exits 0 on success, 1 on a failure, 77 (ctest: skipped) when Slurm cannot be started here
 # (not root, no apt, no PMIx in srun, ...). Slurm is left running at the end.
 set -u
@@ -115,19 +116,12 @@ submit() {
   say "($name) job $job_id: sbatch slurm/train.sbatch $*"
 }
 
-# wait_final JOBID SECONDS: polls until the job is in a final state; sets state. A requeued
-# job held for its BeginTime (Slurm holds a requeued job ~2 minutes) is released at once.
+# wait_final JOBID SECONDS: polls until the job is in a final state; sets state.
 wait_final() {
-  local id=$1 deadline=$((SECONDS + $2)) reason
+  local id=$1 deadline=$((SECONDS + $2))
   while :; do
     state=$(field "$id" JobState)
     is_final "$state" && return 0
-    if [ "$state" = PENDING ]; then
-      reason=$(field "$id" Reason)
-      if [ "$reason" = BeginTime ]; then
-        timeout 10 scontrol update JobId="$id" StartTime=now >/dev/null 2>&1 || true
-      fi
-    fi
     [ $SECONDS -lt $deadline ] || fail "job $id is still ${state:-unknown} after $2 s"
     sleep 0.5
   done
@@ -176,8 +170,28 @@ while :; do
   sleep 0.2
 done
 cp "$log" "$tmp/cut-first.jsonl" 2>/dev/null || fail "(cut) no $log after the first run"
-say "(cut) job $cut_id requeued (JobState=$state Reason=$(field "$cut_id" Reason) Restarts=$restarts);" \
+reason=$(field "$cut_id" Reason)
+say "(cut) job $cut_id requeued (JobState=$state Reason=$reason Restarts=$restarts);" \
   "first run logged $(records "$tmp/cut-first.jsonl") steps"
+# Slurm holds a requeued job until BeginTime = requeue + cred_expire (120 s) + 1 s. Release it
+# now, but only once the first run is gone from the node, and not within the second of the
+# requeue:
+#  - slurmd refuses a credential made in the second it revoked the old one ("Killing
+#    non-startable batch JobId=N: Job credential revoked": the job FAILS with exit 1);
+#  - while the first run's slurmstepd for step N.0 still tears down, the new step N.0 cannot
+#    bind its PMIx socket ("Cannot bind() UNIX socket .../stepd.slurm.pmix.N.0"), the launch
+#    fails, and srun 22.05 still exits 0: the job would end COMPLETED without training.
+if [ "$state" = PENDING ] && [ "$reason" = BeginTime ]; then
+  deadline=$((SECONDS + 30))
+  while ps -eo args= | grep -Eq "^slurmstepd: \[$cut_id\."; do
+    [ $SECONDS -lt $deadline ] || fail "(cut) the first run's slurmstepd still runs 30 s after the requeue"
+    sleep 0.2
+  done
+  sleep 2
+  say "(cut) first run gone from the node; scontrol update JobId=$cut_id StartTime=now" \
+    "(instead of waiting ~2 minutes)"
+  timeout 10 scontrol update JobId="$cut_id" StartTime=now || fail "(cut) could not release job $cut_id"
+fi
 wait_final "$cut_id" 150
 cut_exit=$(field "$cut_id" ExitCode)
 restarts=$(field "$cut_id" Restarts)
@@ -201,6 +215,9 @@ expect_in "$out" \
   "restart 1," "resume: $tmp/cut/checkpoint-$n at step $n" \
   "done: $STEPS steps" || fail "(cut) job output"
 [ -f "$tmp/cut/checkpoint-$n/COMPLETE" ] || fail "(cut) no $tmp/cut/checkpoint-$n/COMPLETE"
+echo "----- job $cut_id output, the lines about the stop and the requeue ($out) -----"
+grep -E '^train\.sbatch:|received signal|^saved |^stopped on|^resume:|^done:|^srun: error|^slurmstepd' "$out"
+echo "-----"
 say "(cut) signal -> checkpoint-$n -> exit 75 -> requeue -> resume at step $n -> done"
 
 # --- (3) the same losses, bitwise, and no step missing -----------------------------------------

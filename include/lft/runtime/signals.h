@@ -2,7 +2,8 @@
 // Ctrl-C) print what the rank was waiting in and end the process. While training, a stop is
 // graceful instead: SIGUSR1 (Slurm's warning before a time limit), SIGTERM or SIGINT set a flag;
 // the trainer agrees on it over all ranks at the next step boundary, saves a checkpoint and
-// exits with kCheckpointedExitCode ("requeue me"). A second signal ends the process at once.
+// exits with kCheckpointedExitCode ("requeue me"). A second signal more than 2 s after the first
+// ends the process at once (one within 2 s is taken as the same request: Slurm repeats SIGTERM).
 #pragma once
 
 namespace lft {
