@@ -83,12 +83,14 @@ std::string save_checkpoint(MPI_Comm world, int dp_rank, int dp_size, const Save
   const std::string name = checkpoint_name(progress.step);
   const std::string folder = options.output_dir + "/" + name;
   const std::string state = folder + (options.per_rank ? "/state" : "/state.h5");
-  const std::string skip = decided_by_rank0(world, [&]() -> std::string {
-    if (is_complete(folder)) return "already complete";
-    prepare_folder(folder, state);  // a half-written save of this step is removed
+  decided_by_rank0(world, [&]() -> std::string {
+    if (is_complete(folder)) {  // an earlier run's checkpoint of the same step
+      log_rank("warning: replacing " + folder + ", saved by an earlier run");
+      remove_tree(folder);
+    }
+    prepare_folder(folder, state);  // a half-written save of this step is removed too
     return "";
   });
-  if (!skip.empty()) return folder;
 
   Watchdog::Scope scope("saving " + folder, Watchdog::setup_timeout(), "setup_timeout");
   StoreWriter writer(world, state, options.per_rank ? StoreMode::PerRank : StoreMode::SharedFile);

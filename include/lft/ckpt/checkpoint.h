@@ -69,7 +69,7 @@ struct SaveOptions {
 };
 
 // Saves checkpoint-<progress.step> collectively over `world`; `dp_rank`/`dp_size` split the
-// writing of replicated tensors. A complete checkpoint of the same step is left as it is.
+// writing of replicated tensors. A checkpoint of the same step from an earlier run is replaced.
 // Returns the checkpoint folder.
 std::string save_checkpoint(MPI_Comm world, int dp_rank, int dp_size, const SaveOptions& options,
                             const RunInfo& run, const Progress& progress,
