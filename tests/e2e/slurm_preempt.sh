@@ -61,27 +61,10 @@ fail() {
   exit 1
 }
 
-# expect_in FILE STRING...: FILE contains every STRING (fixed strings).
-expect_in() {
-  local f=$1 s ok=0
-  shift
-  for s in "$@"; do
-    grep -Fq -- "$s" "$f" || { say "$f lacks '$s'"; ok=1; }
-  done
-  return $ok
-}
 
 # --- start Slurm ----------------------------------------------------------------------------
-if [ "$(id -u)" != 0 ] && ! { command -v sudo >/dev/null && sudo -n true 2>/dev/null; }; then
-  skip "starting a local Slurm needs root or passwordless sudo"
-fi
-say "starting the local Slurm (tools/slurm-local start)"
-if ! timeout 600 tools/slurm-local start >"$tmp/start.out.txt" 2>"$tmp/start.err.txt"; then
-  cat "$tmp/start.err.txt"
-  skip "tools/slurm-local start failed (see above): no Slurm to test with"
-fi
-cat "$tmp/start.err.txt"
-eval "$(grep '^export SLURM_CONF=' "$tmp/start.out.txt")"
+. tests/e2e/slurm_common.sh
+start_local_slurm
 [ -n "${SLURM_CONF:-}" ] || skip "tools/slurm-local start printed no SLURM_CONF"
 export SLURM_CONF
 timeout 30 srun --mpi=list 2>&1 | grep -qw pmix || skip "this srun has no PMIx plugin (srun --mpi=list)"
