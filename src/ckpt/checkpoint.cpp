@@ -20,13 +20,12 @@ int rank_in(MPI_Comm comm) {
   return r;
 }
 
-// The part of `t`'s box this rank writes: all of it, or (replicated) its share of dim 0.
-Slice slice_of(const std::string& store_name, const HeldTensor& t, const at::Tensor& local,
-               int dp_rank, int dp_size) {
+// The part of `t`'s box this rank writes: all of it, or its holder's share of dim 0.
+Slice slice_of(const std::string& store_name, const HeldTensor& t, const at::Tensor& local) {
   Slice s{store_name, t.global_shape, t.offset, local.contiguous()};
-  if (!t.replicated || dp_size == 1) return s;
+  if (t.replicas <= 1 || local.dim() == 0) return s;
   const int64_t rows = local.size(0);
-  const int64_t begin = rows * dp_rank / dp_size, end = rows * (dp_rank + 1) / dp_size;
+  const int64_t begin = rows * t.replica / t.replicas, end = rows * (t.replica + 1) / t.replicas;
   s.local = local.narrow(0, begin, end - begin).contiguous();
   s.offset[0] += begin;
   return s;
@@ -77,7 +76,7 @@ void check_format(const StoreReader& store, const std::string& folder) {
 
 }  // namespace
 
-std::string save_checkpoint(MPI_Comm world, int dp_rank, int dp_size, const SaveOptions& options,
+std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
                             const RunInfo& run, const Progress& progress,
                             const std::vector<HeldTensor>& params, const optim::AdamW& optimizer) {
   const std::string name = checkpoint_name(progress.step);
@@ -97,9 +96,9 @@ std::string save_checkpoint(MPI_Comm world, int dp_rank, int dp_size, const Save
   std::vector<Slice> slices;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const HeldTensor& t = params[i];
-    slices.push_back(slice_of("model/" + t.name, t, t.local.detach(), dp_rank, dp_size));
-    slices.push_back(slice_of("optim/" + t.name + "/exp_avg", t, optimizer.exp_avg(i), dp_rank, dp_size));
-    slices.push_back(slice_of("optim/" + t.name + "/exp_avg_sq", t, optimizer.exp_avg_sq(i), dp_rank, dp_size));
+    slices.push_back(slice_of("model/" + t.name, t, t.local.detach()));
+    slices.push_back(slice_of("optim/" + t.name + "/exp_avg", t, optimizer.exp_avg(i)));
+    slices.push_back(slice_of("optim/" + t.name + "/exp_avg_sq", t, optimizer.exp_avg_sq(i)));
   }
   writer.write(slices);
   writer.set_attribute("/", "format", std::string(kFormatName));

@@ -191,12 +191,21 @@ std::vector<KeySpec> build() {
       K("model.tie_word_embeddings", B, "Share the input embedding with the output projection")
           .def(false),
 
-      // ---- [dist_config]: FSDP2 options ----
+      // ---- [dist_config]: FSDP and FSDP2 options ----
       K("dist_config.mixed_precision", S,
-        "FSDP2 mixed-precision policy: dtype of parameters in forward and backward")
+        "Dtype of the gathered parameters and of the compute (gradients are reduced, master "
+        "weights and optimizer state kept, in fp32); unset: follows bf16 / fp16, and a value "
+        "that contradicts them is an error")
           .def("fp32")
           .allowed({"bf16", "fp16", "fp32"})
-          .engines({"fsdp2"}),
+          .engines({"fsdp2", "fsdp"}),
+      K("dist_config.sharding_strategy", S,
+        "FSDP v1 strategy: FULL_SHARD (free gathered units after forward), SHARD_GRAD_OP (keep "
+        "them until backward), NO_SHARD (all-reduce, as ddp), HYBRID_SHARD (shard within "
+        "[mesh] dp_shard, replicate across dp_replicate)")
+          .def("FULL_SHARD")
+          .allowed({"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"})
+          .engines({"fsdp"}),
       K("dist_config.offload_params", B,
         "Keep sharded parameters and optimizer state in host memory")
           .def(false)

@@ -4,11 +4,12 @@
 
 namespace lft::engine {
 
-std::vector<TensorBox> whole_boxes(const std::vector<at::Tensor>& tensors, bool replicated) {
+std::vector<TensorBox> whole_boxes(const std::vector<at::Tensor>& tensors, int replicas,
+                                   int replica) {
   std::vector<TensorBox> boxes;
   for (const auto& t : tensors)
     boxes.push_back({std::vector<std::int64_t>(t.sizes().begin(), t.sizes().end()),
-                     std::vector<std::int64_t>(static_cast<std::size_t>(t.dim()), 0), replicated});
+                     std::vector<std::int64_t>(static_cast<std::size_t>(t.dim()), 0), replicas, replica});
   return boxes;
 }
 

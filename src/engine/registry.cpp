@@ -4,6 +4,7 @@
 
 #include "lft/engine/ddp.h"
 #include "lft/engine/none.h"
+#include "lft/engine/sharded_engines.h"
 
 namespace lft::engine {
 namespace {
@@ -22,6 +23,14 @@ const std::vector<EngineInfo>& registry() {
        make<NoneEngine>},
       {"ddp", "data parallel: every rank holds the whole model, gradients are all-reduced",
        {MeshDim::DPReplicate}, MeshDim::DPReplicate, 0, "MPI (CPU) or NCCL (GPU)", make<DdpEngine>},
+      {"fsdp2", "per-parameter sharding (FSDP2); HSDP with [mesh] dp_replicate > 1",
+       {MeshDim::DPReplicate, MeshDim::DPShard}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)",
+       create_fsdp2},
+      {"fsdp", "flat-buffer sharding (FSDP v1), dist_config.sharding_strategy",
+       {MeshDim::DPReplicate, MeshDim::DPShard}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)",
+       create_fsdp},
+      {"deepspeed", "ZeRO stages 0-3 from a DeepSpeed JSON file (key `deepspeed`)",
+       {MeshDim::DPShard}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)", create_deepspeed},
   };
   return engines;
 }

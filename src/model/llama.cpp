@@ -209,7 +209,9 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& input_ids) {
   at::Tensor h = embed_tokens(input_ids);
   const auto [cos, sin] = rotary_.cos_sin(input_ids.size(1), h.options());
   const bool recompute = gradient_checkpointing && at::GradMode::is_enabled();
-  for (auto& layer : layer_list) {
+  for (std::size_t i = 0; i < layer_list.size(); ++i) {
+    auto& layer = layer_list[i];
+    if (layer_hooks) layer_hooks->before_layer(static_cast<std::int64_t>(i));
     if (recompute) {
       auto block = layer.ptr();  // the lambda owns references to the layer and cos/sin
       at::Tensor c = cos, s = sin;
@@ -217,6 +219,7 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& input_ids) {
     } else {
       h = layer->forward(h, cos, sin);
     }
+    if (layer_hooks) layer_hooks->after_layer(static_cast<std::int64_t>(i), h);
   }
   return norm(h);
 }

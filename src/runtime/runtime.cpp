@@ -8,6 +8,7 @@
 
 #include "lft/runtime/check.h"
 #include "lft/runtime/error.h"
+#include "lft/runtime/memory.h"
 
 namespace lft {
 namespace {
@@ -42,6 +43,7 @@ int threads_per_rank(int requested, int local_size) {
 }
 
 Runtime::Runtime(int* argc, char*** argv) {
+  install_cpu_memory_counter();  // before any tensor the run allocates
   int provided = 0;
   LFT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   LFT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));

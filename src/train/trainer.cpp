@@ -25,6 +25,7 @@
 #include "lft/optim/lr_schedule.h"
 #include "lft/runtime/error.h"
 #include "lft/runtime/log.h"
+#include "lft/runtime/memory.h"
 #include "lft/runtime/signals.h"
 #include "lft/train/metrics.h"
 
@@ -211,6 +212,7 @@ StepResult Trainer::step() {
   }
   r.lr = s.schedule->lr(s.step);
   s.optimizer->step(r.lr);
+  s.engine->parameters_updated();
   for (auto& t : s.engine->parameters()) t.mutable_grad().reset();
   s.sampler->advance();
   r.step = ++s.step;
@@ -227,7 +229,8 @@ std::vector<ckpt::HeldTensor> Trainer::held_tensors() {
   const auto boxes = s.engine->parameter_boxes();
   std::vector<ckpt::HeldTensor> held;
   for (std::size_t i = 0; i < params.size(); ++i)
-    held.push_back({names[i], params[i], boxes[i].global_shape, boxes[i].offset, boxes[i].replicated});
+    held.push_back({names[i], params[i], boxes[i].global_shape, boxes[i].offset,
+                    boxes[i].replicas, boxes[i].replica});
   return held;
 }
 
@@ -256,6 +259,7 @@ void Trainer::resume_if_asked() {
   const auto start = Clock::now();
   const ckpt::Progress p = ckpt::load_checkpoint(s.mesh.world(), *folder, run_info(), held_tensors(),
                                                  *s.optimizer);
+  s.engine->parameters_updated();
   const double seconds = seconds_since(start);
   s.sampler->restore(p.sampler);
   s.step = p.step;
@@ -276,9 +280,8 @@ std::string Trainer::save() {
   p.tokens_seen = s.tokens_seen;
   p.sampler = s.sampler->state();
   const auto start = Clock::now();
-  const std::string folder = ckpt::save_checkpoint(s.mesh.world(), s.mesh.dp_rank(),
-                                                   s.mesh.shape().dp_size(), o, run_info(), p,
-                                                   held_tensors(), *s.optimizer);
+  const std::string folder =
+      ckpt::save_checkpoint(s.mesh.world(), o, run_info(), p, held_tensors(), *s.optimizer);
   log0("saved " + folder + " in " + std::to_string(seconds_since(start)).substr(0, 5) + " s");
   return folder;
 }
@@ -360,23 +363,35 @@ std::string Trainer::run_summary() {
   State& s = *s_;
   // Peak memory of every rank, gathered to all (the world is the mesh's dp x pp x tp).
   MpiCommunicator world(s.mesh.world(), "world", false);
-  at::Tensor mine = at::full({1}, peak_rss_bytes(), at::kDouble);
-  at::Tensor all = at::empty({world.size()}, at::kDouble);
+  at::Tensor mine = at::tensor({static_cast<double>(peak_rss_bytes()),
+                                static_cast<double>(cpu_peak_bytes_in_use())}, at::kDouble);
+  at::Tensor all = at::empty({2 * world.size()}, at::kDouble);
   world.all_gather(mine, all);
-  std::string out = "summary:\n  peak RSS   ";
-  for (int r = 0; r < world.size(); ++r)
-    out += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + " " +
-           std::to_string(static_cast<long>(all[r].item<double>() / (1024.0 * 1024.0))) + " MiB";
+  auto per_rank = [&](int column) {
+    std::string line;
+    for (int r = 0; r < world.size(); ++r)
+      line += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + " " +
+              std::to_string(static_cast<long>(all[2 * r + column].item<double>() / (1024.0 * 1024.0))) + " MiB";
+    return line;
+  };
+  std::string out = "summary:\n  peak RSS   " + per_rank(0);
+  if (cpu_memory_counter_installed()) out += "\n  peak CPU tensors " + per_rank(1);
   const double steps = static_cast<double>(std::max<std::int64_t>(1, s.step));
-  for (Communicator* c : s.engine->communicators()) {
-    const CollStats& ar = c->stats()[CollKind::AllReduce];
-    out += "\n  comm       '" + c->name() + "' all_reduce: " +
-           std::to_string(static_cast<double>(ar.calls) / steps).substr(0, 5) + " calls, " +
-           format_bytes(static_cast<double>(ar.bytes) / steps) + " per step (bus " +
-           format_bytes(bus_bytes(CollKind::AllReduce, static_cast<double>(ar.bytes) / steps, c->size())) +
-           "); exposed " + std::to_string(1e3 * s.engine->exposed_comm_seconds() / steps).substr(0, 6) +
-           " ms per step of " + std::to_string(1e3 * ar.seconds / steps).substr(0, 6) + " ms in flight";
-  }
+  double in_flight = 0.0;
+  for (Communicator* c : s.engine->communicators())
+    for (int k = 0; k < kCollKindCount; ++k) {
+      const auto kind = static_cast<CollKind>(k);
+      const CollStats& st = c->stats()[kind];
+      if (st.calls == 0) continue;
+      in_flight += st.seconds;
+      out += "\n  comm       '" + c->name() + "' " + coll_kind_name(kind) + ": " +
+             std::to_string(static_cast<double>(st.calls) / steps).substr(0, 5) + " calls, " +
+             format_bytes(static_cast<double>(st.bytes) / steps) + " per step (bus " +
+             format_bytes(bus_bytes(kind, static_cast<double>(st.bytes) / steps, c->size())) + ")";
+    }
+  out += "\n  exposed    " + std::to_string(1e3 * s.engine->exposed_comm_seconds() / steps).substr(0, 6) +
+         " ms of communication per step, of " + std::to_string(1e3 * in_flight / steps).substr(0, 6) +
+         " ms in flight";
   return out;
 }
 

@@ -263,14 +263,13 @@ TEST_P(MergeTest, ExportsWhatSaveCheckpointWrote) {
   for (const auto& [name, t] : weights) {
     params.push_back(t);
     names.push_back(name);
-    held.push_back(HeldTensor{name, t, t.sizes().vec(), std::vector<int64_t>(t.dim(), 0), true});
+    held.push_back(HeldTensor{name, t, t.sizes().vec(), std::vector<int64_t>(t.dim(), 0), size_of(MPI_COMM_WORLD), rank_of(MPI_COMM_WORLD)});
   }
   const optim::AdamW optimizer(params, names, optim::AdamWOptions{});
-  const int rank = rank_of(MPI_COMM_WORLD), size = size_of(MPI_COMM_WORLD);
   RunInfo run;
   run.engine = "ddp";
-  run.mesh = {1, 1, size, 1};
-  run.world_size = size;
+  run.mesh = {1, 1, size_of(MPI_COMM_WORLD), 1};
+  run.world_size = size_of(MPI_COMM_WORLD);
   run.config_text = inline_config_text();
   run.config_text.erase(run.config_text.find("# override"));
   run.config_text += "\n# override: model.num_hidden_layers=2";  // as the trainer appends them
@@ -281,7 +280,7 @@ TEST_P(MergeTest, ExportsWhatSaveCheckpointWrote) {
   save.output_dir = dir_ + "/saved";
   save.per_rank = GetParam() == StoreMode::PerRank;
   const std::string folder =
-      save_checkpoint(MPI_COMM_WORLD, rank, size, save, run, progress, held, optimizer);
+      save_checkpoint(MPI_COMM_WORLD, save, run, progress, held, optimizer);
   if (!root()) return;
   const MergeReport r = merge_checkpoint(options(folder, "out"));
   EXPECT_NE(r.text.find("(step 3)"), std::string::npos) << r.text;

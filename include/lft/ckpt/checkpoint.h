@@ -29,13 +29,14 @@ inline constexpr const char* kFormatName = "lftrain-checkpoint";
 inline constexpr std::int64_t kFormatVersion = 1;
 
 // A tensor this rank updates: the box [offset, offset + local.sizes()) of a global tensor.
-// `replicated`: every data-parallel rank holds the same box (the save splits the writing).
+// `replicas` ranks hold the same box; this rank is holder `replica` (the save splits the writing).
 struct HeldTensor {
   std::string name;  // Hugging Face parameter name
   at::Tensor local;
   std::vector<std::int64_t> global_shape;
   std::vector<std::int64_t> offset;
-  bool replicated = false;
+  int replicas = 1;
+  int replica = 0;
 };
 
 // What describes the run (root attributes).
@@ -68,10 +69,10 @@ struct SaveOptions {
   std::int64_t total_limit = 0;  // save_total_limit
 };
 
-// Saves checkpoint-<progress.step> collectively over `world`; `dp_rank`/`dp_size` split the
-// writing of replicated tensors. A checkpoint of the same step from an earlier run is replaced.
+// Saves checkpoint-<progress.step> collectively over `world`. `optimizer` holds the state of
+// `params`, index for index. A checkpoint of the same step from an earlier run is replaced.
 // Returns the checkpoint folder.
-std::string save_checkpoint(MPI_Comm world, int dp_rank, int dp_size, const SaveOptions& options,
+std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
                             const RunInfo& run, const Progress& progress,
                             const std::vector<HeldTensor>& params, const optim::AdamW& optimizer);
 

@@ -17,7 +17,7 @@ class DdpEngine final : public Engine {
   void finish_gradients() override;
   std::vector<at::Tensor> parameters() override { return params_; }
   std::vector<std::string> parameter_names() override { return names_; }
-  std::vector<TensorBox> parameter_boxes() override { return whole_boxes(params_, true); }
+  std::vector<TensorBox> parameter_boxes() override { return whole_boxes(params_, comm_.size(), comm_.rank()); }
   // Gradients are identical on every rank after the all-reduce: the local norm is the norm.
   double grad_norm_squared() override { return local_grad_norm_squared(params_); }
   std::vector<Communicator*> communicators() const override { return {&comm_}; }

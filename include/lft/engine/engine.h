@@ -26,7 +26,10 @@ namespace lft::engine {
 struct TensorBox {
   std::vector<std::int64_t> global_shape;
   std::vector<std::int64_t> offset;
-  bool replicated = false;  // every data-parallel rank holds this same box
+  // How many data-parallel ranks hold this same box, and which of them this rank is (a save
+  // splits the writing of a box among its holders).
+  int replicas = 1;
+  int replica = 0;
 };
 
 struct EngineContext {
@@ -52,6 +55,9 @@ class Engine {
   virtual std::vector<std::string> parameter_names() = 0;
   // One box per tensor of parameters(), in the same order (checkpoints).
   virtual std::vector<TensorBox> parameter_boxes() = 0;
+  // After the optimizer has updated parameters() (each step, and after a checkpoint load).
+  // Collective for engines that rebuild whole parameters from updated shards.
+  virtual void parameters_updated() {}
   // Squared L2 norm of the full logical gradient, over every rank and mesh dim. Collective.
   virtual double grad_norm_squared() = 0;
 
@@ -64,8 +70,9 @@ class Engine {
   double exposed_seconds_ = 0.0;
 };
 
-// Boxes of whole tensors (engines that keep every parameter whole).
-std::vector<TensorBox> whole_boxes(const std::vector<at::Tensor>& tensors, bool replicated);
+// Boxes of whole tensors (engines that keep every parameter whole), held by `replicas` ranks.
+std::vector<TensorBox> whole_boxes(const std::vector<at::Tensor>& tensors, int replicas = 1,
+                                   int replica = 0);
 
 // Squared L2 norm of the gradients of `tensors` on this rank (in double).
 double local_grad_norm_squared(const std::vector<at::Tensor>& tensors);

@@ -14,7 +14,7 @@ class NoneEngine final : public Engine {
   void finish_gradients() override {}
   std::vector<at::Tensor> parameters() override { return params_; }
   std::vector<std::string> parameter_names() override { return names_; }
-  std::vector<TensorBox> parameter_boxes() override { return whole_boxes(params_, false); }
+  std::vector<TensorBox> parameter_boxes() override { return whole_boxes(params_); }
   double grad_norm_squared() override { return local_grad_norm_squared(params_); }
   std::vector<Communicator*> communicators() const override { return {}; }
 

@@ -52,6 +52,8 @@ class DeviceMesh {
   // The communicators for the tensors the model lives in: NCCL on GPUs, else the MPI ones.
   Communicator& device_comm(MeshDim d);
   Communicator& device_dp();
+  // Whether the model's tensors live on a GPU (the device communicators are NCCL).
+  bool on_cuda() const { return device_dp_ != nullptr; }
 
  private:
   MeshShape shape_;

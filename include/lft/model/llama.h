@@ -127,6 +127,16 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LlamaDecoderLayer);
 
+// Called around each decoder layer's forward by LlamaModel::forward: sharded engines gather a
+// layer's parameters before it runs, free them after, and hook its output's gradient to gather
+// them again before its backward.
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  virtual void before_layer(std::int64_t index) = 0;
+  virtual void after_layer(std::int64_t index, const at::Tensor& output) = 0;
+};
+
 // HF LlamaModel: embed_tokens, layers.{i}, norm. forward returns the final-normed hidden states.
 class LlamaModelImpl : public torch::nn::Module {
  public:
@@ -139,6 +149,7 @@ class LlamaModelImpl : public torch::nn::Module {
   RMSNorm norm{nullptr};
   std::vector<LlamaDecoderLayer> layer_list;  // the same modules as `layers`, typed
   bool gradient_checkpointing = false;
+  LayerHooks* layer_hooks = nullptr;  // not owned
 
  private:
   RotaryEmbedding rotary_;
@@ -159,6 +170,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   // (lft::model::checkpoint). Only has an effect while grad mode is on.
   void set_gradient_checkpointing(bool on) { model->gradient_checkpointing = on; }
   bool gradient_checkpointing() const { return model->gradient_checkpointing; }
+  void set_layer_hooks(LayerHooks* hooks) { model->layer_hooks = hooks; }
   const ModelConfig& config() const { return config_; }
 
   LlamaModel model{nullptr};

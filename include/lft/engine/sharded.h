@@ -1,0 +1,96 @@
+// Sharded data parallel: the engine behind fsdp2, fsdp and deepspeed ZeRO 1-3 (ARCHITECTURE.md,
+// "Engine"; docs/engines.md). Parameters are grouped in units: one per decoder layer, and a root
+// unit (embedding, final norm, lm_head). Each rank keeps an fp32 shard of every unit
+// (shard_layout.h) and updates only that; the optimizer's tensors are views of it.
+//
+//   shard_parameters (fsdp, fsdp2, ZeRO-3): a unit's parameters exist whole only while it runs:
+//     all-gathered (in the compute dtype) before its forward, the next unit's gather launched
+//     meanwhile; freed after its forward when reshard_after_forward, gathered again (with the
+//     previous unit prefetched) when its output's gradient arrives; freed after its backward.
+//   otherwise (ZeRO-1/2): every rank keeps whole fp32 parameters; after each optimizer step the
+//     updated shards are all-gathered into them.
+//   reduce_during_backward (all but ZeRO-1): when the last gradient of a unit has been
+//     accumulated, the unit's gradients are reduce-scattered (fp32, sum) and the whole gradients
+//     freed; ZeRO-1 keeps whole gradients over the micro-batches and reduce-scatters them once.
+// With dp_replicate > 1 (HSDP) the shards are all-reduced over the replicas after the last
+// micro-batch.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lft/engine/engine.h"
+#include "lft/engine/shard_layout.h"
+#include "lft/model/llama.h"
+
+namespace lft::engine {
+
+struct ShardingPlan {
+  std::string name;  // the `distributed` value
+  bool per_parameter_cut = true;   // fsdp2: each parameter's dim 0; else one flat buffer per unit
+  bool shard_parameters = true;
+  bool reshard_after_forward = true;
+  bool reduce_during_backward = true;
+  at::ScalarType compute_dtype = at::kFloat;  // dtype of gathered parameters
+  std::string description;                    // one line for the start-up log
+};
+
+class ShardedEngine final : public Engine, private model::LayerHooks {
+ public:
+  ShardedEngine(const EngineContext& ctx, ShardingPlan plan);
+  ~ShardedEngine() override;
+  const char* name() const override { return plan_.name.c_str(); }
+  void prepare(torch::nn::Module& model) override;
+  void begin_micro_batch(bool sync) override;
+  void finish_gradients() override;
+  void parameters_updated() override;
+  std::vector<at::Tensor> parameters() override { return pieces_; }
+  std::vector<std::string> parameter_names() override { return names_; }
+  std::vector<TensorBox> parameter_boxes() override { return boxes_; }
+  double grad_norm_squared() override;
+  std::vector<Communicator*> communicators() const override;
+
+  const ShardingPlan& plan() const { return plan_; }
+  // Bytes of whole (gathered) parameter storage held now, and, per layer, right after that
+  // layer's forward (measured on the parameters' storage; for tests and the summary).
+  std::int64_t gathered_bytes() const;
+  const std::vector<std::int64_t>& bytes_after_layer_forward() const { return after_forward_; }
+  // Unsharded bytes of the largest unit in the compute dtype.
+  std::int64_t largest_unit_bytes() const;
+
+ private:
+  struct Unit;
+  class GradReadyHook;
+
+  void before_layer(std::int64_t index) override;
+  void after_layer(std::int64_t index, const at::Tensor& output) override;
+  void build_units(torch::nn::Module& model);
+  void launch_gather(Unit& u);
+  void finish_gather(Unit& u);
+  void ensure_gathered(Unit& u);
+  void prefetch(std::size_t unit);
+  void free_parameters(Unit& u);
+  void on_gradient_ready(std::size_t param);
+  void launch_reduce(Unit& u);
+  void finish_reduce(Unit& u);
+  void finish_all_reduces();
+
+  ShardingPlan plan_;
+  Communicator& shard_comm_;
+  Communicator& replicate_comm_;
+  int replica_ = 0;
+  std::vector<at::Tensor> params_;     // the model's parameters (whole, or empty when freed)
+  std::vector<Shape> shapes_;          // their global shapes
+  std::vector<std::size_t> unit_of_;   // per parameter
+  std::vector<std::unique_ptr<Unit>> units_;  // [0] root, [1 + i] layer i
+  std::vector<at::Tensor> pieces_;     // this rank's boxes (views of the units' masters)
+  std::vector<std::string> names_;
+  std::vector<TensorBox> boxes_;
+  std::vector<std::int64_t> after_forward_;
+  bool step_open_ = false;  // gradients of this step have started to arrive
+};
+
+}  // namespace lft::engine

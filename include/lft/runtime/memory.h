@@ -1,0 +1,18 @@
+// An allocator-level count of CPU tensor memory: the bytes of tensor storage alive now, and the
+// peak since the last reset. Peak RSS also counts the libraries, the allocator's caches and pages
+// freed but not returned, so memory tests compare these counts with what an algorithm needs.
+#pragma once
+
+#include <cstdint>
+
+namespace lft {
+
+// Routes LibTorch's CPU allocations through the counter (idempotent). Storage allocated before
+// the call is not counted, so call it before the model is built.
+void install_cpu_memory_counter();
+bool cpu_memory_counter_installed();
+std::int64_t cpu_bytes_in_use();
+std::int64_t cpu_peak_bytes_in_use();
+void reset_cpu_peak_bytes();
+
+}  // namespace lft

@@ -1,0 +1,322 @@
+#include "lft/engine/sharded.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+
+#include <chrono>
+#include <stdexcept>
+
+namespace lft::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t rows_of(const Shape& s) { return s.empty() ? 1 : s[0]; }
+
+Shape piece_shape(const Shape& global, std::int64_t rows) {
+  Shape s = global;
+  if (s.empty()) return {rows};
+  s[0] = rows;
+  return s;
+}
+
+// Layer index of "model.layers.<i>.<rest>", or -1.
+long layer_of(const std::string& name) {
+  const std::string prefix = "model.layers.";
+  if (name.compare(0, prefix.size(), prefix) != 0) return -1;
+  return std::stol(name.substr(prefix.size()));
+}
+
+}  // namespace
+
+struct ShardedEngine::Unit {
+  std::vector<std::size_t> params;  // indices into params_
+  std::vector<std::size_t> pieces;  // per unit parameter: index into pieces_
+  UnitLayout layout;
+  at::Tensor master;  // [shard_numel] fp32: this rank's shard
+  at::Tensor grad;    // [shard_numel] fp32: reduced gradient shard, summed over micro-batches
+  bool gathered = true;
+  at::Tensor gather_in, gather_out;
+  WorkPtr gather;
+  at::Tensor reduce_in, reduce_out;
+  WorkPtr reduce;
+  std::size_t pending = 0;  // gradients still to arrive this micro-batch
+};
+
+class ShardedEngine::GradReadyHook final : public torch::autograd::PostAccumulateGradHook {
+ public:
+  GradReadyHook(ShardedEngine* engine, std::size_t param) : engine_(engine), param_(param) {}
+  void operator()(const torch::autograd::Variable&) override { engine_->on_gradient_ready(param_); }
+
+ private:
+  ShardedEngine* engine_;
+  std::size_t param_;
+};
+
+ShardedEngine::ShardedEngine(const EngineContext& ctx, ShardingPlan plan)
+    : plan_(std::move(plan)),
+      shard_comm_(ctx.mesh.device_comm(MeshDim::DPShard)),
+      replicate_comm_(ctx.mesh.device_comm(MeshDim::DPReplicate)),
+      replica_(ctx.mesh.coord(MeshDim::DPReplicate)) {}
+
+ShardedEngine::~ShardedEngine() = default;
+
+void ShardedEngine::prepare(torch::nn::Module& module) {
+  auto* model = dynamic_cast<model::LlamaForCausalLMImpl*>(&module);
+  if (model == nullptr) throw std::logic_error(plan_.name + " engine: the model is not a LlamaForCausalLM");
+  build_units(module);
+  if (plan_.shard_parameters) {
+    for (auto& u : units_) free_parameters(*u);
+    model->set_layer_hooks(this);
+  }
+  if (plan_.reduce_during_backward)
+    for (std::size_t k = 0; k < params_.size(); ++k)
+      torch::autograd::impl::set_post_acc_grad_hooks(params_[k], std::make_unique<GradReadyHook>(this, k));
+  after_forward_.assign(units_.size() - 1, 0);
+}
+
+void ShardedEngine::build_units(torch::nn::Module& module) {
+  std::vector<std::string> param_names;
+  for (const auto& item : module.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    param_names.push_back(item.key());
+    params_.push_back(item.value());
+    shapes_.push_back(item.value().sizes().vec());
+    const long layer = layer_of(item.key());
+    unit_of_.push_back(layer < 0 ? 0 : static_cast<std::size_t>(layer) + 1);
+    while (units_.size() <= unit_of_.back()) units_.push_back(std::make_unique<Unit>());
+  }
+  c10::NoGradGuard no_grad;
+  // Every rank starts from the same weights (equal by construction; this makes it so).
+  for (auto& p : params_) {
+    shard_comm_.broadcast(p, 0);
+    replicate_comm_.broadcast(p, 0);
+  }
+  for (std::size_t k = 0; k < params_.size(); ++k) units_[unit_of_[k]]->params.push_back(k);
+  const int ranks = shard_comm_.size(), me = shard_comm_.rank();
+  const auto f32 = params_.front().options().dtype(at::kFloat);
+  for (auto& u : units_) {
+    std::vector<Shape> shapes;
+    for (std::size_t k : u->params) shapes.push_back(shapes_[k]);
+    u->layout = plan_.per_parameter_cut ? per_parameter_layout(shapes, ranks) : flat_layout(shapes, ranks);
+    u->master = at::zeros({u->layout.shard_numel}, f32);
+    u->grad = at::zeros({u->layout.shard_numel}, f32);
+    for (std::size_t i = 0; i < u->params.size(); ++i) {
+      const std::size_t k = u->params[i];
+      const ShardPiece& piece = u->layout.pieces[static_cast<std::size_t>(me)][i];
+      const Shape shape = piece_shape(shapes_[k], piece.rows);
+      at::Tensor view = u->master.narrow(0, piece.local_offset, piece.rows * row_numel(shapes_[k])).view(shape);
+      view.copy_(params_[k].narrow(0, piece.row_begin, piece.rows));
+      u->pieces.push_back(pieces_.size());
+      pieces_.push_back(view);
+      names_.push_back(param_names[k]);
+      TensorBox box;
+      box.global_shape = shapes_[k];
+      box.offset.assign(shapes_[k].size(), 0);
+      if (!box.offset.empty()) box.offset[0] = piece.row_begin;
+      box.replicas = replicate_comm_.size();
+      box.replica = replica_;
+      boxes_.push_back(box);
+    }
+  }
+}
+
+// ---- gathering whole parameters ----
+
+void ShardedEngine::launch_gather(Unit& u) {
+  const at::ScalarType dtype = plan_.shard_parameters ? plan_.compute_dtype : at::kFloat;
+  u.gather_in = u.master.to(dtype).contiguous();
+  u.gather_out = at::empty({u.layout.shard_numel * shard_comm_.size()}, u.gather_in.options());
+  u.gather = shard_comm_.all_gather_async(u.gather_in, u.gather_out);
+}
+
+void ShardedEngine::finish_gather(Unit& u) {
+  const auto start = Clock::now();
+  u.gather->wait();
+  exposed_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  u.gather.reset();
+  c10::NoGradGuard no_grad;
+  const std::int64_t k = u.layout.shard_numel;
+  for (std::size_t i = 0; i < u.params.size(); ++i) {
+    at::Tensor& param = params_[u.params[i]];
+    const Shape& shape = shapes_[u.params[i]];
+    at::Tensor whole = plan_.shard_parameters ? at::empty(shape, u.gather_out.options()) : param;
+    for (std::size_t r = 0; r < u.layout.pieces.size(); ++r) {
+      const ShardPiece& piece = u.layout.pieces[r][i];
+      if (piece.rows == 0) continue;
+      whole.narrow(0, piece.row_begin, piece.rows)
+          .copy_(u.gather_out
+                     .narrow(0, static_cast<std::int64_t>(r) * k + piece.local_offset,
+                             piece.rows * row_numel(shape))
+                     .view(piece_shape(shape, piece.rows)));
+    }
+    if (plan_.shard_parameters) param.set_data(whole);
+  }
+  u.gather_in.reset();
+  u.gather_out.reset();
+  u.gathered = true;
+}
+
+void ShardedEngine::ensure_gathered(Unit& u) {
+  if (u.gathered) return;
+  if (!u.gather) launch_gather(u);
+  finish_gather(u);
+}
+
+void ShardedEngine::prefetch(std::size_t unit) {
+  if (unit >= units_.size()) return;
+  Unit& u = *units_[unit];
+  if (!u.gathered && !u.gather) launch_gather(u);
+}
+
+void ShardedEngine::free_parameters(Unit& u) {
+  for (std::size_t k : u.params)
+    params_[k].set_data(at::empty({0}, params_[k].options().dtype(plan_.compute_dtype)));
+  u.gathered = false;
+}
+
+void ShardedEngine::before_layer(std::int64_t index) {
+  const auto unit = static_cast<std::size_t>(index) + 1;
+  ensure_gathered(*units_[unit]);
+  prefetch(unit + 1);
+}
+
+void ShardedEngine::after_layer(std::int64_t index, const at::Tensor& output) {
+  const auto unit = static_cast<std::size_t>(index) + 1;
+  if (plan_.reshard_after_forward) {
+    free_parameters(*units_[unit]);
+    // Before this layer's backward: gather it again, and prefetch the layer before it.
+    if (output.requires_grad())
+      output.register_hook([this, unit](const at::Tensor&) {
+        ensure_gathered(*units_[unit]);
+        prefetch(unit - 1);
+      });
+  }
+  std::int64_t held = 0;
+  for (std::size_t k : units_[unit]->params) held += params_[k].numel() * params_[k].element_size();
+  after_forward_[unit - 1] = held;
+}
+
+// ---- reducing gradients ----
+
+void ShardedEngine::on_gradient_ready(std::size_t param) {
+  Unit& u = *units_[unit_of_[param]];
+  if (u.pending > 0 && --u.pending == 0) launch_reduce(u);
+}
+
+void ShardedEngine::launch_reduce(Unit& u) {
+  finish_reduce(u);
+  c10::NoGradGuard no_grad;
+  const std::int64_t k = u.layout.shard_numel;
+  u.reduce_in = at::zeros({k * shard_comm_.size()}, u.master.options());
+  for (std::size_t i = 0; i < u.params.size(); ++i) {
+    at::Tensor& param = params_[u.params[i]];
+    const Shape& shape = shapes_[u.params[i]];
+    if (!param.grad().defined()) continue;  // no gradient this micro-batch: zeros
+    for (std::size_t r = 0; r < u.layout.pieces.size(); ++r) {
+      const ShardPiece& piece = u.layout.pieces[r][i];
+      if (piece.rows == 0) continue;
+      u.reduce_in
+          .narrow(0, static_cast<std::int64_t>(r) * k + piece.local_offset, piece.rows * row_numel(shape))
+          .view(piece_shape(shape, piece.rows))
+          .copy_(param.grad().narrow(0, piece.row_begin, piece.rows));
+    }
+    param.mutable_grad().reset();
+  }
+  u.reduce_out = at::empty({k}, u.master.options());
+  u.reduce = shard_comm_.reduce_scatter_async(u.reduce_in, u.reduce_out, ReduceOp::Sum);
+  u.pending = 0;
+  if (plan_.shard_parameters) free_parameters(u);
+}
+
+void ShardedEngine::finish_reduce(Unit& u) {
+  if (!u.reduce) return;
+  u.reduce->wait();
+  u.reduce.reset();
+  u.grad.add_(u.reduce_out);
+  u.reduce_in.reset();
+  u.reduce_out.reset();
+}
+
+void ShardedEngine::finish_all_reduces() {
+  for (auto& u : units_) finish_reduce(*u);
+}
+
+void ShardedEngine::begin_micro_batch(bool) {
+  finish_all_reduces();
+  if (!step_open_) {
+    for (auto& u : units_) u->grad.zero_();
+    step_open_ = true;
+  }
+  for (auto& u : units_) u->pending = plan_.reduce_during_backward ? u->params.size() : 0;
+  if (plan_.shard_parameters) {
+    ensure_gathered(*units_[0]);
+    prefetch(1);
+  }
+}
+
+void ShardedEngine::finish_gradients() {
+  const auto start = Clock::now();
+  // Units whose reduce has not started: ZeRO-1's whole gradients, or a unit with a parameter
+  // that got no gradient in this micro-batch.
+  for (auto& u : units_)
+    if (!plan_.reduce_during_backward || u->pending > 0) launch_reduce(*u);
+  finish_all_reduces();
+  if (replicate_comm_.size() > 1) {
+    std::vector<WorkPtr> works;
+    for (auto& u : units_) works.push_back(replicate_comm_.all_reduce_async(u->grad, ReduceOp::Sum));
+    for (auto& w : works) w->wait();
+  }
+  c10::NoGradGuard no_grad;
+  for (auto& u : units_)
+    for (std::size_t i = 0; i < u->params.size(); ++i) {
+      at::Tensor& piece = pieces_[u->pieces[i]];
+      const ShardPiece& where = u->layout.pieces[static_cast<std::size_t>(shard_comm_.rank())][i];
+      piece.mutable_grad() = u->grad.narrow(0, where.local_offset, piece.numel()).view(piece.sizes());
+    }
+  step_open_ = false;
+  exposed_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void ShardedEngine::parameters_updated() {
+  if (plan_.shard_parameters) return;  // the next forward gathers the updated shards
+  for (auto& u : units_) {
+    u->gathered = false;
+    launch_gather(*u);
+  }
+  for (auto& u : units_) finish_gather(*u);
+}
+
+double ShardedEngine::grad_norm_squared() {
+  double sum = local_grad_norm_squared(pieces_);
+  at::Tensor t = at::full({1}, sum, pieces_.front().options().dtype(at::kDouble));
+  shard_comm_.all_reduce(t, ReduceOp::Sum);
+  return t.item<double>();
+}
+
+std::vector<Communicator*> ShardedEngine::communicators() const {
+  if (replicate_comm_.size() > 1) return {&shard_comm_, &replicate_comm_};
+  return {&shard_comm_};
+}
+
+std::int64_t ShardedEngine::gathered_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& p : params_) n += p.numel() * p.element_size();
+  return n;
+}
+
+std::int64_t ShardedEngine::largest_unit_bytes() const {
+  std::int64_t best = 0;
+  for (const auto& u : units_) {
+    std::int64_t n = 0;
+    for (std::size_t k : u->params) n += at::empty({0}, at::TensorOptions().dtype(plan_.compute_dtype)).element_size() *
+                                         rows_of(shapes_[k]) * row_numel(shapes_[k]);
+    best = std::max(best, n);
+  }
+  return best;
+}
+
+}  // namespace lft::engine

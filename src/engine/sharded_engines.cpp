@@ -1,0 +1,126 @@
+#include "lft/engine/sharded_engines.h"
+
+#include "lft/config/deepspeed.h"
+#include "lft/engine/ddp.h"
+#include "lft/engine/sharded.h"
+#include "lft/runtime/log.h"
+
+namespace lft::engine {
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const std::string& hint) {
+  throw config::ConfigError("config error: " + what + "\n  hint: " + hint);
+}
+
+// The dtype the top-level bf16 / fp16 keys ask for, and its dist_config spelling.
+std::string top_level_precision(const config::Config& cfg) {
+  if (cfg.boolean("bf16")) return "bf16";
+  if (cfg.boolean("fp16")) return "fp16";
+  return "fp32";
+}
+
+at::ScalarType dtype_of(const std::string& precision) {
+  if (precision == "bf16") return at::kBFloat16;
+  if (precision == "fp16") return at::kHalf;
+  return at::kFloat;
+}
+
+// dist_config.mixed_precision follows bf16 / fp16 when unset; a value that says otherwise is a
+// contradiction, named with both keys.
+at::ScalarType mixed_precision(const config::Config& cfg) {
+  const std::string top = top_level_precision(cfg);
+  const std::string key = "dist_config.mixed_precision";
+  if (cfg.is_set(key) && cfg.string(key) != top) {
+    const std::string top_key = top == "fp32" ? "bf16" : top;
+    fail(cfg.where(key) + ": mixed_precision = \"" + cfg.string(key) + "\" contradicts " +
+             (cfg.is_set(top_key) ? cfg.where(top_key) : "the default") + " (" + top_key + " = " +
+             (cfg.boolean(top_key) ? "true" : "false") + ")",
+         "make them agree: mixed_precision = \"bf16\" goes with bf16 = true, \"fp32\" with neither "
+         "bf16 nor fp16");
+  }
+  return dtype_of(top);
+}
+
+// Offload moves host-resident state nowhere on a CPU run; on GPUs it is not built yet.
+void check_offload(const EngineContext& ctx, const std::string& what, bool on) {
+  if (!on) return;
+  if (ctx.mesh.on_cuda())
+    fail(what + ": offloading to host memory from GPUs is not implemented in this build",
+         "remove the offload setting; the sharded state already divides GPU memory by the ranks");
+  log0(what + ": this run is on the CPU, where shards, gradients and optimizer state already "
+       "live in host memory; nothing is moved");
+}
+
+std::string precision_word(at::ScalarType t) {
+  return t == at::kBFloat16 ? "bf16" : t == at::kHalf ? "fp16" : "fp32";
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> create_fsdp2(const EngineContext& ctx) {
+  const config::Config& cfg = ctx.cfg;
+  if (cfg.boolean("dist_config.fp8_enable_fsdp_float8_all_gather"))
+    fail(cfg.where("dist_config.fp8_enable_fsdp_float8_all_gather") +
+             ": FP8 all-gather is not implemented yet in lftrain",
+         "set fp8_enable_fsdp_float8_all_gather = false (parameters are gathered in the "
+         "mixed_precision dtype)");
+  ShardingPlan plan;
+  plan.name = "fsdp2";
+  plan.per_parameter_cut = true;
+  plan.compute_dtype = mixed_precision(cfg);
+  plan.reshard_after_forward = cfg.boolean("dist_config.reshard_after_forward");
+  check_offload(ctx, cfg.where("dist_config.offload_params") + ": offload_params = true",
+                cfg.boolean("dist_config.offload_params"));
+  check_offload(ctx, cfg.where("dist_config.pin_memory") + ": pin_memory = true",
+                cfg.boolean("dist_config.pin_memory"));
+  plan.description = "per-parameter dim-0 shards over dp_shard, gathered in " +
+                     precision_word(plan.compute_dtype) + ", reshard_after_forward = " +
+                     (plan.reshard_after_forward ? "true" : "false");
+  return std::make_unique<ShardedEngine>(ctx, plan);
+}
+
+std::unique_ptr<Engine> create_fsdp(const EngineContext& ctx) {
+  const config::Config& cfg = ctx.cfg;
+  const std::string strategy = cfg.string("dist_config.sharding_strategy");
+  const int replicas = ctx.mesh.shape()[MeshDim::DPReplicate];
+  const std::string where = cfg.where("dist_config.sharding_strategy");
+  if (strategy == "HYBRID_SHARD" && replicas == 1)
+    fail(where + ": HYBRID_SHARD shards within a group and replicates across groups, but "
+                 "[mesh] dp_replicate is 1",
+         "set [mesh] dp_replicate = R and dp_shard = S with R x S = the rank count (R > 1)");
+  if (strategy != "HYBRID_SHARD" && strategy != "NO_SHARD" && replicas > 1)
+    fail(where + ": " + strategy + " shards over every rank, but [mesh] dp_replicate = " +
+             std::to_string(replicas),
+         "use sharding_strategy = \"HYBRID_SHARD\" for replicated groups, or dp_replicate = 1");
+  const at::ScalarType dtype = mixed_precision(cfg);
+  if (strategy == "NO_SHARD") {
+    return std::make_unique<DdpEngine>(ctx);
+  }
+  ShardingPlan plan;
+  plan.name = "fsdp";
+  plan.per_parameter_cut = false;
+  plan.compute_dtype = dtype;
+  plan.reshard_after_forward = strategy != "SHARD_GRAD_OP";
+  plan.description = strategy + ": one flat buffer per unit over dp_shard, gathered in " +
+                     precision_word(dtype);
+  return std::make_unique<ShardedEngine>(ctx, plan);
+}
+
+std::unique_ptr<Engine> create_deepspeed(const EngineContext& ctx) {
+  const config::DeepSpeedConfig ds = config::read_deepspeed_config(ctx.cfg, ctx.mesh.shape().dp_size());
+  for (const auto& note : ds.notes) log0(note);
+  check_offload(ctx, ds.path + ": zero_optimization.offload_optimizer", ds.offload_optimizer);
+  check_offload(ctx, ds.path + ": zero_optimization.offload_param", ds.offload_param);
+  if (ds.zero_stage == 0) return std::make_unique<DdpEngine>(ctx);
+  ShardingPlan plan;
+  plan.name = "deepspeed";
+  plan.per_parameter_cut = false;
+  plan.shard_parameters = ds.zero_stage == 3;
+  plan.reduce_during_backward = ds.zero_stage >= 2;
+  plan.reshard_after_forward = true;
+  plan.compute_dtype = ds.bf16 ? at::kBFloat16 : ds.fp16 ? at::kHalf : at::kFloat;
+  plan.description = "ZeRO stage " + std::to_string(ds.zero_stage) + " from " + ds.path;
+  return std::make_unique<ShardedEngine>(ctx, plan);
+}
+
+}  // namespace lft::engine
