@@ -119,6 +119,18 @@ const std::map<std::string, std::string>& inert_keys() {
       {"zero_optimization.stage3_max_reuse_distance",
        "lftrain frees each gathered layer right after use and gathers it again for the backward "
        "pass"},
+      {"zero_optimization.allgather_bucket_size",
+       "lftrain all-gathers one whole layer (or the root unit) per call, not buckets of a size"},
+      {"zero_optimization.reduce_bucket_size",
+       "lftrain reduce-scatters one layer's gradients per call, not buckets of a size"},
+      {"zero_optimization.stage3_prefetch_bucket_size",
+       "lftrain prefetches exactly the next layer while one computes"},
+      {"zero_optimization.overlap_comm",
+       "lftrain always overlaps: a layer's gradients are reduce-scattered while backward goes on "
+       "(stages 2 and 3) and the next layer is gathered while one computes (stage 3)"},
+      {"zero_optimization.reduce_scatter",
+       "lftrain always reduces gradients with reduce-scatter (false asks DeepSpeed for "
+       "all-reduce)"},
       {"zero_optimization.stage3_gather_16bit_weights_on_model_save",
        "lftrain checkpoints are sharded HDF5 that lfmerge exports to a Hugging Face model, "
        "always"},
@@ -153,10 +165,18 @@ std::int64_t as_int(const json& v) {
   return v.is_number_float() ? static_cast<std::int64_t>(v.get<double>()) : v.get<std::int64_t>();
 }
 
+// The value as written, but 1e9 as 1000000000 rather than nlohmann's 1000000000.0.
+std::string shown(const json& v) {
+  if (v.is_number_float() && integral(v) && std::abs(v.get<double>()) < kHuge) {
+    return std::to_string(as_int(v));
+  }
+  return v.dump();
+}
+
 // "string \"3\"", "number 4", "object".
 std::string describe(const json& v) {
   if (v.is_object() || v.is_array() || v.is_null()) return v.type_name();
-  return std::string(v.type_name()) + " " + v.dump();
+  return std::string(v.type_name()) + " " + shown(v);
 }
 
 // The value at a dotted path, or nullptr.
@@ -286,9 +306,9 @@ void reject_unsupported(const Context& c, const std::string& path, const json& v
   }
   if (path == "tensor_parallel") {
     const json* tp = find(v, "autotp_size");
-    const std::string size = tp != nullptr && integral(*tp) ? tp->dump() : "2";
+    const std::string size = tp != nullptr && integral(*tp) ? shown(*tp) : "2";
     fail(c,
-         "key '" + (tp != nullptr ? "tensor_parallel.autotp_size' = " + tp->dump() : path + "'") +
+         "key '" + (tp != nullptr ? "tensor_parallel.autotp_size' = " + shown(*tp) : path + "'") +
              ": DeepSpeed AutoTP is not implemented in lftrain",
          "tensor parallelism is the megatron engine's: set distributed = \"megatron\" with "
          "[mesh] tp = " +
@@ -382,7 +402,7 @@ void check_value(const Context& c, const Rule& r, const json& v) {
           ? "ZeRO stages: 0 (no sharding), 1 (optimizer states sharded), 2 (also gradients), 3 "
             "(also parameters)"
           : "use a value " + range_text(r) + ", e.g. " + r.example;
-  fail(c, "key '" + r.path + "' must be " + range_text(r) + ", got " + v.dump(), hint);
+  fail(c, "key '" + r.path + "' must be " + range_text(r) + ", got " + shown(v), hint);
 }
 
 void check_object(const Context& c, const json& object, const std::string& prefix) {
@@ -412,7 +432,7 @@ void read_value(const json& root, const std::string& path, T& field) {
 
 [[noreturn]] void contradiction(const Context& c, const std::string& key, const json& v,
                                 const std::string& toml_side, const std::string& toml_key) {
-  fail(c, "key '" + key + "' = " + v.dump() + " contradicts " + toml_side,
+  fail(c, "key '" + key + "' = " + shown(v) + " contradicts " + toml_side,
        "write \"auto\" for " + key + " to take the TOML's value, or make the two equal",
        c.cfg.location(toml_key));
 }
@@ -561,13 +581,21 @@ std::string no_effect(const DeepSpeedConfig& out, const std::string& path) {
 void collect_notes(const json& object, const std::string& prefix, DeepSpeedConfig& out) {
   for (const auto& item : object.items()) {
     const std::string path = prefix + item.key();
+    if (path == "fp16" && !out.fp16 && item.value().is_object() && item.value().size() > 1) {
+      out.notes.push_back("deepspeed " + out.path +
+                          ": the fp16 loss-scaling keys have no effect in lftrain: this run does "
+                          "not train in fp16 (the TOML's fp16 is false)");
+      continue;
+    }
     if (item.value().is_object()) {
       collect_notes(item.value(), path + ".", out);
       continue;
     }
+    // "auto" bucket sizes ask lftrain to choose, which it does (one layer per call).
+    if (item.value() == "auto" && path.find("bucket_size") != std::string::npos) continue;
     const std::string why = no_effect(out, path);
     if (why.empty()) continue;
-    out.notes.push_back("deepspeed " + out.path + ": " + path + " = " + item.value().dump() +
+    out.notes.push_back("deepspeed " + out.path + ": " + path + " = " + shown(item.value()) +
                         " has no effect in lftrain: " + why);
   }
 }
