@@ -126,7 +126,12 @@ TEST(DeepSpeedConfig, AutoValuesFilledFromToml) {
   EXPECT_EQ(ds.allgather_bucket_size, 200000000);
   EXPECT_TRUE(ds.overlap_comm);
   EXPECT_FALSE(ds.reduce_scatter);
-  EXPECT_TRUE(ds.notes.empty()) << ds.notes.front();
+  // Bucket sizes and overlap are lftrain's own choice (one layer per call, always overlapped).
+  for (const auto& note : ds.notes)
+    EXPECT_TRUE(note.find("bucket_size") != std::string::npos ||
+                note.find("overlap_comm") != std::string::npos ||
+                note.find("reduce_scatter") != std::string::npos)
+        << note;
 
   // Explicit values that agree with the TOML: 4 x 2 x 4 ranks = 32.
   const DeepSpeedConfig same = read(
