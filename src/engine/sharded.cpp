@@ -69,6 +69,9 @@ void ShardedEngine::prepare(torch::nn::Module& module) {
   if (model == nullptr) throw std::logic_error(plan_.name + " engine: the model is not a LlamaForCausalLM");
   build_units(module);
   if (plan_.shard_parameters) {
+    c10::NoGradGuard no_grad;
+    for (auto& p : params_)
+      if (p.scalar_type() != plan_.compute_dtype) p.set_data(p.to(plan_.compute_dtype));
     for (auto& u : units_) free_parameters(*u);
     model->set_layer_hooks(this);
   }
@@ -125,6 +128,31 @@ void ShardedEngine::build_units(torch::nn::Module& module) {
 }
 
 // ---- gathering whole parameters ----
+//
+// A parameter keeps its tensor and its storage object for the whole run; freeing releases the
+// storage's memory and gathering allocates it again. Autograd saves a layer's weights by
+// reference to that storage, so a freed layer holds no memory between its forward and its
+// backward, and the gathered values are what its backward reads (FSDP's storage resize).
+// Gathered values are written through an alias of the storage with its own version counter,
+// so autograd does not see an in-place change of a saved tensor.
+
+namespace {
+
+void allocate_storage(const at::Tensor& param) {
+  c10::StorageImpl* storage = param.storage().unsafeGetStorageImpl();
+  const auto bytes = static_cast<std::size_t>(param.numel()) * param.element_size();
+  if (storage->nbytes() == bytes && storage->data() != nullptr) return;
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+at::Tensor storage_alias(const at::Tensor& param) {
+  at::Tensor alias = at::empty({0}, param.options().requires_grad(false));
+  alias.set_(param.storage(), param.storage_offset(), param.sizes(), param.strides());
+  return alias;
+}
+
+}  // namespace
 
 void ShardedEngine::launch_gather(Unit& u) {
   const at::ScalarType dtype = plan_.shard_parameters ? plan_.compute_dtype : at::kFloat;
@@ -143,7 +171,8 @@ void ShardedEngine::finish_gather(Unit& u) {
   for (std::size_t i = 0; i < u.params.size(); ++i) {
     at::Tensor& param = params_[u.params[i]];
     const Shape& shape = shapes_[u.params[i]];
-    at::Tensor whole = plan_.shard_parameters ? at::empty(shape, u.gather_out.options()) : param;
+    if (plan_.shard_parameters) allocate_storage(param);
+    const at::Tensor whole = storage_alias(param);
     for (std::size_t r = 0; r < u.layout.pieces.size(); ++r) {
       const ShardPiece& piece = u.layout.pieces[r][i];
       if (piece.rows == 0) continue;
@@ -153,7 +182,6 @@ void ShardedEngine::finish_gather(Unit& u) {
                              piece.rows * row_numel(shape))
                      .view(piece_shape(shape, piece.rows)));
     }
-    if (plan_.shard_parameters) param.set_data(whole);
   }
   u.gather_in.reset();
   u.gather_out.reset();
@@ -173,8 +201,11 @@ void ShardedEngine::prefetch(std::size_t unit) {
 }
 
 void ShardedEngine::free_parameters(Unit& u) {
-  for (std::size_t k : u.params)
-    params_[k].set_data(at::empty({0}, params_[k].options().dtype(plan_.compute_dtype)));
+  for (std::size_t k : u.params) {
+    c10::StorageImpl* storage = params_[k].storage().unsafeGetStorageImpl();
+    storage->set_data_ptr_noswap(c10::DataPtr(nullptr, params_[k].device()));
+    storage->set_nbytes(0);
+  }
   u.gathered = false;
 }
 
@@ -196,7 +227,7 @@ void ShardedEngine::after_layer(std::int64_t index, const at::Tensor& output) {
       });
   }
   std::int64_t held = 0;
-  for (std::size_t k : units_[unit]->params) held += params_[k].numel() * params_[k].element_size();
+  for (std::size_t k : units_[unit]->params) held += static_cast<std::int64_t>(params_[k].storage().nbytes());
   after_forward_[unit - 1] = held;
 }
 
@@ -208,7 +239,9 @@ void ShardedEngine::on_gradient_ready(std::size_t param) {
 }
 
 void ShardedEngine::launch_reduce(Unit& u) {
-  finish_reduce(u);
+  // At most one reduce-scatter in flight (it overlaps the next layer's backward): each holds a
+  // whole unit of fp32 gradients.
+  finish_all_reduces();
   c10::NoGradGuard no_grad;
   const std::int64_t k = u.layout.shard_numel;
   u.reduce_in = at::zeros({k * shard_comm_.size()}, u.master.options());
@@ -283,11 +316,13 @@ void ShardedEngine::finish_gradients() {
 
 void ShardedEngine::parameters_updated() {
   if (plan_.shard_parameters) return;  // the next forward gathers the updated shards
-  for (auto& u : units_) {
-    u->gathered = false;
-    launch_gather(*u);
+  // Two gathers in flight at a time: each holds a whole unit.
+  for (std::size_t i = 0; i < units_.size(); ++i) {
+    units_[i]->gathered = false;
+    launch_gather(*units_[i]);
+    if (i > 0) finish_gather(*units_[i - 1]);
   }
-  for (auto& u : units_) finish_gather(*u);
+  finish_gather(*units_.back());
 }
 
 double ShardedEngine::grad_norm_squared() {
@@ -304,7 +339,7 @@ std::vector<Communicator*> ShardedEngine::communicators() const {
 
 std::int64_t ShardedEngine::gathered_bytes() const {
   std::int64_t n = 0;
-  for (const auto& p : params_) n += p.numel() * p.element_size();
+  for (const auto& p : params_) n += static_cast<std::int64_t>(p.storage().nbytes());
   return n;
 }
 
@@ -312,8 +347,9 @@ std::int64_t ShardedEngine::largest_unit_bytes() const {
   std::int64_t best = 0;
   for (const auto& u : units_) {
     std::int64_t n = 0;
-    for (std::size_t k : u->params) n += at::empty({0}, at::TensorOptions().dtype(plan_.compute_dtype)).element_size() *
-                                         rows_of(shapes_[k]) * row_numel(shapes_[k]);
+    for (std::size_t k : u->params)
+      n += static_cast<std::int64_t>(c10::elementSize(plan_.compute_dtype)) * rows_of(shapes_[k]) *
+           row_numel(shapes_[k]);
     best = std::max(best, n);
   }
   return best;

@@ -4,6 +4,11 @@ PyTorch in the same run, side by side, fp32 and bf16:
   none with 1 and 2 threads, ddp with 2 ranks x 1 thread  (PyTorch: plain, plain, DDP gloo)
 It prints tokens/s, model FLOP/s as a fraction of the GEMM rate measured in this run, bytes per
 all-reduce per step, exposed communication time, peak RSS per rank, and lftrain / PyTorch.
+Then the sharded engines at 2 ranks x 1 thread, fp32 (one row each: ddp, fsdp2 with and without
+reshard_after_forward, fsdp FULL_SHARD, deepspeed ZeRO-1/2/3, and PyTorch DDP and FSDP2 beside
+them): tokens/s and the ratio to ddp, peak CPU tensor bytes and RSS per rank, and the bus bytes
+moved per step against the algorithm's. `--only sharded` runs just that table, `--only main`
+just the first.
 Timings are ratios within one run: this machine is noisy; no threshold is asserted anywhere.
 """
 import argparse
@@ -35,30 +40,154 @@ def flops_per_token(cfg):
     return 6 * non_embedding + 12 * layers * h * cfg["cutoff_len"]
 
 
-def lftrain(build, config, ranks, threads, bf16, steps):
+def param_bytes(cfg):
+    """fp32 bytes of the model's parameters: (all of them, the decoder layers' alone)."""
+    m = cfg["model"]
+    h, layers, i, v = m["hidden_size"], m["num_hidden_layers"], m["intermediate_size"], m["vocab_size"]
+    hd = h // m["num_attention_heads"]
+    kv = m.get("num_key_value_heads", m["num_attention_heads"]) * hd
+    per_layer = h * h * 2 + h * kv * 2 + 3 * h * i + 2 * h  # q, o; k, v; gate, up, down; 2 norms
+    root = v * h * (1 if m.get("tie_word_embeddings", False) else 2) + h  # embed, lm_head, norm
+    return 4 * (layers * per_layer + root), 4 * layers * per_layer
+
+
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def to_bytes(text):
+    number, unit = text.split()
+    return float(number) * UNITS[unit]
+
+
+def parse_summary(text):
+    """lftrain's end-of-run summary (rank 0): peak RSS and CPU tensor MiB per rank, one
+    (communicator, kind, calls, bytes, bus bytes) per communication line, exposed and in-flight
+    ms per step."""
+    def per_rank(label):
+        line = re.search(rf"^\s*{label}\s+(.*)$", text, re.M)
+        return [float(x) for x in re.findall(r"rank \d+ ([\d.]+) MiB", line.group(1))] if line else []
+    comm = [(c, kind, float(calls), to_bytes(payload), to_bytes(bus)) for c, kind, calls, payload, bus in
+            re.findall(r"^\s*comm\s+'([^']+)' (\w+): ([\d.]+) calls, ([\d.]+ \w+) per step "
+                       r"\(bus ([\d.]+ \w+)\)", text, re.M)]
+    exposed = re.search(r"exposed\s+([\d.]+) ms of communication per step, of ([\d.]+) ms in flight", text)
+    return {"rss_mib": per_rank("peak RSS"), "tensor_mib": per_rank("peak CPU tensors"), "comm": comm,
+            "exposed_ms": float(exposed.group(1)) if exposed else None,
+            "in_flight_ms": float(exposed.group(2)) if exposed else None}
+
+
+def lftrain(build, config, ranks, threads, bf16, steps, distributed=None, extra=()):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     with tempfile.TemporaryDirectory() as out_dir:
-        args = [f"{build}/lftrain", config, f"intra_op_threads={threads}", f"bf16={str(bf16).lower()}",
-                f"max_steps={steps}", f"logging_steps={steps // 3}", f"output_dir={out_dir}",
-                f"distributed={'ddp' if ranks > 1 else 'none'}"]
+        args = [f"{build}/lftrain", config,
+                f"distributed={distributed or ('ddp' if ranks > 1 else 'none')}", *extra,
+                f"intra_op_threads={threads}", f"bf16={str(bf16).lower()}",
+                f"max_steps={steps}", f"logging_steps={steps // 3}", f"output_dir={out_dir}"]
         if ranks > 1:
             args = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(ranks)] + args
             args.append(f"per_device_train_batch_size={8 // ranks}")
         text = run(args, env)
         records = [json.loads(line) for line in open(f"{out_dir}/trainer_log.jsonl")]
     tps = [r["tokens_per_s"] for r in records[1:]]  # the first window includes warm-up
-    rss = [float(x) for x in re.findall(r"rank \d+ ([\d.]+) MiB", text)]
-    comm = re.search(r"all_reduce: ([\d.]+) calls, ([\d.]+ \w+) per step .*exposed ([\d.]+) ms per step of ([\d.]+) ms", text)
-    return {"tokens_per_s": sum(tps) / len(tps), "rss_mib": rss,
-            "comm": comm.groups() if comm else None, "loss": records[-1]["loss"]}
+    return {"tokens_per_s": sum(tps) / len(tps), "loss": records[-1]["loss"], **parse_summary(text)}
 
 
-def torch_peer(config, ranks, threads, bf16, steps):
+def torch_peer(config, ranks, threads, bf16, steps, fsdp2=False):
     args = [os.path.join(ROOT, ".venv/bin/python"), "tools/bench/torch_peer.py", config,
             "--threads", str(threads), "--ranks", str(ranks), "--steps", str(steps),
-            "--warmup", str(steps // 3)] + (["--bf16"] if bf16 else [])
+            "--warmup", str(steps // 3), "--micro-batch", str(8 // ranks)] + \
+        (["--bf16"] if bf16 else []) + (["--fsdp2"] if fsdp2 else [])
     r = json.loads(run(args).strip().splitlines()[-1])
-    return {"tokens_per_s": r["tokens_per_s"], "rss_mib": [b / 2**20 for b in r["peak_rss_bytes"]]}
+    if "error" in r:
+        return {"error": r["error"]}
+    return {"tokens_per_s": r["tokens_per_s"], "rss_mib": [b / 2**20 for b in r["peak_rss_bytes"]],
+            "comm_bytes": r.get("comm_bytes_per_step")}
+
+
+def per_rank_text(mib):
+    return "/".join(f"{x:.0f}" for x in mib) or "-"
+
+
+def size_text(b):
+    return f"{b / 2**20:.1f} MiB" if b >= 2**20 else f"{b:.0f} B"
+
+
+def ddp_comm(ours):
+    """The main table's communication column: the gradient all-reduce and the exposed time."""
+    ar = [c for c in ours["comm"] if c[1] == "all_reduce" and c[3] > 2**20]
+    if not ar:
+        return "-"
+    return (f"{sum(c[3] for c in ar) / 2**20:.1f} MiB in {sum(c[2] for c in ar):.0f} calls, exposed "
+            f"{ours['exposed_ms']:.0f} of {ours['in_flight_ms']:.0f} ms")
+
+
+# (row name, lftrain `distributed`, extra overrides, theory: "2P" or "2P+layers")
+SHARDED = (
+    ("ddp", "ddp", (), "2P"),
+    ("fsdp2", "fsdp2", (), "2P+layers"),
+    ("fsdp2 no-reshard", "fsdp2", ("dist_config.reshard_after_forward=false",), "2P"),
+    ("fsdp FULL_SHARD", "fsdp", ("dist_config.sharding_strategy=FULL_SHARD",), "2P+layers"),
+    ("ZeRO-1", "deepspeed", ("deepspeed={z1}",), "2P"),
+    ("ZeRO-2", "deepspeed", ("deepspeed=inputs/ds_z2_config.json",), "2P"),
+    ("ZeRO-3", "deepspeed", ("deepspeed=inputs/ds_z3_config.json",), "2P+layers"),
+)
+ZERO1 = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+         "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
+         "zero_optimization": {"stage": 1}}
+
+
+def sharded_table(args, cfg):
+    """One row per sharded engine at 2 ranks x 1 thread, fp32, against ddp in the same run."""
+    n, steps = 2, args.sharded_steps
+    p_all, p_layers = param_bytes(cfg)
+    theory = {"2P": 2 * p_all * (n - 1) / n, "2P+layers": (2 * p_all + p_layers) * (n - 1) / n}
+    print(f"\nSharded engines, {n} ranks x 1 thread, fp32, global batch 8, {steps} steps (the first "
+          f"{steps // 3} excluded as warm-up).\nP = {p_all / 2**20:.1f} MiB of fp32 parameters, "
+          f"of which the decoder layers {p_layers / 2**20:.1f} MiB; theory per rank per step: "
+          f"2P(n-1)/n = {theory['2P'] / 2**20:.1f} MiB, (2P + P_layers)(n-1)/n = "
+          f"{theory['2P+layers'] / 2**20:.1f} MiB")
+    head = (f"{'engine':22} {'tok/s':>7} {'/ddp':>5}  {'tensors MiB/rank':>16} {'RSS MiB/rank':>12}  "
+            f"{'bus MiB/step':>12} {'theory':>7} {'ratio':>5}  {'exposed/in flight ms':>20}  collectives per step")
+    print(head)
+    print("-" * len(head))
+    rows = {}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as z1:
+        json.dump(ZERO1, z1)
+    try:
+        for name, engine, extra, algo in SHARDED:
+            extra = tuple(e.format(z1=z1.name) for e in extra)
+            r = lftrain(args.build, args.config, n, 1, False, steps, engine,
+                        extra + ("save_strategy=no",))
+            rows[name] = r
+            bus = sum(c[4] for c in r["comm"])
+            calls = ", ".join(f"{kind} {k:g} x {size_text(payload)}" for _, kind, k, payload, _ in r["comm"])
+            exposed = f"{r['exposed_ms']:.0f} / {r['in_flight_ms']:.0f}" if r["exposed_ms"] is not None else "-"
+            print(f"{name:22} {r['tokens_per_s']:7.1f} {r['tokens_per_s'] / rows['ddp']['tokens_per_s']:5.2f}  "
+                  f"{per_rank_text(r['tensor_mib']):>16} {per_rank_text(r['rss_mib']):>12}  "
+                  f"{bus / 2**20:12.1f} {theory[algo] / 2**20:7.1f} {bus / theory[algo]:5.2f}  "
+                  f"{exposed:>20}  {calls}", flush=True)
+            if name in ("ddp", "fsdp2"):
+                peer = torch_peer(args.config, n, 1, False, steps, fsdp2=(name == "fsdp2"))
+                label = "  PyTorch " + ("DDP gloo" if name == "ddp" else "FSDP2 gloo")
+                rows["PyTorch " + name] = peer
+                if "error" in peer:
+                    print(f"{label:22} fully_shard failed: {peer['error']}", flush=True)
+                    continue
+                bus, bus_text, theory_text, ratio_text = None, "-", "-", "-"
+                if peer["comm_bytes"]:  # payloads; bus = (n-1)/n x payload (x 2 for all-reduce)
+                    bus = sum(v * (n - 1) / n * (2 if k == "all_reduce" else 1)
+                              for k, v in peer["comm_bytes"].items())
+                    bus_text, theory_text = f"{bus / 2**20:.1f}", f"{theory[algo] / 2**20:.1f}"
+                    ratio_text = f"{bus / theory[algo]:.2f}"
+                ref = rows.get("PyTorch ddp", rows["ddp"])
+                note = f"lftrain / PyTorch {r['tokens_per_s'] / peer['tokens_per_s']:.2f}"
+                if name != "ddp":
+                    note += "; its /ddp is to PyTorch DDP"
+                print(f"{label:22} {peer['tokens_per_s']:7.1f} {peer['tokens_per_s'] / ref['tokens_per_s']:5.2f}  "
+                      f"{'-':>16} {per_rank_text(peer['rss_mib']):>12}  {bus_text:>12} {theory_text:>7} "
+                      f"{ratio_text:>5}  {'-':>20}  {note}", flush=True)
+    finally:
+        os.unlink(z1.name)
+    return rows
 
 
 def main():
@@ -67,9 +196,19 @@ def main():
     ap.add_argument("--config", default="inputs/bench.toml")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--only", choices=("all", "main", "sharded"), default="all",
+                    help="main: the none/ddp table; sharded: the sharded engines' table (with ddp)")
+    ap.add_argument("--sharded-steps", type=int, default=9)
     args = ap.parse_args()
     with open(os.path.join(ROOT, args.config), "rb") as f:
         cfg = tomllib.load(f)
+    if args.only != "sharded":
+        main_table(args, cfg)
+    if args.only != "main":
+        sharded_table(args, cfg)
+
+
+def main_table(args, cfg):
     fpt = flops_per_token(cfg)
     gemm = json.loads(run([f"{args.build}/lft_gemm_rate"]))
     print(f"GEMM rate (2048^3 matmul, GFLOP/s): {json.dumps(gemm)}")
@@ -93,8 +232,7 @@ def main():
             rate = gemm[dtype][str(threads)] * ranks * 1e9
             mfu_ours = ours["tokens_per_s"] * fpt / rate
             mfu_peer = peer["tokens_per_s"] * fpt / rate
-            comm = (f"{ours['comm'][1]} in {ours['comm'][0]} calls, exposed {ours['comm'][2]} of "
-                    f"{ours['comm'][3]} ms" if ours["comm"] else "-")
+            comm = ddp_comm(ours)
             print(f"{dtype:5} {name:16} {ours['tokens_per_s']:13.1f} {mfu_ours:6.1%} "
                   f"{peer['tokens_per_s']:13.1f} {mfu_peer:6.1%} "
                   f"{ours['tokens_per_s'] / peer['tokens_per_s']:6.2f}  "

@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
 """The PyTorch peer of lftrain's benchmark: the same Llama (shapes from a TOML file), the same
 batch, AdamW and bf16 autocast, written as a plain PyTorch user would write it, and PyTorch DDP
-with gloo. Prints one JSON object: tokens_per_s, step_seconds, peak_rss_bytes (per rank).
+with gloo, or with --fsdp2 PyTorch's FSDP2 (`fully_shard` on each decoder layer and on the root,
+gloo, CPU). Prints one JSON object: tokens_per_s, step_seconds, peak_rss_bytes (per rank), and
+with --fsdp2 comm_bytes_per_step: the payload of the all-gathers and reduce-scatters FSDP2 issued
+per step (counted by wrapping torch.distributed's functions), or error: the exception if
+fully_shard failed.
 
-  torch_peer.py CONFIG.toml --threads 2 [--bf16] [--ranks 2]
+  torch_peer.py CONFIG.toml --threads 2 [--bf16] [--ranks 2] [--micro-batch 4] [--fsdp2 [--no-reshard]]
 """
 import argparse
 import json
 import math
 import os
 import resource
+import sys
 import tempfile
 import time
 import tomllib
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -92,21 +98,61 @@ class Llama(nn.Module):
         return self.lm_head(self.norm(x))
 
 
+COLLECTIVE_BYTES = {}  # name -> payload bytes (the gathered / the reduced tensor) since the reset
+
+
+def count_collectives():
+    """Wraps the torch.distributed functions FSDP2 calls, to count their payload bytes."""
+    def wrap(name, payload_arg):
+        real = getattr(dist, name)
+
+        def counted(*a, **kw):
+            t = kw.get(payload_arg, a[0] if a else None)
+            if isinstance(t, torch.Tensor):
+                COLLECTIVE_BYTES[name] = COLLECTIVE_BYTES.get(name, 0) + t.numel() * t.element_size()
+            return real(*a, **kw)
+        setattr(dist, name, counted)
+    wrap("all_gather_into_tensor", "output_tensor")
+    wrap("reduce_scatter_tensor", "input")
+    wrap("all_reduce", "tensor")
+
+
 def worker(rank, args, cfg, result_file):
+    try:
+        train(rank, args, cfg, result_file)
+    except Exception as e:  # reported in the result, so that the bench can print it
+        with open(f"{result_file}.{rank}", "w") as out:
+            json.dump({"error": f"{type(e).__name__}: {e}".strip().splitlines()[0][:400],
+                       "traceback": traceback.format_exc()}, out)
+        raise  # spawn then ends the other ranks, which may wait in a collective
+
+
+def train(rank, args, cfg, result_file):
     torch.set_num_threads(args.threads)
     if args.ranks > 1:
         dist.init_process_group("gloo", init_method=f"file://{args.init_file}", rank=rank,
                                 world_size=args.ranks)
     torch.manual_seed(1)
     model = Llama(cfg["model"])
-    if args.ranks > 1:
+    if args.fsdp2:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        count_collectives()
+        mesh = init_device_mesh("cpu", (args.ranks,))
+        # reshard: None = True for the layers, False for the root (gathered once per step, as
+        # lftrain's fsdp2 does); --no-reshard: False everywhere.
+        reshard = False if args.no_reshard else None
+        for layer in model.layers:
+            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    elif args.ranks > 1:
         model = nn.parallel.DistributedDataParallel(model)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.get("weight_decay", 0.0)},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=cfg.get("learning_rate", 3e-4))
-    micro = cfg.get("per_device_train_batch_size", 8)
+    micro = args.micro_batch or cfg.get("per_device_train_batch_size", 8)
     seq = cfg.get("cutoff_len", 256)
     gen = torch.Generator().manual_seed(rank)
     ids = torch.randint(0, 259, (micro, seq), generator=gen)
@@ -122,11 +168,15 @@ def worker(rank, args, cfg, result_file):
         opt.step()
         opt.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - start)
+        if step + 1 == args.warmup:
+            COLLECTIVE_BYTES.clear()
     warm = times[args.warmup:]
     step_s = sum(warm) / len(warm)
     result = {"tokens_per_s": micro * seq * args.ranks / step_s, "step_seconds": step_s,
               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-              "loss": float(loss)}
+              "loss": float(loss.detach())}
+    if args.fsdp2:
+        result["comm_bytes_per_step"] = {k: v / len(warm) for k, v in COLLECTIVE_BYTES.items()}
     with open(f"{result_file}.{rank}", "w") as out:
         json.dump(result, out)
     if args.ranks > 1:
@@ -141,6 +191,11 @@ def main():
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--micro-batch", type=int, default=0,
+                    help="sequences per rank per step (default: the config's per_device_train_batch_size)")
+    ap.add_argument("--fsdp2", action="store_true", help="FSDP2 fully_shard instead of DDP")
+    ap.add_argument("--no-reshard", action="store_true",
+                    help="with --fsdp2: reshard_after_forward=False")
     args = ap.parse_args()
     with open(args.config, "rb") as f:
         cfg = tomllib.load(f)
@@ -150,11 +205,25 @@ def main():
         if args.ranks == 1:
             worker(0, args, cfg, result_file)
         else:
-            torch.multiprocessing.spawn(worker, args=(args, cfg, result_file), nprocs=args.ranks)
-        results = [json.load(open(f"{result_file}.{r}")) for r in range(args.ranks)]
-    print(json.dumps({"tokens_per_s": results[0]["tokens_per_s"],
-                      "step_seconds": results[0]["step_seconds"],
-                      "peak_rss_bytes": [r["peak_rss_bytes"] for r in results]}))
+            try:
+                torch.multiprocessing.spawn(worker, args=(args, cfg, result_file), nprocs=args.ranks)
+            except Exception:  # a rank failed: its result file says why
+                if not any(os.path.exists(f"{result_file}.{r}") for r in range(args.ranks)):
+                    raise
+        results = [json.load(open(f"{result_file}.{r}")) if os.path.exists(f"{result_file}.{r}")
+                   else {"error": f"rank {r} ended without a result"} for r in range(args.ranks)]
+    errors = [r for r in results if "error" in r and "traceback" in r] or \
+             [r for r in results if "error" in r]
+    if errors:
+        print(errors[0].get("traceback", ""), file=sys.stderr)
+        print(json.dumps({"error": errors[0]["error"]}))
+        return
+    summary = {"tokens_per_s": results[0]["tokens_per_s"],
+               "step_seconds": results[0]["step_seconds"],
+               "peak_rss_bytes": [r["peak_rss_bytes"] for r in results]}
+    if args.fsdp2:
+        summary["comm_bytes_per_step"] = results[0]["comm_bytes_per_step"]
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":
