@@ -106,6 +106,7 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
   writer.set_attribute("/", "lftrain_version", std::string(LFT_VERSION));
   writer.set_attribute("/", "step", progress.step);
   writer.set_attribute("/", "tokens_seen", progress.tokens_seen);
+  if (progress.loss_scale > 0) writer.set_attribute("/", "loss_scale", progress.loss_scale);
   writer.set_attribute("/", "world_size", static_cast<int64_t>(run.world_size));
   writer.set_attribute("/", "mesh", run.mesh);
   writer.set_attribute("/", "engine", run.engine);
@@ -198,6 +199,7 @@ Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInf
   Progress p;
   p.step = store.int_attribute("/", "step");
   p.tokens_seen = store.int_attribute("/", "tokens_seen");
+  if (store.has_attribute("/", "loss_scale")) p.loss_scale = store.double_attribute("/", "loss_scale");
   p.sampler.epoch = store.int_attribute("/", "data_epoch");
   p.sampler.step_in_epoch = store.int_attribute("/", "data_step_in_epoch");
   p.sampler.seed = static_cast<std::uint64_t>(store.int_attribute("/", "data_seed"));

@@ -27,7 +27,9 @@
 #include "lft/runtime/log.h"
 #include "lft/runtime/memory.h"
 #include "lft/runtime/signals.h"
+#include "lft/train/loss_scaler.h"
 #include "lft/train/metrics.h"
+#include "lft/config/deepspeed.h"
 
 namespace lft::train {
 namespace {
@@ -38,12 +40,13 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// bf16 compute over fp32 master weights: autocast for the forward pass only.
+// bf16 / fp16 compute over fp32 master weights: autocast for the forward pass only.
 class AutocastScope {
  public:
-  AutocastScope(bool on, at::DeviceType device) : on_(on), device_(device) {
+  AutocastScope(at::ScalarType dtype, at::DeviceType device)
+      : on_(dtype != at::kFloat), device_(device) {
     if (!on_) return;
-    at::autocast::set_autocast_dtype(device_, at::kBFloat16);
+    at::autocast::set_autocast_dtype(device_, dtype);
     at::autocast::set_autocast_enabled(device_, true);
   }
   ~AutocastScope() {
@@ -56,6 +59,19 @@ class AutocastScope {
   bool on_;
   at::DeviceType device_;
 };
+
+// DeepSpeed's fp16 block when the engine is deepspeed, else DeepSpeed's defaults.
+LossScaleOptions loss_scale_options(const config::Config& cfg, DeviceMesh& mesh) {
+  LossScaleOptions o;
+  if (cfg.string("distributed") != "deepspeed") return o;
+  const config::DeepSpeedConfig ds = config::read_deepspeed_config(cfg, mesh.shape().dp_size());
+  o.initial_scale = std::ldexp(1.0, ds.initial_scale_power);
+  o.static_scale = ds.loss_scale;
+  o.window = ds.loss_scale_window;
+  o.hysteresis = ds.hysteresis;
+  o.min_scale = ds.min_loss_scale;
+  return o;
+}
 
 }  // namespace
 
@@ -72,7 +88,8 @@ struct Trainer::State {
   std::unique_ptr<optim::AdamW> optimizer;
   std::unique_ptr<optim::LrSchedule> schedule;
   std::int64_t micro = 1, accum = 1, global = 1, total = 1, step = 0, tokens_seen = 0;
-  bool bf16 = false;
+  at::ScalarType compute = at::kFloat;  // bf16 / fp16: autocast
+  std::unique_ptr<LossScaler> scaler;    // fp16 only
   double flops_per_token = 0.0;
 
   State(const config::Config& c, DeviceMesh& m, const DeviceChoice& d) : cfg(c), mesh(m), device(d) {}
@@ -84,11 +101,8 @@ struct Trainer::State {
 Trainer::Trainer(const config::Config& cfg, DeviceMesh& mesh, const DeviceChoice& device)
     : s_(std::make_unique<State>(cfg, mesh, device)) {
   State& s = *s_;
-  if (cfg.boolean("fp16"))
-    throw config::ConfigError("config error: " + cfg.where("fp16") +
-                              ": fp16 training needs dynamic loss scaling, which this build does "
-                              "not have\n  hint: use bf16 = true (same memory, no loss scaling)");
-  s.bf16 = cfg.boolean("bf16");
+  s.compute = cfg.boolean("bf16") ? at::kBFloat16 : cfg.boolean("fp16") ? at::kHalf : at::kFloat;
+  if (s.compute == at::kHalf) s.scaler = std::make_unique<LossScaler>(loss_scale_options(cfg, mesh));
   s.model_config = model::ModelConfig::from_run_config(cfg);
   if (s.model_config.vocab_size < s.tokenizer.vocab_size())
     throw config::ConfigError("config error: " + cfg.where("model.vocab_size") + ": the " +
@@ -157,7 +171,10 @@ std::string Trainer::describe() const {
          std::to_string(s.dataset->seq_len()) + " tokens (" + s.tokenizer.name() +
          " tokenizer); " + std::to_string(s.sampler->steps_per_epoch()) + " steps per epoch\n" +
          "training   " + std::to_string(s.total) + " steps of " + std::to_string(s.global) +
-         " sequences" + (s.bf16 ? ", bf16 compute over fp32 weights" : ", fp32");
+         " sequences" +
+         (s.compute == at::kBFloat16 ? ", bf16 compute over fp32 weights"
+          : s.scaler ? ", fp16 compute over fp32 weights, loss scale " + std::to_string(s.scaler->scale())
+                     : ", fp32");
 }
 
 StepResult Trainer::step() {
@@ -178,11 +195,12 @@ StepResult Trainer::step() {
             .to(s.torch_device());
     at::Tensor losses;
     {
-      AutocastScope autocast(s.bf16, s.torch_device().type());
+      AutocastScope autocast(s.compute, s.torch_device().type());
       losses = model::token_losses(s.model->forward(ids), ids, pad);
     }
     sequence_sums.push_back(losses.detach().to(at::kDouble).sum(1).cpu());
-    (losses.sum() / targets).backward();
+    if (s.scaler) (losses.sum() / targets * s.scaler->scale()).backward();
+    else (losses.sum() / targets).backward();
   }
   s.engine->finish_gradients();
 
@@ -197,6 +215,26 @@ StepResult Trainer::step() {
   StepResult r;
   r.loss = loss_sum / targets;
   r.grad_norm = std::sqrt(s.engine->grad_norm_squared());
+  if (s.scaler && std::isfinite(r.loss)) {
+    const double scale = s.scaler->scale();
+    if (!s.scaler->update(std::isfinite(r.grad_norm), s.step + 1)) {  // every rank agrees
+      log0(s.scaler->last_event());
+      for (auto& t : s.engine->parameters()) t.mutable_grad().reset();
+      s.sampler->advance();
+      r.step = ++s.step;
+      r.grad_norm = 0.0;
+      r.skipped = true;
+      r.lr = s.schedule->lr(s.step - 1);
+      r.tokens = s.global * s.dataset->seq_len();
+      s.tokens_seen += r.tokens;
+      r.seconds = seconds_since(start);
+      return r;
+    }
+    c10::NoGradGuard no_grad;
+    for (auto& t : s.engine->parameters())
+      if (t.grad().defined()) t.mutable_grad().div_(scale);
+    r.grad_norm /= scale;
+  }
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
     throw RunFailure("step " + std::to_string(s.step + 1) + ": the loss is " +
                      std::to_string(r.loss) + " and the gradient norm " +
@@ -264,6 +302,7 @@ void Trainer::resume_if_asked() {
   s.sampler->restore(p.sampler);
   s.step = p.step;
   s.tokens_seen = p.tokens_seen;
+  if (s.scaler && p.loss_scale > 0) s.scaler->restore(p.loss_scale);
   log0("resume: " + *folder + " at step " + std::to_string(p.step) + " (epoch " +
        std::to_string(p.sampler.epoch) + ", " + std::to_string(s.sampler->consumed_samples()) +
        " samples consumed), loaded in " + std::to_string(seconds).substr(0, 5) + " s");
@@ -278,6 +317,7 @@ std::string Trainer::save() {
   ckpt::Progress p;
   p.step = s.step;
   p.tokens_seen = s.tokens_seen;
+  if (s.scaler) p.loss_scale = s.scaler->scale();
   p.sampler = s.sampler->state();
   const auto start = Clock::now();
   const std::string folder =

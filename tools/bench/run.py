@@ -15,16 +15,27 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+LAST = {}  # cpu_share of the last run(): its CPU seconds / (wall seconds x cores)
+
+
 def run(cmd, env=None):
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter() - start
+    # MPI ranks poll while they wait, so a run alone on the machine keeps every core busy (~1.0);
+    # well under 1 means other processes took CPU time from it, and its timing is not clean.
+    LAST["cpu_share"] = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / \
+        (wall * (os.cpu_count() or 1))
     if out.returncode != 0:
         sys.exit(f"bench: {' '.join(cmd)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
     return out.stdout
@@ -88,7 +99,8 @@ def lftrain(build, config, ranks, threads, bf16, steps, distributed=None, extra=
         text = run(args, env)
         records = [json.loads(line) for line in open(f"{out_dir}/trainer_log.jsonl")]
     tps = [r["tokens_per_s"] for r in records[1:]]  # the first window includes warm-up
-    return {"tokens_per_s": sum(tps) / len(tps), "loss": records[-1]["loss"], **parse_summary(text)}
+    return {"tokens_per_s": sum(tps) / len(tps), "loss": records[-1]["loss"], "cpu_share": LAST["cpu_share"],
+            **parse_summary(text)}
 
 
 def torch_peer(config, ranks, threads, bf16, steps, fsdp2=False):
@@ -100,7 +112,7 @@ def torch_peer(config, ranks, threads, bf16, steps, fsdp2=False):
     if "error" in r:
         return {"error": r["error"]}
     return {"tokens_per_s": r["tokens_per_s"], "rss_mib": [b / 2**20 for b in r["peak_rss_bytes"]],
-            "comm_bytes": r.get("comm_bytes_per_step")}
+            "comm_bytes": r.get("comm_bytes_per_step"), "cpu_share": LAST["cpu_share"]}
 
 
 def per_rank_text(mib):
@@ -144,8 +156,9 @@ def sharded_table(args, cfg):
           f"{steps // 3} excluded as warm-up).\nP = {p_all / 2**20:.1f} MiB of fp32 parameters, "
           f"of which the decoder layers {p_layers / 2**20:.1f} MiB; theory per rank per step: "
           f"2P(n-1)/n = {theory['2P'] / 2**20:.1f} MiB, (2P + P_layers)(n-1)/n = "
-          f"{theory['2P+layers'] / 2**20:.1f} MiB")
-    head = (f"{'engine':22} {'tok/s':>7} {'/ddp':>5}  {'tensors MiB/rank':>16} {'RSS MiB/rank':>12}  "
+          f"{theory['2P+layers'] / 2**20:.1f} MiB.\ncpu: the run's CPU time / (wall time x {os.cpu_count()} cores); "
+          f"well under 1 means other processes shared the machine and the row's timing is not clean.")
+    head = (f"{'engine':22} {'tok/s':>7} {'/ddp':>5} {'cpu':>4}  {'tensors MiB/rank':>16} {'RSS MiB/rank':>12}  "
             f"{'bus MiB/step':>12} {'theory':>7} {'ratio':>5}  {'exposed/in flight ms':>20}  collectives per step")
     print(head)
     print("-" * len(head))
@@ -161,7 +174,8 @@ def sharded_table(args, cfg):
             bus = sum(c[4] for c in r["comm"])
             calls = ", ".join(f"{kind} {k:g} x {size_text(payload)}" for _, kind, k, payload, _ in r["comm"])
             exposed = f"{r['exposed_ms']:.0f} / {r['in_flight_ms']:.0f}" if r["exposed_ms"] is not None else "-"
-            print(f"{name:22} {r['tokens_per_s']:7.1f} {r['tokens_per_s'] / rows['ddp']['tokens_per_s']:5.2f}  "
+            print(f"{name:22} {r['tokens_per_s']:7.1f} {r['tokens_per_s'] / rows['ddp']['tokens_per_s']:5.2f} "
+                  f"{r['cpu_share']:4.2f}  "
                   f"{per_rank_text(r['tensor_mib']):>16} {per_rank_text(r['rss_mib']):>12}  "
                   f"{bus / 2**20:12.1f} {theory[algo] / 2**20:7.1f} {bus / theory[algo]:5.2f}  "
                   f"{exposed:>20}  {calls}", flush=True)
@@ -182,7 +196,8 @@ def sharded_table(args, cfg):
                 note = f"lftrain / PyTorch {r['tokens_per_s'] / peer['tokens_per_s']:.2f}"
                 if name != "ddp":
                     note += "; its /ddp is to PyTorch DDP"
-                print(f"{label:22} {peer['tokens_per_s']:7.1f} {peer['tokens_per_s'] / ref['tokens_per_s']:5.2f}  "
+                print(f"{label:22} {peer['tokens_per_s']:7.1f} {peer['tokens_per_s'] / ref['tokens_per_s']:5.2f} "
+                      f"{peer['cpu_share']:4.2f}  "
                       f"{'-':>16} {per_rank_text(peer['rss_mib']):>12}  {bus_text:>12} {theory_text:>7} "
                       f"{ratio_text:>5}  {'-':>20}  {note}", flush=True)
     finally:

@@ -53,6 +53,7 @@ struct RunInfo {
 struct Progress {
   std::int64_t step = 0;
   std::int64_t tokens_seen = 0;
+  double loss_scale = 0.0;  // fp16 runs: the dynamic loss scale (attribute `loss_scale`); 0: none
   data::SamplerState sampler;
 };
 

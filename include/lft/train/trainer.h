@@ -24,6 +24,7 @@ struct StepResult {
   double lr = 0.0;
   std::int64_t tokens = 0;     // tokens of the global batch
   double seconds = 0.0;
+  bool skipped = false;        // fp16: the gradients overflowed; no update (loss scale lowered)
 };
 
 class Trainer {
