@@ -114,7 +114,11 @@ std::vector<KeySpec> build() {
           .min(0),
       K("seed", I, "Random seed (initialisation, data order)").def(42).min(0),
       K("bf16", B, "bfloat16 mixed precision (not together with fp16)").def(false),
-      K("fp16", B, "float16 mixed precision (not together with bf16)").def(false),
+      K("fp16", B,
+        "float16 mixed precision (not together with bf16), with dynamic loss scaling: DeepSpeed's "
+        "fp16 block with distributed = \"deepspeed\", else its defaults (2^16, window 1000, "
+        "hysteresis 2, minimum 1)")
+          .def(false),
       K("logging_steps", I, "Log loss and throughput every this many optimizer steps")
           .def(10)
           .min(1),
