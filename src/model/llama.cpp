@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include "lft/model/checkpoint.h"
+#include "lft/model/segments.h"
 
 namespace lft::model {
 
@@ -135,7 +136,7 @@ LlamaAttentionImpl::LlamaAttentionImpl(const ModelConfig& config, std::int64_t l
 }
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
-                                       const at::Tensor& sin) {
+                                       const at::Tensor& sin, const at::Tensor& segment_mask) {
   const std::int64_t b = x.size(0), t = x.size(1);
   at::Tensor q = q_proj(x).view({b, t, num_heads_, head_dim_}).transpose(1, 2);
   at::Tensor k = k_proj(x).view({b, t, num_kv_heads_, head_dim_}).transpose(1, 2);
@@ -145,11 +146,16 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
 
   std::optional<at::Tensor> mask;
   bool causal = true;
+  if (segment_mask.defined()) {
+    mask = segment_mask;
+    causal = false;
+  }
   if (sliding_window_ > 0 && t > sliding_window_) {
     // Key j is visible to query i iff i - W < j <= i (HF sliding_window_overlay).
     const auto idx = at::arange(t, at::TensorOptions().dtype(at::kLong).device(x.device()));
     const at::Tensor i = idx.unsqueeze(1), j = idx.unsqueeze(0);
-    mask = at::logical_and(j <= i, (i - j) < sliding_window_);
+    const at::Tensor window = at::logical_and(j <= i, (i - j) < sliding_window_);
+    mask = mask ? at::logical_and(*mask, window) : window;
     causal = false;
   }
   // GQA: kv head g serves query heads g*r .. g*r+r-1 (HF repeat_kv, i.e. repeat_interleave),
@@ -183,8 +189,8 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const ModelConfig& config, std::int
 }
 
 at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos,
-                                          const at::Tensor& sin) {
-  const at::Tensor h = x + self_attn(input_layernorm(x), cos, sin);
+                                          const at::Tensor& sin, const at::Tensor& segment_mask) {
+  const at::Tensor h = x + self_attn(input_layernorm(x), cos, sin, segment_mask);
   return h + mlp(post_attention_layernorm(h));
 }
 
@@ -203,21 +209,30 @@ LlamaModelImpl::LlamaModelImpl(const ModelConfig& config, const c10::TensorOptio
   norm = register_module("norm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
 }
 
-at::Tensor LlamaModelImpl::forward(const at::Tensor& input_ids) {
+at::Tensor LlamaModelImpl::forward(const at::Tensor& input_ids, const at::Tensor& segment_ids) {
   TORCH_CHECK(input_ids.dim() == 2, "LlamaModel: input_ids must be [batch, seq], got ",
               input_ids.sizes());
   at::Tensor h = embed_tokens(input_ids);
-  const auto [cos, sin] = rotary_.cos_sin(input_ids.size(1), h.options());
+  auto [cos, sin] = rotary_.cos_sin(input_ids.size(1), h.options());
+  at::Tensor mask;
+  if (segment_ids.defined()) {
+    TORCH_CHECK(segment_ids.sizes() == input_ids.sizes(), "LlamaModel: segment_ids ",
+                segment_ids.sizes(), " do not match input_ids ", input_ids.sizes());
+    const at::Tensor positions = segment_positions(segment_ids);
+    cos = cos.index_select(0, positions.reshape({-1})).view({positions.size(0), 1, positions.size(1), -1});
+    sin = sin.index_select(0, positions.reshape({-1})).view({positions.size(0), 1, positions.size(1), -1});
+    mask = segment_causal_mask(segment_ids);
+  }
   const bool recompute = gradient_checkpointing && at::GradMode::is_enabled();
   for (std::size_t i = 0; i < layer_list.size(); ++i) {
     auto& layer = layer_list[i];
     if (layer_hooks) layer_hooks->before_layer(static_cast<std::int64_t>(i));
     if (recompute) {
       auto block = layer.ptr();  // the lambda owns references to the layer and cos/sin
-      at::Tensor c = cos, s = sin;
-      h = checkpoint([block, c, s](const at::Tensor& x) { return block->forward(x, c, s); }, h);
+      at::Tensor c = cos, s = sin, m = mask;
+      h = checkpoint([block, c, s, m](const at::Tensor& x) { return block->forward(x, c, s, m); }, h);
     } else {
-      h = layer->forward(h, cos, sin);
+      h = layer->forward(h, cos, sin, mask);
     }
     if (layer_hooks) layer_hooks->after_layer(static_cast<std::int64_t>(i), h);
   }
@@ -240,8 +255,8 @@ at::Tensor LlamaForCausalLMImpl::logits(const at::Tensor& hidden) {
   return at::linear(hidden, model->embed_tokens->weight);
 }
 
-at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& input_ids) {
-  return logits(model->forward(input_ids));
+at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& input_ids, const at::Tensor& segment_ids) {
+  return logits(model->forward(input_ids, segment_ids));
 }
 
 }  // namespace lft::model

@@ -22,6 +22,7 @@
 #include "lft/model/llama.h"
 #include "lft/model/loss.h"
 #include "lft/model/safetensors.h"
+#include "lft/model/segments.h"
 
 namespace lft::model {
 namespace {
@@ -276,6 +277,30 @@ TEST(Llama, ForwardIsCausal) {
   // bf16 parameters run and give bf16 logits.
   LlamaForCausalLM half(c, at::TensorOptions().dtype(at::kBFloat16));
   EXPECT_EQ(half(ids).scalar_type(), at::kBFloat16);
+}
+
+// Neat packing: a row holding samples A (6 tokens), B (4 tokens) and 2 padding tokens gives each
+// sample the logits it has alone (positions restart, attention stays in the segment), also with
+// gradient checkpointing.
+TEST(Llama, PackedSegmentsComputeWhatEachSampleDoesAlone) {
+  const ModelConfig c = tiny();
+  LlamaForCausalLM m(c);
+  randomize(*m, 9);
+  at::NoGradGuard g;
+  const at::Tensor ids = ids_for(c, 1, 12, 3);
+  const at::Tensor segments = at::tensor({1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 0, 0}, at::kLong).view({1, 12});
+  for (bool checkpointing : {false, true}) {
+    m->set_gradient_checkpointing(checkpointing);
+    const at::Tensor packed = m->forward(ids, segments);
+    const at::Tensor a = m->forward(ids.narrow(1, 0, 6));
+    const at::Tensor b = m->forward(ids.narrow(1, 6, 4));
+    EXPECT_LT(max_abs(packed.narrow(1, 0, 6), a), 1e-5);
+    EXPECT_LT(max_abs(packed.narrow(1, 6, 4), b), 1e-5);
+    EXPECT_GT(max_abs(packed.narrow(1, 6, 4), m->forward(ids).narrow(1, 6, 4)), 1e-3)
+        << "without segments, B would see A";
+  }
+  EXPECT_TRUE(at::equal(segment_positions(segments),
+                        at::tensor({0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 0, 1}, at::kLong).view({1, 12})));
 }
 
 // Every autograd node reachable from `t`'s grad_fn.

@@ -93,8 +93,10 @@ class LlamaAttentionImpl : public torch::nn::Module {
  public:
   LlamaAttentionImpl(const ModelConfig& config, std::int64_t layer_index,
                      const c10::TensorOptions& options = {});
-  // x [B, T, hidden]; cos/sin [T, head_dim].
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // x [B, T, hidden]; cos/sin [T, head_dim] or [B, 1, T, head_dim]; segment_mask (optional)
+  // bool [B, 1, T, T] from segment_causal_mask (neat packing), else causal.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                     const at::Tensor& segment_mask = {});
 
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
@@ -118,7 +120,8 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
   LlamaDecoderLayerImpl(const ModelConfig& config, std::int64_t layer_index,
                         const c10::TensorOptions& options = {});
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                     const at::Tensor& segment_mask = {});
 
   RMSNorm input_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};
@@ -141,8 +144,9 @@ class LayerHooks {
 class LlamaModelImpl : public torch::nn::Module {
  public:
   explicit LlamaModelImpl(const ModelConfig& config, const c10::TensorOptions& options = {});
-  // input_ids [B, T] int64 -> hidden states [B, T, hidden].
-  at::Tensor forward(const at::Tensor& input_ids);
+  // input_ids [B, T] int64 -> hidden states [B, T, hidden]. With segment_ids [B, T] (neat
+  // packing, segments.h) positions restart and attention stays within each segment.
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& segment_ids = {});
 
   Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -161,8 +165,9 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   explicit LlamaForCausalLMImpl(const ModelConfig& config,
                                 const c10::TensorOptions& options = {});
 
-  // input_ids [B, T] int64 -> logits [B, T, vocab] in the parameters' dtype.
-  at::Tensor forward(const at::Tensor& input_ids);
+  // input_ids [B, T] int64 -> logits [B, T, vocab] in the parameters' dtype; segment_ids as for
+  // LlamaModel::forward.
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& segment_ids = {});
   // Final hidden states [B, T, hidden] -> logits (lm_head, or the embedding when tied).
   at::Tensor logits(const at::Tensor& hidden);
 
