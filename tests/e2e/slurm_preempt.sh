@@ -119,7 +119,7 @@ t0=$SECONDS
 # --- (1) reference: straight to the end -------------------------------------------------------
 submit ref "${common[@]}" output_dir="$tmp/ref"
 ref_id=$job_id
-wait_final "$ref_id" 150
+wait_final "$ref_id" 300
 ref_exit=$(field "$ref_id" ExitCode)
 [ "$state" = COMPLETED ] && [ "$ref_exit" = 0:0 ] ||
   fail "(ref) job $ref_id ended $state with ExitCode=$ref_exit, wanted COMPLETED 0:0"
@@ -175,7 +175,7 @@ if [ "$state" = PENDING ] && [ "$reason" = BeginTime ]; then
     "(instead of waiting ~2 minutes)"
   timeout 10 scontrol update JobId="$cut_id" StartTime=now || fail "(cut) could not release job $cut_id"
 fi
-wait_final "$cut_id" 150
+wait_final "$cut_id" 300
 cut_exit=$(field "$cut_id" ExitCode)
 restarts=$(field "$cut_id" Restarts)
 [ "$state" = COMPLETED ] && [ "$cut_exit" = 0:0 ] ||
