@@ -60,6 +60,10 @@ const std::string& Config::string(const std::string& path) const {
   return std::get<std::string>(value_of(path, ValueType::String));
 }
 
+std::vector<std::string> Config::strings(const std::string& path) const {
+  return split_list(string(path));
+}
+
 const Location* Config::location(const std::string& path) const {
   auto it = entries_.find(path);
   return it == entries_.end() ? nullptr : &it->second.location;

@@ -78,9 +78,20 @@ void flatten(const toml::value& v, const std::string& path, const Location* forc
       }
       return;
     }
-    case toml::value_t::array:
-      item.kind = ItemKind::Array;
+    case toml::value_t::array: {
+      const KeySpec* spec = find_key(path);
+      const auto& elements = v.as_array();
+      const bool strings = !elements.empty() &&
+          std::all_of(elements.begin(), elements.end(), [](const toml::value& e) { return e.is_string(); });
+      if (spec == nullptr || !spec->list || !strings) {
+        item.kind = ItemKind::Array;
+        break;
+      }
+      std::string joined;
+      for (const auto& e : elements) joined += (joined.empty() ? "" : "\n") + e.as_string().str;
+      item.value = joined;
       break;
+    }
     case toml::value_t::offset_datetime:
     case toml::value_t::local_datetime:
     case toml::value_t::local_date:
@@ -126,7 +137,8 @@ std::vector<Item> parse_override(const std::string& file, const std::string& arg
   }
   std::vector<Item> out;
   const KeySpec* spec = find_key(key);
-  if (spec == nullptr || spec->type != ValueType::String) {
+  const bool list_value = spec != nullptr && spec->list && !raw.empty() && raw.front() == '[';
+  if (spec == nullptr || spec->type != ValueType::String || list_value) {
     try {
       std::istringstream is("v = " + raw);
       const toml::value parsed = toml::parse(is, kCommandLine);

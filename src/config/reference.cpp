@@ -137,7 +137,7 @@ std::string help_text() {
     out += "\n" + group.title + "\n";
     if (!group.intro.empty()) out += wrap(group.intro, "  ");
     for (const KeySpec* spec : group.keys) {
-      out += "\n  " + spec->path + " (" + type_name(spec->type) + ", ";
+      out += "\n  " + spec->path + " (" + (spec->list ? "string or list of strings" : type_name(spec->type)) + ", ";
       out += spec->default_value ? "default " + default_text(*spec) : default_text(*spec);
       if (!spec->allowed.empty()) {
         std::string values;
@@ -186,7 +186,7 @@ std::string reference_markdown() {
       const std::string def = default_text(*spec);
       const std::string allowed = allowed_text(*spec, "`");
       const std::string engines = engines_text(*spec, "`");
-      out += "| `" + spec->path + "` | " + type_name(spec->type) + " | ";
+      out += "| `" + spec->path + "` | " + (spec->list ? "string or list of strings" : type_name(spec->type)) + " | ";
       out += (spec->default_value ? "`" + cell(def, true) + "`" : def) + " | ";
       out += cell(allowed, true) + " | " + (engines.empty() ? "all" : engines) + " | ";
       out += cell(spec->help) + " |\n";

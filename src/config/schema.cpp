@@ -27,6 +27,17 @@ const std::vector<std::string>& engine_names() {
   return names;
 }
 
+std::vector<std::string> split_list(const std::string& joined) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t end = joined.find('\n', start);
+    out.push_back(joined.substr(start, end - start));
+    if (end == std::string::npos) return out;
+    start = end + 1;
+  }
+}
+
 const char* type_name(ValueType type) {
   switch (type) {
     case ValueType::Bool:

@@ -34,6 +34,10 @@ class K {
     spec_.max = v;
     return *this;
   }
+  K& list() {
+    spec_.list = true;
+    return *this;
+  }
   K& engines(std::vector<std::string> names) {
     spec_.engines = std::move(names);
     return *this;
@@ -72,7 +76,38 @@ std::vector<KeySpec> build() {
         "Local Hugging Face model folder (config.json, tokenizer, *.safetensors) to start from; "
         "or give an inline [model] table instead")
           .path(PathCheck::ModelFolder),
-      K("train_dataset", S, "Training data file").required().path(PathCheck::File),
+      K("train_dataset", S,
+        "Training data: a file, or a list of files (.json, .jsonl, .txt); read in the format of "
+        "dataset_format")
+          .required()
+          .path(PathCheck::File)
+          .list(),
+      K("stage", S,
+        "\"pt\": pre-training on text (documents with BOS/EOS, packed into cutoff_len); \"sft\": "
+        "supervised fine-tuning on conversations through `template`, prompts masked from the loss")
+          .def("pt")
+          .allowed({"pt", "sft"}),
+      K("dataset_format", S,
+        "Record format of train_dataset; auto decides from each file's first record and logs it")
+          .def("auto")
+          .allowed({"auto", "alpaca", "sharegpt", "messages", "text"}),
+      K("template", S, "Chat template for stage = \"sft\" (LlamaFactory's formats)")
+          .def("default")
+          .allowed({"default", "llama3", "qwen", "mistral"}),
+      K("packing", B, "Pack several samples into each cutoff_len sequence").def(false),
+      K("neat_packing", B,
+        "Packing with attention kept within each sample and positions restarted (implies packing)")
+          .def(false),
+      K("val_size", F,
+        "Held-out share of the sequences for an eval loss: a fraction < 1, or a count >= 1; 0: none")
+          .def(0.0)
+          .min(0),
+      K("eval_steps", I, "Eval loss every this many steps when val_size > 0; 0: only at the end")
+          .def(0)
+          .min(0),
+      K("tokenized_path", S,
+        "Cache of the tokenized sequences (a file, or a folder for tokenized.lftok): written once, "
+        "reused while the data, tokenizer and options are unchanged"),
       K("output_dir", S, "Directory for checkpoints, logs and the final model").def("output"),
       K("deepspeed", S, "DeepSpeed JSON config file; required with distributed = \"deepspeed\"")
           .path(PathCheck::File)

@@ -218,7 +218,8 @@ void check_paths(const Input& in) {
   for (const Item& item : in.items) {
     const KeySpec& spec = *find_key(item.path);
     if (spec.path_check == PathCheck::None) continue;
-    const std::string& p = std::get<std::string>(in.entries.at(item.path).value);
+    const std::string& value = std::get<std::string>(in.entries.at(item.path).value);
+    for (const std::string& p : spec.list ? split_list(value) : std::vector<std::string>{value}) {
     const std::string shown = format_value(Value{p});
     const std::string key = "key '" + spec.path + "': ";
     const std::string rel =
@@ -259,6 +260,7 @@ void check_paths(const Input& in) {
       }
       case PathCheck::None:
         break;
+    }
     }
   }
 }

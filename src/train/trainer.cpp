@@ -29,6 +29,7 @@
 #include "lft/runtime/signals.h"
 #include "lft/train/loss_scaler.h"
 #include "lft/train/metrics.h"
+#include "lft/train/training_data.h"
 #include "lft/config/deepspeed.h"
 
 namespace lft::train {
@@ -81,8 +82,7 @@ struct Trainer::State {
   DeviceChoice device;
   model::ModelConfig model_config;
   model::LlamaForCausalLM model{nullptr};
-  data::ByteTokenizer tokenizer;
-  std::unique_ptr<data::PackedDataset> dataset;
+  std::unique_ptr<TrainingData> data;
   std::unique_ptr<data::GlobalSampler> sampler;
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<optim::AdamW> optimizer;
@@ -104,24 +104,19 @@ Trainer::Trainer(const config::Config& cfg, DeviceMesh& mesh, const DeviceChoice
   s.compute = cfg.boolean("bf16") ? at::kBFloat16 : cfg.boolean("fp16") ? at::kHalf : at::kFloat;
   if (s.compute == at::kHalf) s.scaler = std::make_unique<LossScaler>(loss_scale_options(cfg, mesh));
   s.model_config = model::ModelConfig::from_run_config(cfg);
-  if (s.model_config.vocab_size < s.tokenizer.vocab_size())
-    throw config::ConfigError("config error: " + cfg.where("model.vocab_size") + ": the " +
-                              s.tokenizer.name() + " tokenizer has " +
-                              std::to_string(s.tokenizer.vocab_size()) +
-                              " ids but the model's vocab_size is " +
-                              std::to_string(s.model_config.vocab_size));
   s.micro = cfg.integer("per_device_train_batch_size");
   s.accum = cfg.integer("gradient_accumulation_steps");
   s.global = s.micro * s.accum * mesh.shape().dp_size();
-  {
-    // Every rank reads and tokenizes the data itself (no rank waits on another meanwhile).
-    Watchdog::Scope scope("reading and tokenizing " + cfg.string("train_dataset"),
-                          Watchdog::setup_timeout(), "setup_timeout");
-    const auto docs = data::read_text_corpus(cfg.string("train_dataset"));
-    s.dataset = std::make_unique<data::PackedDataset>(docs, s.tokenizer, cfg.integer("cutoff_len"),
-                                                      cfg.string("train_dataset"));
-  }
-  s.sampler = std::make_unique<data::GlobalSampler>(s.dataset->num_sequences(), s.global,
+  s.data = std::make_unique<TrainingData>(cfg, mesh.world());
+  const data::Tokenizer& tok = s.data->tokenizer();
+  if (s.model_config.vocab_size < tok.vocab_size())
+    throw config::ConfigError("config error: " +
+                              (cfg.is_set("model_name_or_path") ? cfg.where("model_name_or_path")
+                                                                : cfg.where("model.vocab_size")) +
+                              ": the " + tok.name() + " tokenizer has " +
+                              std::to_string(tok.vocab_size()) + " ids but the model's vocab_size is " +
+                              std::to_string(s.model_config.vocab_size));
+  s.sampler = std::make_unique<data::GlobalSampler>(s.data->num_sequences(), s.global,
                                                     static_cast<std::uint64_t>(cfg.integer("seed")));
   const std::int64_t max_steps = cfg.integer("max_steps");
   s.total = max_steps > 0 ? max_steps
@@ -165,11 +160,11 @@ engine::Engine& Trainer::engine() { return *s_->engine; }
 
 std::string Trainer::describe() const {
   const State& s = *s_;
-  return "model      " + s.model_config.summary() + "\ndata       " +
-         s.cfg.string("train_dataset") + ": " + std::to_string(s.dataset->num_documents()) +
-         " documents, " + std::to_string(s.dataset->num_sequences()) + " sequences of " +
-         std::to_string(s.dataset->seq_len()) + " tokens (" + s.tokenizer.name() +
-         " tokenizer); " + std::to_string(s.sampler->steps_per_epoch()) + " steps per epoch\n" +
+  std::string files;
+  for (const auto& f : s.cfg.strings("train_dataset")) files += (files.empty() ? "" : ", ") + f;
+  return "model      " + s.model_config.summary() + "\ndata       " + files + ": " +
+         s.data->describe() + "; " + std::to_string(s.sampler->steps_per_epoch()) +
+         " steps per epoch\n" +
          "training   " + std::to_string(s.total) + " steps of " + std::to_string(s.global) +
          " sequences" +
          (s.compute == at::kBFloat16 ? ", bf16 compute over fp32 weights"
@@ -181,22 +176,24 @@ StepResult Trainer::step() {
   State& s = *s_;
   const auto start = Clock::now();
   const auto indices = s.sampler->global_batch_indices();
-  const std::int32_t pad = s.tokenizer.pad_id();
-  // The loss is over every target token of the global batch: each rank knows the count.
-  const double targets = static_cast<double>(
-      model::target_mask(s.dataset->batch(indices), pad).sum().item<std::int64_t>());
+  // The loss is the weighted sum over every target of the global batch divided by the sum of the
+  // weights (the count of trained tokens unless messages carry loss weights): each rank knows it.
+  const double targets = s.data->batch(indices).weights.to(at::kDouble).sum().item<double>();
   const int dp_rank = s.mesh.dp_rank(), dp_size = s.mesh.shape().dp_size();
 
   std::vector<at::Tensor> sequence_sums;
   for (std::int64_t m = 0; m < s.accum; ++m) {
     s.engine->begin_micro_batch(m == s.accum - 1);
-    const at::Tensor ids =
-        s.dataset->batch(data::local_micro_batch(indices, dp_rank, dp_size, s.micro, s.accum, m))
-            .to(s.torch_device());
+    const data::Batch batch =
+        s.data->batch(data::local_micro_batch(indices, dp_rank, dp_size, s.micro, s.accum, m));
+    const at::Tensor ids = batch.input_ids.to(s.torch_device());
+    const at::Tensor segments =
+        batch.segment_ids.defined() ? batch.segment_ids.to(s.torch_device()) : at::Tensor();
     at::Tensor losses;
     {
       AutocastScope autocast(s.compute, s.torch_device().type());
-      losses = model::token_losses(s.model->forward(ids), ids, pad);
+      losses = model::token_losses(s.model->forward(ids, segments), ids, /*ignore_id=*/-100) *
+               batch.weights.to(s.torch_device());
     }
     sequence_sums.push_back(losses.detach().to(at::kDouble).sum(1).cpu());
     if (s.scaler) (losses.sum() / targets * s.scaler->scale()).backward();
@@ -225,7 +222,7 @@ StepResult Trainer::step() {
       r.grad_norm = 0.0;
       r.skipped = true;
       r.lr = s.schedule->lr(s.step - 1);
-      r.tokens = s.global * s.dataset->seq_len();
+      r.tokens = s.global * s.data->seq_len();
       s.tokens_seen += r.tokens;
       r.seconds = seconds_since(start);
       return r;
@@ -254,7 +251,7 @@ StepResult Trainer::step() {
   for (auto& t : s.engine->parameters()) t.mutable_grad().reset();
   s.sampler->advance();
   r.step = ++s.step;
-  r.tokens = s.global * s.dataset->seq_len();
+  r.tokens = s.global * s.data->seq_len();
   s.tokens_seen += r.tokens;
   r.seconds = seconds_since(start);
   return r;

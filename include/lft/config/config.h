@@ -42,6 +42,8 @@ class Config {
   std::int64_t integer(const std::string& path) const;
   double real(const std::string& path) const;
   const std::string& string(const std::string& path) const;
+  // A `list` key (schema.h): its strings, one for a plain string value.
+  std::vector<std::string> strings(const std::string& path) const;
 
   // Where the key was set, or nullptr when it holds its default.
   const Location* location(const std::string& path) const;

@@ -28,7 +28,13 @@ struct KeySpec {
   std::vector<std::string> engines;    // engines the key applies to (empty = every engine)
   bool required_in_table = false;      // must be given whenever its table is present
   PathCheck path_check = PathCheck::None;
+  // A String key that also takes a TOML array of strings. The value keeps them joined by '\n'
+  // (no path or name holds a newline); Config::strings() returns them.
+  bool list = false;
 };
+
+// The strings of a `list` key's value.
+std::vector<std::string> split_list(const std::string& joined);
 
 // The full table, in documentation order.
 const std::vector<KeySpec>& schema();

@@ -1,0 +1,100 @@
+// Reading SFT and pre-training records in LlamaFactory's dataset formats into conversations.
+//
+// Formats (`RecordOptions::format`):
+//   alpaca    {instruction, input, output, system?, history? [[query, response], ...]}
+//   sharegpt  {conversations: [{from, value}, ...], system?}; keys and role values configurable
+//             (SftColumns), defaults as LlamaFactory's dataset_info
+//   messages  {messages: [{role, content, loss_weight?}, ...]}: LlamaFactory v1 chat records;
+//             content is a string or a list of parts {"type": "text", "value" (or "text"): ...};
+//             roles system / user / assistant / tool (tool = observation)
+//   text      {text} objects, or the lines of a .txt file: pre-training documents
+//   auto      decided per file from its first record (.txt files are text)
+// Files: .json (one array of records, or JSON lines), .jsonl (one record per line), .txt (text
+// only). A record that cannot be used (missing field, wrong type, empty response, roles out of
+// order, unsupported content) is skipped and counted; where it was is reported as "path:line"
+// (.jsonl) or "path: record N" (1-based, .json arrays).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lft::data {
+
+// Observation is a tool's result (sharegpt "observation", messages "tool"); templates render it
+// with their tool-response scaffolding.
+enum class Role { System, User, Assistant, Observation };
+
+const char* role_name(Role role);
+
+struct Message {
+  Role role = Role::User;
+  std::string text;
+  // Weight of this message's tokens in the loss. Only assistant messages are trained; the weight
+  // of other roles is kept as read but never used.
+  float loss_weight = 1.0f;
+};
+
+// An optional leading System message, then pairs (User or Observation, Assistant), at least one
+// pair. Pre-training documents (format text) are a single User message instead.
+struct Conversation {
+  std::vector<Message> messages;
+};
+
+// The record keys and role values, as LlamaFactory's dataset_info "columns" and "tags" name them.
+struct SftColumns {
+  // alpaca
+  std::string prompt = "instruction";
+  std::string query = "input";
+  std::string response = "output";
+  std::string history = "history";
+  // alpaca and sharegpt: a record-level system prompt (a leading system message wins)
+  std::string system = "system";
+  // sharegpt
+  std::string messages = "conversations";
+  std::string role_tag = "from";
+  std::string content_tag = "value";
+  std::string user_tag = "human";
+  std::string assistant_tag = "gpt";
+  std::string observation_tag = "observation";
+  std::string function_tag = "function_call";  // recognised, rejected: tool calls are unsupported
+  std::string system_tag = "system";
+};
+
+struct RecordOptions {
+  std::string format = "auto";  // "auto" | "alpaca" | "sharegpt" | "messages" | "text"
+  SftColumns columns;
+  std::size_t max_reported = 5;  // bad records named per file
+};
+
+// What happened to one file.
+struct FileReport {
+  std::string path;
+  std::string format;  // the format used (what "auto" chose)
+  std::int64_t records = 0;
+  std::int64_t used = 0;
+  std::int64_t bad = 0;
+  std::vector<std::string> first_bad;  // "path:line: reason", at most max_reported
+  // One line for the log: "alpaca_en_demo.json: alpaca, 999 records, 999 used".
+  std::string summary() const;
+};
+
+struct SftRecords {
+  std::vector<Conversation> conversations;  // all files, in file then record order
+  std::vector<FileReport> files;
+  // True when every conversation came from format "text" (pre-training documents only).
+  bool text_only() const;
+  std::string summary() const;  // the files' summaries, one per line
+};
+
+// The formats accepted by RecordOptions::format, "auto" first.
+const std::vector<std::string>& record_formats();
+
+// Reads every file of `paths` in order. Throws lft::UsageError naming the file for an unknown
+// format, an unreadable file, invalid JSON in a .json file, a first record from which "auto"
+// cannot tell the format, a .txt file read as another format, and a file with no usable record
+// (with its first bad records). Throws lft::UsageError when `paths` is empty.
+SftRecords read_sft_records(const std::vector<std::string>& paths, const RecordOptions& options);
+
+}  // namespace lft::data

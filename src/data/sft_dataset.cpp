@@ -1,0 +1,134 @@
+#include "lft/data/sft_dataset.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "lft/data/sampler.h"
+#include "lft/runtime/error.h"
+
+namespace lft::data {
+
+SftDataset::SftDataset(std::shared_ptr<const PackedSequences> seqs, std::vector<std::int64_t> rows,
+                       std::int32_t pad_id)
+    : seqs_(std::move(seqs)), rows_(std::move(rows)), pad_id_(pad_id) {
+  for (const std::int64_t r : rows_) {
+    if (r < 0 || r >= seqs_->num_sequences()) {
+      throw std::out_of_range("SftDataset: row " + std::to_string(r) + " is outside [0, " +
+                              std::to_string(seqs_->num_sequences()) + ")");
+    }
+  }
+}
+
+std::int64_t SftDataset::length(std::int64_t i) const {
+  if (i < 0 || i >= num_sequences()) {
+    throw std::out_of_range("SftDataset: sequence " + std::to_string(i) + " is outside [0, " +
+                            std::to_string(num_sequences()) + ")");
+  }
+  return seqs_->length(rows_[static_cast<std::size_t>(i)]);
+}
+
+Batch SftDataset::batch(const std::vector<std::int64_t>& indices, bool pad_to_longest) const {
+  std::int64_t T = seq_len();
+  if (pad_to_longest) {
+    T = 2;
+    for (const std::int64_t i : indices) T = std::max(T, length(i));
+  }
+  const auto B = static_cast<std::int64_t>(indices.size());
+  Batch b;
+  b.input_ids = at::full({B, T}, pad_id_, at::TensorOptions().dtype(at::kLong));
+  b.weights = at::zeros({B, T - 1}, at::TensorOptions().dtype(at::kFloat));
+  b.segment_ids = at::zeros({B, T}, at::TensorOptions().dtype(at::kInt));
+  b.position_ids = at::zeros({B, T}, at::TensorOptions().dtype(at::kLong));
+  auto* ids = b.input_ids.data_ptr<std::int64_t>();
+  auto* w = b.weights.data_ptr<float>();
+  auto* seg = b.segment_ids.data_ptr<std::int32_t>();
+  auto* pos = b.position_ids.data_ptr<std::int64_t>();
+  for (std::int64_t r = 0; r < B; ++r) {
+    const std::int64_t n = length(indices[static_cast<std::size_t>(r)]);
+    const std::int64_t begin = seqs_->offsets[static_cast<std::size_t>(row(indices[r]))];
+    for (std::int64_t t = 0; t < n; ++t) {
+      const std::int64_t k = begin + t;
+      ids[r * T + t] = seqs_->tokens[k];
+      seg[r * T + t] = seqs_->segments[k];
+      const bool same = t > 0 && seqs_->segments[k] == seqs_->segments[k - 1];
+      pos[r * T + t] = same ? pos[r * T + t - 1] + 1 : 0;
+      if (same) w[r * (T - 1) + t - 1] = seqs_->weights[k];
+    }
+  }
+  return b;
+}
+
+double SftDataset::total_weight() const {
+  double sum = 0;
+  for (const std::int64_t r : rows_) {
+    for (std::int64_t k = seqs_->offsets[r] + 1; k < seqs_->offsets[r + 1]; ++k) {
+      if (seqs_->segments[k] == seqs_->segments[k - 1]) sum += seqs_->weights[k];
+    }
+  }
+  return sum;
+}
+
+std::int64_t SftDataset::trained_tokens() const {
+  std::int64_t count = 0;
+  for (const std::int64_t r : rows_) {
+    for (std::int64_t k = seqs_->offsets[r] + 1; k < seqs_->offsets[r + 1]; ++k) {
+      count += seqs_->segments[k] == seqs_->segments[k - 1] && seqs_->weights[k] > 0.0f;
+    }
+  }
+  return count;
+}
+
+std::int64_t SftDataset::num_tokens() const {
+  std::int64_t count = 0;
+  for (const std::int64_t r : rows_) count += seqs_->length(r);
+  return count;
+}
+
+std::string SftDataset::describe() const {
+  if (num_sequences() == 0) return "no sequences";
+  const std::int64_t tokens = num_tokens();
+  const double slots = static_cast<double>(num_sequences()) * static_cast<double>(seq_len());
+  char padding[32];
+  std::snprintf(padding, sizeof padding, "%.1f%%",
+                100.0 * (1.0 - static_cast<double>(tokens) / slots));
+  return std::to_string(num_sequences()) + " sequences of <= " + std::to_string(seq_len()) +
+         " tokens, " + std::to_string(tokens) + " tokens (" + padding + " padding), " +
+         std::to_string(trained_tokens()) + " trained";
+}
+
+std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> split_train_eval(
+    std::int64_t n, double val_size, std::uint64_t seed) {
+  if (!(val_size >= 0) || (val_size >= 1 && std::floor(val_size) != val_size)) {
+    throw UsageError(
+        "val_size must be 0, a fraction in (0, 1) or a whole number of sequences, "
+        "got " +
+        std::to_string(val_size));
+  }
+  const auto count = static_cast<std::int64_t>(
+      val_size < 1 ? std::ceil(val_size * static_cast<double>(n)) : val_size);
+  if (count >= n && count > 0) {
+    throw UsageError("val_size = " + std::to_string(val_size) + " takes " + std::to_string(count) +
+                     " of the " + std::to_string(n) +
+                     " sequences for evaluation and leaves none for training; use a smaller "
+                     "val_size or more data");
+  }
+  std::vector<std::int64_t> train, eval;
+  if (count == 0) {
+    for (std::int64_t i = 0; i < n; ++i) train.push_back(i);
+    return {train, eval};
+  }
+  // A stream of its own: the sampler's permutation of a seed no training epoch uses.
+  const std::vector<std::int64_t> order =
+      GlobalSampler::epoch_permutation(n, seed ^ 0x76616c5f73706c74ULL /* "val_splt" */, -1);
+  eval.assign(order.begin(), order.begin() + count);
+  train.assign(order.begin() + count, order.end());
+  std::sort(eval.begin(), eval.end());
+  std::sort(train.begin(), train.end());
+  return {train, eval};
+}
+
+}  // namespace lft::data

@@ -1,0 +1,159 @@
+// load_sft_data: options -> cache or (records -> template -> sequences) -> train/eval split.
+#include <sys/stat.h>
+
+#include <memory>
+#include <string>
+
+#include "lft/data/sft_cache.h"
+#include "lft/data/sft_dataset.h"
+#include "lft/runtime/error.h"
+
+namespace lft::data {
+namespace {
+
+constexpr const char* kCacheVersion = "lftrain tokenized data 1";
+
+void say(const SftOptions& o, const std::string& line) {
+  if (o.log) o.log(line);
+}
+
+std::string cache_file(const std::string& path) {
+  struct stat st {};
+  if (!path.empty() && ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return path + "/tokenized.lftok";
+  }
+  return path;
+}
+
+// Every input the sequences depend on, one per line (see sft_cache.h).
+std::string cache_key(const std::vector<std::string>& paths, const SftOptions& o,
+                      const Tokenizer& tok, const SpecialTokens& sp, bool packing) {
+  const SftColumns& c = o.records.columns;
+  std::string key = std::string(kCacheVersion) + "\nstage=" + o.stage + "\n";
+  for (const std::string& p : paths) key += "file=" + p + " " + file_stamp(p) + "\n";
+  key += "dataset_format=" + o.records.format + "\ncolumns=" + c.prompt + "," + c.query + "," +
+         c.response + "," + c.history + "," + c.system + "," + c.messages + "," + c.role_tag + "," +
+         c.content_tag + "," + c.user_tag + "," + c.assistant_tag + "," + c.observation_tag + "," +
+         c.function_tag + "," + c.system_tag + "\n";
+  key += "template=" + o.template_name + "\ntokenizer=" + tok.name() +
+         " vocab=" + std::to_string(tok.vocab_size()) + " bos=" + std::to_string(tok.bos_id()) +
+         " eos=" + std::to_string(tok.eos_id()) + " " + o.tokenizer_fingerprint + "\n";
+  key += "special_tokens=bos=" + std::to_string(sp.bos) + ",eos=" + std::to_string(sp.eos) + "\n";
+  key += "cutoff_len=" + std::to_string(o.cutoff_len) + "\npacking=" + (packing ? "1" : "0") +
+         " neat_packing=" + (o.neat_packing ? "1" : "0") + "\n";
+  return key;
+}
+
+void check_ids(const TokenizedExample& ex, const Tokenizer& tok) {
+  for (const std::int32_t id : ex.ids) {
+    if (id < 0 || id >= tok.vocab_size()) {
+      throw std::out_of_range("tokenizer '" + tok.name() + "' or the special tokens gave id " +
+                              std::to_string(id) + " outside the vocabulary [0, " +
+                              std::to_string(tok.vocab_size()) + ")");
+    }
+  }
+}
+
+PackedSequences build(const std::vector<std::string>& paths, const SftOptions& o,
+                      const Tokenizer& tok, const SpecialTokens& sp, bool packing,
+                      std::string& summary) {
+  const SftRecords records = read_sft_records(paths, o.records);
+  summary = records.summary();
+  std::string source;
+  for (const std::string& p : paths) source += (source.empty() ? "" : ", ") + p;
+  if (o.stage == "pt") {
+    // As LlamaFactory's pre-training: the first prompt of a record is its document.
+    std::vector<std::string> docs;
+    for (const Conversation& c : records.conversations) {
+      docs.push_back(c.messages[c.messages[0].role == Role::System ? 1 : 0].text);
+    }
+    return build_pretrain_sequences(docs, tok, o.cutoff_len, packing, o.neat_packing, source);
+  }
+  for (const FileReport& f : records.files) {
+    if (f.format == "text") {
+      throw UsageError(f.path +
+                       ": holds text documents, which have no responses to train on "
+                       "with stage = \"sft\"; use stage = \"pt\", or alpaca, sharegpt or "
+                       "messages records");
+    }
+  }
+  say(o, "tokenizing " + std::to_string(records.conversations.size()) +
+             " conversations with template " + o.template_name);
+  const ChatTemplate tpl(o.template_name);
+  std::vector<TokenizedExample> examples;
+  examples.reserve(records.conversations.size());
+  for (const Conversation& c : records.conversations) {
+    examples.push_back(flatten_turns(tpl.encode(c, tok, sp), o.cutoff_len));
+    check_ids(examples.back(), tok);
+  }
+  return build_sft_sequences(std::move(examples), o.cutoff_len, packing, o.neat_packing);
+}
+
+}  // namespace
+
+SftData load_sft_data(const std::vector<std::string>& paths, const SftOptions& o,
+                      const Tokenizer& tok, const SpecialTokens& sp) {
+  if (o.stage != "sft" && o.stage != "pt") {
+    throw UsageError("unknown stage \"" + o.stage + "\"; this build trains sft and pt");
+  }
+  if (o.cutoff_len < 2) {
+    throw UsageError("cutoff_len must be at least 2, got " + std::to_string(o.cutoff_len));
+  }
+  ChatTemplate check_name(o.template_name);  // an unknown template fails before any work
+  if (sp.pad < 0) throw UsageError("no pad token id: resolve the special tokens first");
+  if (paths.empty()) throw UsageError("no dataset file given");
+  const bool packing = o.packing || o.neat_packing;
+  if (o.neat_packing && !o.packing) say(o, "neat_packing = true turns packing on");
+
+  const std::string cache = cache_file(o.tokenized_path);
+  const std::string key = cache.empty() ? "" : cache_key(paths, o, tok, sp, packing);
+  std::shared_ptr<const PackedSequences> seqs;
+  std::string summary;
+  if (!cache.empty()) {
+    std::string why;
+    if (auto cached = load_sequences(cache, key, why)) {
+      seqs = std::make_shared<const PackedSequences>(std::move(*cached));
+      summary = "tokenized data reused from " + cache;
+      say(o, summary);
+    } else {
+      say(o, "tokenized data cache " + cache + ": " + why + "; tokenizing the dataset");
+    }
+  }
+  if (!seqs) {
+    seqs = std::make_shared<const PackedSequences>(build(paths, o, tok, sp, packing, summary));
+    if (!cache.empty() && o.write_cache) {
+      save_sequences(cache, key, *seqs);
+      say(o, "tokenized data saved to " + cache);
+    }
+  }
+  if (seqs->num_sequences() == 0) {
+    throw UsageError("the dataset yields no training sequence (" +
+                     std::to_string(seqs->stats.examples) + " examples, " +
+                     std::to_string(seqs->stats.dropped_untrained) +
+                     " without a trained token after truncation to cutoff_len = " +
+                     std::to_string(o.cutoff_len) + ")");
+  }
+  auto [train_rows, eval_rows] = split_train_eval(seqs->num_sequences(), o.val_size, o.seed);
+  SftData data;
+  data.train = SftDataset(seqs, std::move(train_rows), sp.pad);
+  if (!eval_rows.empty()) data.eval = SftDataset(seqs, std::move(eval_rows), sp.pad);
+  const SequenceStats& st = seqs->stats;
+  summary += "\n" + o.stage + ": " + std::to_string(st.examples) + " examples -> " +
+             std::to_string(seqs->num_sequences()) + " sequences (" +
+             (o.stage == "pt" ? "" : "template " + o.template_name + ", ") +
+             (packing ? (o.neat_packing ? "neat packing" : "packing") : "no packing") + "), " +
+             std::to_string(st.truncated) +
+             " truncated to cutoff_len = " + std::to_string(o.cutoff_len);
+  if (st.dropped_untrained > 0) {
+    summary += ", " + std::to_string(st.dropped_untrained) + " dropped (nothing to train)";
+  }
+  if (st.dropped_tokens > 0) {
+    summary += ", " + std::to_string(st.dropped_tokens) + " tail tokens dropped";
+  }
+  summary += "\ntrain: " + data.train.describe();
+  if (data.eval.num_sequences() > 0) summary += "\neval: " + data.eval.describe();
+  data.summary = summary;
+  return data;
+}
+
+}  // namespace lft::data

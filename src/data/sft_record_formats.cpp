@@ -1,0 +1,262 @@
+#include "sft_record_formats.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace lft::data::detail {
+namespace {
+
+using nlohmann::json;
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+const char* type_name(const json& j) {
+  switch (j.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::boolean:
+      return "a boolean";
+    default:
+      return "a number";
+  }
+}
+
+// Reads an optional string field: missing or null gives "". Returns the reason when it is present
+// with another type.
+std::string optional_string(const json& record, const std::string& key, std::string& out) {
+  out.clear();
+  const auto it = record.find(key);
+  if (it == record.end() || it->is_null()) return "";
+  if (!it->is_string()) return "field " + quoted(key) + " is " + type_name(*it) + ", not a string";
+  out = it->get<std::string>();
+  return "";
+}
+
+std::string not_an_object(const json& record) {
+  return std::string("the record is ") + type_name(record) + ", not a JSON object";
+}
+
+// A message list (system already taken off) must alternate (user|observation, assistant), end
+// with an assistant message, and have no empty user or assistant text.
+std::string check_turns(const std::vector<Message>& turns) {
+  if (turns.empty()) return "the conversation has no messages";
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    const Message& m = turns[i];
+    const bool prompt_turn = i % 2 == 0;
+    const bool is_prompt = m.role == Role::User || m.role == Role::Observation;
+    if (m.role == Role::System) {
+      return "message " + std::to_string(i + 1) + " is a system message after the first turn";
+    }
+    if (prompt_turn != is_prompt) {
+      return "roles out of order: message " + std::to_string(i + 1) + " is " + role_name(m.role) +
+             " where " + (prompt_turn ? "user or observation" : "assistant") +
+             " is expected (turns must alternate user, assistant, ...)";
+    }
+    if (m.text.empty() && m.role != Role::Observation) {
+      return std::string(m.role == Role::Assistant ? "empty response" : "empty prompt") +
+             " (message " + std::to_string(i + 1) + ", " + role_name(m.role) + ")";
+    }
+  }
+  if (turns.size() % 2 != 0) return "the conversation does not end with an assistant response";
+  return "";
+}
+
+// Builds `out` from an optional system prompt and checked turns.
+std::string finish(const std::string& system, std::vector<Message> turns, Conversation& out) {
+  std::string bad = check_turns(turns);
+  if (!bad.empty()) return bad;
+  out.messages.clear();
+  if (!system.empty()) out.messages.push_back({Role::System, system, 0.0f});
+  for (Message& m : turns) out.messages.push_back(std::move(m));
+  return "";
+}
+
+Message turn(Role role, std::string text) {
+  return {role, std::move(text), role == Role::Assistant ? 1.0f : 0.0f};
+}
+
+// The text of a v1 message's content: a string, or a list of {"type":"text", "value"|"text"}.
+std::string content_text(const json& content, std::string& out) {
+  if (content.is_string()) {
+    out = content.get<std::string>();
+    return "";
+  }
+  if (!content.is_array()) {
+    return std::string("\"content\" is ") + type_name(content) + ", not a string or a list";
+  }
+  out.clear();
+  for (const json& part : content) {
+    if (!part.is_object()) return "a content part is not an object";
+    const auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) return "a content part has no string \"type\"";
+    if (type->get<std::string>() != "text") {
+      return "content of type " + quoted(type->get<std::string>()) +
+             " is not supported (text only)";
+    }
+    auto value = part.find("value");
+    if (value == part.end()) value = part.find("text");
+    if (value == part.end() || !value->is_string()) {
+      return "a text part has no string \"value\"";
+    }
+    out += value->get<std::string>();
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string parse_alpaca(const json& record, const SftColumns& c, Conversation& out) {
+  if (!record.is_object()) return not_an_object(record);
+  std::string instruction, input, output, system, bad;
+  if (!(bad = optional_string(record, c.prompt, instruction)).empty()) return bad;
+  if (!(bad = optional_string(record, c.query, input)).empty()) return bad;
+  if (!(bad = optional_string(record, c.system, system)).empty()) return bad;
+  const auto response = record.find(c.response);
+  if (response == record.end() || response->is_null()) return "no " + quoted(c.response) + " field";
+  if (!(bad = optional_string(record, c.response, output)).empty()) return bad;
+
+  std::vector<Message> turns;
+  const auto history = record.find(c.history);
+  if (history != record.end() && !history->is_null()) {
+    if (!history->is_array()) return "field " + quoted(c.history) + " is not a list of pairs";
+    for (const json& pair : *history) {
+      if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_string()) {
+        return "field " + quoted(c.history) + " is not a list of [query, response] string pairs";
+      }
+      turns.push_back(turn(Role::User, pair[0].get<std::string>()));
+      turns.push_back(turn(Role::Assistant, pair[1].get<std::string>()));
+    }
+  }
+  // LlamaFactory's query: the non-empty parts of instruction and input, joined by a newline.
+  std::string query = instruction;
+  if (!input.empty()) query += (query.empty() ? "" : "\n") + input;
+  if (query.empty()) return "empty prompt (" + quoted(c.prompt) + " and " + quoted(c.query) + ")";
+  turns.push_back(turn(Role::User, std::move(query)));
+  turns.push_back(turn(Role::Assistant, std::move(output)));
+  return finish(system, std::move(turns), out);
+}
+
+std::string parse_sharegpt(const json& record, const SftColumns& c, Conversation& out) {
+  if (!record.is_object()) return not_an_object(record);
+  const auto list = record.find(c.messages);
+  if (list == record.end() || !list->is_array()) {
+    return "no " + quoted(c.messages) + " list of messages";
+  }
+  std::string system, bad;
+  if (!(bad = optional_string(record, c.system, system)).empty()) return bad;
+  std::vector<Message> turns;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const json& m = (*list)[i];
+    const std::string where = "message " + std::to_string(i + 1);
+    if (!m.is_object()) return where + " is not an object";
+    const auto role = m.find(c.role_tag);
+    const auto content = m.find(c.content_tag);
+    if (role == m.end() || !role->is_string())
+      return where + " has no string " + quoted(c.role_tag);
+    if (content == m.end() || !content->is_string()) {
+      return where + " has no string " + quoted(c.content_tag);
+    }
+    const std::string tag = role->get<std::string>();
+    std::string text = content->get<std::string>();
+    if (i == 0 && tag == c.system_tag) {
+      system = std::move(text);  // a leading system message replaces the system column
+    } else if (tag == c.user_tag) {
+      turns.push_back(turn(Role::User, std::move(text)));
+    } else if (tag == c.assistant_tag) {
+      turns.push_back(turn(Role::Assistant, std::move(text)));
+    } else if (tag == c.observation_tag) {
+      turns.push_back(turn(Role::Observation, std::move(text)));
+    } else if (tag == c.function_tag) {
+      return where + " is a " + quoted(tag) + " turn: tool calls are not supported";
+    } else if (tag == c.system_tag) {
+      return where + " is a system message after the first turn";
+    } else {
+      return where + " has role " + quoted(tag) + "; expected " + quoted(c.user_tag) + ", " +
+             quoted(c.assistant_tag) + ", " + quoted(c.observation_tag) + " or " +
+             quoted(c.system_tag);
+    }
+  }
+  return finish(system, std::move(turns), out);
+}
+
+std::string parse_messages(const json& record, Conversation& out) {
+  if (!record.is_object()) return not_an_object(record);
+  const auto list = record.find("messages");
+  if (list == record.end() || !list->is_array()) return "no \"messages\" list";
+  std::string system;
+  std::vector<Message> turns;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const json& m = (*list)[i];
+    const std::string where = "message " + std::to_string(i + 1);
+    if (!m.is_object()) return where + " is not an object";
+    const auto role = m.find("role");
+    const auto content = m.find("content");
+    if (role == m.end() || !role->is_string()) return where + " has no string \"role\"";
+    if (content == m.end()) return where + " has no \"content\"";
+    std::string text;
+    std::string bad = content_text(*content, text);
+    if (!bad.empty()) return where + ": " + bad;
+    const std::string r = role->get<std::string>();
+    Message msg;
+    if (r == "user") {
+      msg = turn(Role::User, std::move(text));
+    } else if (r == "assistant") {
+      msg = turn(Role::Assistant, std::move(text));
+    } else if (r == "tool") {
+      msg = turn(Role::Observation, std::move(text));
+    } else if (r == "system") {
+      msg = turn(Role::System, std::move(text));
+    } else {
+      return where + " has role " + quoted(r) + "; expected system, user, assistant or tool";
+    }
+    const auto weight = m.find("loss_weight");
+    if (weight != m.end() && !weight->is_null()) {
+      if (!weight->is_number() || !std::isfinite(weight->get<double>()) ||
+          weight->get<double>() < 0) {
+        return where + " has a \"loss_weight\" that is not a number >= 0";
+      }
+      msg.loss_weight = weight->get<float>();
+    }
+    if (i == 0 && msg.role == Role::System) {
+      system = std::move(msg.text);
+    } else {
+      turns.push_back(std::move(msg));
+    }
+  }
+  return finish(system, std::move(turns), out);
+}
+
+std::string parse_text(const json& record, Conversation& out) {
+  if (!record.is_object()) return not_an_object(record);
+  const auto text = record.find("text");
+  if (text == record.end()) return "no \"text\" field";
+  if (!text->is_string()) return std::string("field \"text\" is ") + type_name(*text);
+  if (text->get_ref<const std::string&>().empty()) return "empty \"text\"";
+  out.messages = {turn(Role::User, text->get<std::string>())};
+  return "";
+}
+
+std::string detect_format(const json& record, const SftColumns& c) {
+  if (!record.is_object()) return "";
+  if (c.messages != "messages" && record.contains(c.messages)) return "sharegpt";
+  if (record.contains("messages")) {
+    // v1 chat records, unless sharegpt was configured to read "messages" with other role keys.
+    const json& list = record["messages"];
+    const bool v1 =
+        list.is_array() && !list.empty() && list[0].is_object() && list[0].contains("role");
+    return c.messages == "messages" && !v1 ? "sharegpt" : "messages";
+  }
+  if (record.contains(c.prompt)) return "alpaca";
+  if (record.contains("text")) return "text";
+  return "";
+}
+
+}  // namespace lft::data::detail

@@ -1,0 +1,258 @@
+#include "lft/data/sft_records.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "lft/runtime/error.h"
+#include "sft_record_formats.h"
+
+namespace lft::data {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) {
+  throw UsageError(where + ": " + what);
+}
+
+std::string read_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    fail(path, std::string("cannot read the dataset: ") + std::strerror(err) +
+                   "; check that the path names an existing, readable file");
+  }
+  if (S_ISDIR(st.st_mode)) fail(path, "is a directory; name a .json, .jsonl or .txt data file");
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (!in || in.bad()) fail(path, "reading the dataset failed (I/O error or no permission)");
+  std::string text = buffer.str();
+  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
+  return text;
+}
+
+std::string extension(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  const std::size_t dot = path.find_last_of('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return "";
+  std::string ext = path.substr(dot);
+  for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return ext;
+}
+
+bool blank(const std::string& s) {
+  return std::all_of(s.begin(), s.end(),
+                     [](char ch) { return std::isspace(static_cast<unsigned char>(ch)); });
+}
+
+// Lines of `text` without '\n' and a trailing '\r', with their 1-based numbers.
+std::vector<std::pair<std::size_t, std::string>> lines_of(const std::string& text) {
+  std::vector<std::pair<std::size_t, std::string>> lines;
+  std::size_t begin = 0;
+  for (std::size_t no = 1; begin < text.size(); ++no) {
+    std::size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    std::size_t stop = end;
+    if (stop > begin && text[stop - 1] == '\r') --stop;
+    lines.emplace_back(no, text.substr(begin, stop - begin));
+    begin = end + 1;
+  }
+  return lines;
+}
+
+// Where a record is and the record itself, or the reason it could not be parsed.
+struct RawRecord {
+  std::string where;
+  json value;
+  std::string parse_error;
+};
+
+std::vector<RawRecord> raw_records(const std::string& path, const std::string& text, bool& is_txt) {
+  std::vector<RawRecord> records;
+  const std::string ext = extension(path);
+  is_txt = ext == ".txt";
+  if (is_txt) {
+    for (auto& [no, line] : lines_of(text)) {
+      if (!blank(line)) records.push_back({path + ":" + std::to_string(no), json(line), ""});
+    }
+    return records;
+  }
+  if (ext != ".json" && ext != ".jsonl") {
+    fail(path, "unsupported file type '" + (ext.empty() ? std::string("(none)") : ext) +
+                   "'; datasets are .json (an array of records or JSON lines), .jsonl or .txt");
+  }
+  if (ext == ".json") {
+    const std::size_t first = text.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) return records;
+    if (text[first] == '[') {
+      json root;
+      try {
+        root = json::parse(text);
+      } catch (const json::parse_error& e) {
+        const std::size_t at = std::min<std::size_t>(e.byte, text.size());
+        const auto line = 1 + std::count(text.begin(), text.begin() + at, '\n');
+        fail(path + ":" + std::to_string(line),
+             "invalid JSON; a .json dataset holds one array of records (or one record per line)");
+      }
+      if (!root.is_array()) fail(path, "expected a JSON array of records");
+      for (std::size_t i = 0; i < root.size(); ++i) {
+        records.push_back({path + ": record " + std::to_string(i + 1), std::move(root[i]), ""});
+      }
+      return records;
+    }
+  }
+  for (auto& [no, line] : lines_of(text)) {  // JSON lines (also .json files holding them)
+    if (blank(line)) continue;
+    RawRecord r{path + ":" + std::to_string(no), json(), ""};
+    try {
+      r.value = json::parse(line);
+    } catch (const json::parse_error&) {
+      r.parse_error = "invalid JSON";
+    }
+    records.push_back(std::move(r));
+  }
+  return records;
+}
+
+std::string field_names(const json& record) {
+  if (!record.is_object()) return "not an object";
+  std::string out;
+  for (auto it = record.begin(); it != record.end(); ++it) {
+    out += (out.empty() ? "\"" : ", \"") + it.key() + "\"";
+  }
+  return "fields " + (out.empty() ? std::string("none") : out);
+}
+
+FileReport read_file_records(const std::string& path, const RecordOptions& options,
+                             std::vector<Conversation>& out) {
+  FileReport report;
+  report.path = path;
+  bool is_txt = false;
+  const std::vector<RawRecord> records = raw_records(path, read_file(path), is_txt);
+  report.format = options.format;
+  if (is_txt && options.format != "auto" && options.format != "text") {
+    fail(path, "a .txt file holds text documents, not " + options.format +
+                   " records; use dataset_format = \"text\" (or \"auto\") or a .json/.jsonl file");
+  }
+  if (is_txt) {
+    report.format = "text";
+  } else if (report.format == "auto") {
+    if (records.empty()) fail(path, "the dataset file holds no records");
+    const RawRecord& first = records.front();
+    report.format =
+        first.parse_error.empty() ? detail::detect_format(first.value, options.columns) : "";
+    if (report.format.empty()) {
+      fail(first.where,
+           "cannot tell the dataset format from the first record (" +
+               (first.parse_error.empty() ? field_names(first.value) : first.parse_error) +
+               "); set dataset_format to alpaca (instruction/input/output), "
+               "sharegpt (conversations), messages or text");
+    }
+  }
+  std::function<std::string(const json&, Conversation&)> parse;
+  const SftColumns& columns = options.columns;
+  if (report.format == "alpaca") {
+    parse = [&](const json& r, Conversation& c) { return detail::parse_alpaca(r, columns, c); };
+  } else if (report.format == "sharegpt") {
+    parse = [&](const json& r, Conversation& c) { return detail::parse_sharegpt(r, columns, c); };
+  } else if (report.format == "messages") {
+    parse = detail::parse_messages;
+  } else if (is_txt) {
+    parse = [](const json& r, Conversation& c) {
+      c.messages = {{Role::User, r.get<std::string>(), 0.0f}};
+      return std::string();
+    };
+  } else {
+    parse = detail::parse_text;
+  }
+  for (const RawRecord& r : records) {
+    ++report.records;
+    Conversation c;
+    const std::string bad = r.parse_error.empty() ? parse(r.value, c) : r.parse_error;
+    if (bad.empty()) {
+      ++report.used;
+      out.push_back(std::move(c));
+      continue;
+    }
+    ++report.bad;
+    if (report.first_bad.size() < options.max_reported) {
+      report.first_bad.push_back(r.where + ": " + bad);
+    }
+  }
+  if (report.used == 0) {
+    std::string why = report.records == 0 ? "the file holds no records"
+                                          : "none of its " + std::to_string(report.records) +
+                                                " records is usable as " + report.format + ":";
+    for (const std::string& b : report.first_bad) why += "\n  " + b;
+    fail(path, why);
+  }
+  return report;
+}
+
+}  // namespace
+
+const char* role_name(Role role) {
+  switch (role) {
+    case Role::System:
+      return "system";
+    case Role::User:
+      return "user";
+    case Role::Assistant:
+      return "assistant";
+    case Role::Observation:
+      return "observation";
+  }
+  return "?";
+}
+
+const std::vector<std::string>& record_formats() {
+  static const std::vector<std::string> formats{"auto", "alpaca", "sharegpt", "messages", "text"};
+  return formats;
+}
+
+std::string FileReport::summary() const {
+  std::string line = path + ": " + format + ", " + std::to_string(records) + " records, " +
+                     std::to_string(used) + " used";
+  if (bad > 0) {
+    line += ", " + std::to_string(bad) + " skipped";
+    for (const std::string& b : first_bad) line += "\n  skipped " + b;
+    if (static_cast<std::int64_t>(first_bad.size()) < bad) line += "\n  ...";
+  }
+  return line;
+}
+
+bool SftRecords::text_only() const {
+  return std::all_of(files.begin(), files.end(),
+                     [](const FileReport& f) { return f.format == "text"; });
+}
+
+std::string SftRecords::summary() const {
+  std::string out;
+  for (const FileReport& f : files) out += (out.empty() ? "" : "\n") + f.summary();
+  return out;
+}
+
+SftRecords read_sft_records(const std::vector<std::string>& paths, const RecordOptions& options) {
+  const auto& formats = record_formats();
+  if (std::find(formats.begin(), formats.end(), options.format) == formats.end()) {
+    throw UsageError("unknown dataset_format \"" + options.format +
+                     "\"; use auto, alpaca, sharegpt, messages or text");
+  }
+  if (paths.empty()) throw UsageError("no dataset file given");
+  SftRecords result;
+  for (const std::string& path : paths) {
+    result.files.push_back(read_file_records(path, options, result.conversations));
+  }
+  return result;
+}
+
+}  // namespace lft::data
