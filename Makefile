@@ -7,7 +7,7 @@ CTEST_FLAGS ?=
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps build run bench test test-fast check docs clean
+.PHONY: all deps build run sft bench test test-fast check docs clean
 
 all: build
 
@@ -32,6 +32,13 @@ test-fast: build
 # The main job: the bundled example on 2 ranks (README, "What make run does").
 run: build
 	mpirun --oversubscribe -np 2 $(BUILD)/lftrain inputs/run.toml
+
+# The SFT example: lftrain writes the tiny Llama 3-style model, then fine-tunes it (alpaca data,
+# llama3 template) on 2 ranks. `make sft SFT_DATA=path/to/your_alpaca.json` trains on your file.
+SFT_DATA ?= inputs/data/arithmetic_alpaca.json
+sft: build
+	$(BUILD)/lftrain --init-model output/tiny-llama3 --tokenizer tests/fixtures/tokenizers/llama3 inputs/tiny_llama3.toml
+	mpirun --oversubscribe -np 2 $(BUILD)/lftrain inputs/sft_alpaca.toml train_dataset=$(SFT_DATA)
 
 # lftrain and PyTorch side by side on the benchmark model (docs/performance.md).
 bench: build

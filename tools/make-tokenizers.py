@@ -2,7 +2,8 @@
 """Trains the four small tokenizer fixtures of tests/fixtures/tokenizers with Hugging Face
 `tokenizers` (deterministic: same data, same library version -> same files).
 
-usage: .venv/bin/python tools/make-tokenizers.py [--data ../shared/data] [--out tests/fixtures/tokenizers]
+usage: .venv/bin/python tools/make-tokenizers.py [--data ../shared/data]
+                                                 [--out tests/fixtures/tokenizers]
 
 Each is an 8192-token BPE trained on the texts of alpaca_en_demo.json, v1_sft_demo.jsonl,
 c4_demo.jsonl and wiki_demo.txt, with the pipeline of one model family:
@@ -10,7 +11,7 @@ c4_demo.jsonl and wiki_demo.txt, with the pipeline of one model family:
   qwen2          NFC, Qwen2's split regex, <|endoftext|> <|im_start|> <|im_end|>
   gpt2           ByteLevel with GPT-2's built-in regex, <|endoftext|>
   sentencepiece  Llama 2 / Mistral style: <unk> <s> </s>, <0x00>..<0xFF>, byte_fallback, fuse_unk,
-                 the legacy Prepend/Replace normalizer and the Replace/ByteFallback/Fuse/Strip decoder
+                 the legacy Prepend/Replace normalizer, the Replace/ByteFallback/Fuse/Strip decoder
 Writes <out>/<name>/tokenizer.json and tokenizer_config.json (bos/eos/pad as the family sets them).
 """
 import argparse
@@ -82,7 +83,8 @@ def sentencepiece(texts):
     merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ")) for m in trained["merges"]]
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True,
                                byte_fallback=True))
-    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"),
+                                           normalizers.Replace(" ", "▁")])
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
                                      decoders.Fuse(), decoders.Strip(" ", 1, 0)])
     tok.add_special_tokens(["<unk>", "<s>", "</s>"])

@@ -14,6 +14,9 @@ std::string usage_text() {
          "                   print the plan and exit without training\n"
          "  --help-config    every config key with its type, default and allowed values\n"
          "  --list-engines   the engines (`distributed`) this build has\n"
+         "  --init-model DIR [--tokenizer TDIR]\n"
+         "                   write the config's [model], initialised from `seed`, as a Hugging Face\n"
+         "                   folder (config.json, model.safetensors, TDIR's tokenizer files)\n"
          "\n"
          "Start it with MPI: mpirun -np 4 lftrain run.toml, or srun inside sbatch.\n";
 }
@@ -29,6 +32,8 @@ CliOptions parse_cli(int argc, char** argv) {
     else if (arg == "--markdown") markdown = true;
     else if (arg == "--list-engines") opts.mode = Mode::ListEngines;
     else if (arg == "--check") opts.mode = Mode::Check;
+    else if ((arg == "--init-model" || arg == "--tokenizer") && i + 1 < argc)
+      (arg == "--init-model" ? opts.init_model_dir : opts.tokenizer_dir) = argv[++i];
     else if (arg.rfind("--", 0) == 0)
       throw UsageError("unknown option '" + arg + "'\n" + usage_text());
     else if (opts.config_path.empty() && arg.find('=') == std::string::npos)
@@ -37,6 +42,8 @@ CliOptions parse_cli(int argc, char** argv) {
       opts.overrides.push_back(arg);
   }
   if (markdown && opts.mode == Mode::HelpConfig) opts.mode = Mode::HelpConfigMarkdown;
+  if (!opts.tokenizer_dir.empty() && opts.init_model_dir.empty())
+    throw UsageError("--tokenizer goes with --init-model\n" + usage_text());
   if ((opts.mode == Mode::Run || opts.mode == Mode::Check) && opts.config_path.empty())
     throw UsageError("no config file given\n" + usage_text());
   return opts;

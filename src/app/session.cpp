@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "lft/app/agreement.h"
+#include "lft/app/init_model.h"
 #include "lft/app/startup.h"
 #include "lft/comm/mpi_communicator.h"
 #include "lft/comm/watchdog.h"
@@ -46,6 +47,13 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   run_agreed([&] { model_config = model::ModelConfig::from_run_config(cfg); });
   log0(plan_report(cfg, shape, *model_config));
 
+  if (!opts.init_model_dir.empty()) {
+    run_agreed([&] {
+      if (rt.rank() == 0) write_initial_model(cfg, *model_config, opts.init_model_dir, opts.tokenizer_dir);
+    });
+    log0("init-model: wrote " + opts.init_model_dir + " (nothing was trained)");
+    return 0;
+  }
   if (opts.mode == Mode::Check) {
     log0("check: ok (nothing was trained: --check)");
     return 0;

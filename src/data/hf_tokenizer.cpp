@@ -122,9 +122,12 @@ Pipeline::Pipeline(const Json& j) {
     t.match = t.content;
     if (t.normalized && normalizer_) normalizer_->normalize(t.match);
     const auto known = added_by_content_.find(t.content);
-    if (known != added_by_content_.end()) t.id = known->second;
-    else if (const std::int32_t id = model_->token_id(t.content); id >= 0) t.id = id;
-    else t.id = next_id++;
+    if (known != added_by_content_.end())
+      t.id = known->second;
+    else if (const std::int32_t id = model_->token_id(t.content); id >= 0)
+      t.id = id;
+    else
+      t.id = next_id++;
     added_.push_back(std::move(t));
     const AddedToken& stored = added_.back();
     added_by_content_[stored.content] = stored.id;
@@ -185,7 +188,8 @@ std::string Pipeline::decode(const std::vector<std::int32_t>& ids) const {
   for (const std::int32_t id : ids) {
     if (id < 0 || id >= vocab_size_) {
       throw std::out_of_range("HfTokenizer::decode: id " + std::to_string(id) +
-                              " is outside the vocabulary [0, " + std::to_string(vocab_size_) + ")");
+                              " is outside the vocabulary [0, " + std::to_string(vocab_size_) +
+                              ")");
     }
     std::string token;
     if (const auto it = added_by_id_.find(id); it != added_by_id_.end()) {
@@ -272,7 +276,8 @@ std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& folder_or_file
   const bool folder = is_directory(folder_or_file);
   const std::string file = folder ? folder_or_file + "/tokenizer.json" : folder_or_file;
   if (!folder && !is_file(file)) {
-    throw UsageError("tokenizer '" + file + "' does not exist: give a folder with tokenizer.json "
+    throw UsageError("tokenizer '" + file +
+                     "' does not exist: give a folder with tokenizer.json "
                      "(and tokenizer_config.json) or a tokenizer.json file");
   }
   if (!is_file(file)) throw UsageError("tokenizer file '" + file + "' does not exist");
@@ -294,7 +299,8 @@ std::unique_ptr<HfTokenizer> HfTokenizer::load(const std::string& folder_or_file
       pipeline->pad_id = special_id(config, "pad_token", *pipeline, config_path);
     }
   }
-  std::string dir = folder ? folder_or_file : folder_or_file.substr(0, folder_or_file.rfind('/') + 1);
+  std::string dir =
+      folder ? folder_or_file : folder_or_file.substr(0, folder_or_file.rfind('/') + 1);
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   const std::string base = dir.substr(dir.rfind('/') + 1);
   return std::unique_ptr<HfTokenizer>(

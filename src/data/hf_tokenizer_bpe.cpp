@@ -1,7 +1,7 @@
 // The BPE model, as the library's models/bpe (model.rs, word.rs) applies it.
 #include <algorithm>
 #include <cstdio>
-#include <queue>
+#include <functional>
 #include <stdexcept>
 
 #include "hf_tokenizer_internal.h"
@@ -10,7 +10,7 @@ namespace lft::data::hf {
 namespace {
 
 constexpr std::size_t kCacheCapacity = 1 << 16;  // entries; cleared when full
-constexpr std::size_t kCacheMaxWord = 256;        // bytes; longer words are not cached
+constexpr std::size_t kCacheMaxWord = 256;       // bytes; longer words are not cached
 
 std::string optional_string(const Json& m, const char* key) {
   return m.contains(key) && m[key].is_string() ? m[key].get<std::string>() : std::string();
@@ -21,7 +21,47 @@ std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
          static_cast<std::uint32_t>(b);
 }
 
+constexpr std::uint64_t kEmpty = ~std::uint64_t{0};  // never a key: ids are < 2^31
+
+// Fibonacci hashing: the top bits of the product depend on every bit of the key.
+std::uint64_t slot_of(std::uint64_t key, int shift) { return key * 0x9E3779B97F4A7C15ull >> shift; }
+
+// Scratch space of merge_word, kept per thread so that a word costs no allocation.
+struct Symbol {
+  std::int32_t id, prev, next;
+  bool alive;
+};
+thread_local std::vector<Symbol> t_symbols;
+thread_local std::vector<std::uint64_t> t_queue;  // (rank << 32 | position), a min-heap
+
 }  // namespace
+
+void MergeTable::build(const std::unordered_map<std::uint64_t, BpeMerge>& merges) {
+  std::size_t capacity = 16;
+  shift_ = 60;
+  while (capacity < 2 * merges.size()) {
+    capacity *= 2;
+    --shift_;
+  }
+  mask_ = capacity - 1;
+  keys_.assign(capacity, kEmpty);
+  values_.assign(capacity, BpeMerge{0, 0});
+  for (const auto& [key, merge] : merges) {
+    std::uint64_t slot = slot_of(key, shift_);
+    while (keys_[slot] != kEmpty) slot = (slot + 1) & mask_;
+    keys_[slot] = key;
+    values_[slot] = merge;
+  }
+}
+
+const BpeMerge* MergeTable::find(std::int32_t a, std::int32_t b) const {
+  if (keys_.empty()) return nullptr;
+  const std::uint64_t key = pair_key(a, b);
+  for (std::uint64_t slot = slot_of(key, shift_);; slot = (slot + 1) & mask_) {
+    if (keys_[slot] == key) return &values_[slot];
+    if (keys_[slot] == kEmpty) return nullptr;
+  }
+}
 
 Bpe::Bpe(const Json& m, bool byte_level) : byte_level_(byte_level) {
   if (m.value("type", "BPE") != "BPE") {
@@ -47,7 +87,8 @@ Bpe::Bpe(const Json& m, bool byte_level) : byte_level_(byte_level) {
   for (const auto& [token, id] : vocab.items()) {
     file_keys_.push_back(token);
     ids.push_back(id.get<std::int32_t>());
-    if (ids.back() < 0) throw std::invalid_argument("vocab id " + std::to_string(ids.back()) + " < 0");
+    if (ids.back() < 0)
+      throw std::invalid_argument("vocab id " + std::to_string(ids.back()) + " < 0");
     max_id = std::max(max_id, ids.back());
   }
   vocab_entries_ = file_keys_.size();
@@ -70,10 +111,12 @@ Bpe::Bpe(const Json& m, bool byte_level) : byte_level_(byte_level) {
       }
     }
     model_vocab_.reserve(model_keys_.size());
-    for (std::size_t i = 0; i < model_keys_.size(); ++i) model_vocab_[model_keys_[i]] = model_ids[i];
+    for (std::size_t i = 0; i < model_keys_.size(); ++i)
+      model_vocab_[model_keys_[i]] = model_ids[i];
     if (!unmap_byte_level(file_prefix_, prefix_) || !unmap_byte_level(file_suffix_, suffix_)) {
-      throw std::invalid_argument("unsupported continuing_subword_prefix/end_of_word_suffix "
-                                  "outside the byte-level alphabet");
+      throw std::invalid_argument(
+          "unsupported continuing_subword_prefix/end_of_word_suffix "
+          "outside the byte-level alphabet");
     }
   } else {
     model_vocab_ = file_vocab_;
@@ -91,12 +134,14 @@ Bpe::Bpe(const Json& m, bool byte_level) : byte_level_(byte_level) {
   const std::string unk = optional_string(m, "unk_token");
   if (!unk.empty()) {
     const auto it = file_vocab_.find(unk);
-    if (it == file_vocab_.end()) throw std::invalid_argument("unk_token '" + unk + "' is not in the vocab");
+    if (it == file_vocab_.end())
+      throw std::invalid_argument("unk_token '" + unk + "' is not in the vocab");
     unk_id_ = it->second;
   }
 
   const Json& merges = m.at("merges");
-  merges_.reserve(merges.size());
+  std::unordered_map<std::uint64_t, BpeMerge> merge_map;
+  merge_map.reserve(merges.size());
   std::string a, b;
   std::int32_t rank = 0;
   for (const Json& merge : merges) {
@@ -124,22 +169,20 @@ Bpe::Bpe(const Json& m, bool byte_level) : byte_level_(byte_level) {
       }
       return it->second;
     };
-    if (b.size() < file_prefix_.size()) throw std::invalid_argument("merge token '" + b + "' is shorter than the prefix");
+    if (b.size() < file_prefix_.size())
+      throw std::invalid_argument("merge token '" + b + "' is shorter than the prefix");
     const std::int32_t a_id = lookup(a), b_id = lookup(b);
     const std::int32_t new_id = lookup(a + b.substr(file_prefix_.size()));
-    merges_.insert_or_assign(pair_key(a_id, b_id), Merge{rank, new_id});  // a repeated pair: the last rank wins
+    merge_map.insert_or_assign(pair_key(a_id, b_id),
+                               BpeMerge{rank, new_id});  // a repeated pair: the last rank wins
     ++rank;
   }
+  merges_.build(merge_map);
 }
 
 std::int32_t Bpe::token_id(std::string_view token) const {
   const auto it = file_vocab_.find(token);
   return it == file_vocab_.end() ? -1 : it->second;
-}
-
-const Bpe::Merge* Bpe::find_merge(std::int32_t a, std::int32_t b) const {
-  const auto it = merges_.find(pair_key(a, b));
-  return it == merges_.end() ? nullptr : &it->second;
 }
 
 void Bpe::encode(std::string_view word, std::vector<std::int32_t>& out) const {
@@ -166,16 +209,13 @@ void Bpe::encode(std::string_view word, std::vector<std::int32_t>& out) const {
   merge_word(word, out);
   std::lock_guard<std::mutex> lock(cache_mutex_);
   if (cache_.size() >= kCacheCapacity) cache_.clear();
-  cache_.emplace(key, std::vector<std::int32_t>(out.begin() + static_cast<std::ptrdiff_t>(before), out.end()));
+  cache_.emplace(
+      key, std::vector<std::int32_t>(out.begin() + static_cast<std::ptrdiff_t>(before), out.end()));
 }
 
 void Bpe::merge_word(std::string_view word, std::vector<std::int32_t>& out) const {
-  struct Symbol {
-    std::int32_t id, prev, next;
-    bool alive;
-  };
-  std::vector<Symbol> symbols;
-  symbols.reserve(word.size());
+  std::vector<Symbol>& symbols = t_symbols;
+  symbols.clear();
   const auto add = [&](std::int32_t id) {
     const auto n = static_cast<std::int32_t>(symbols.size());
     if (n > 0) symbols.back().next = n;
@@ -183,6 +223,7 @@ void Bpe::merge_word(std::string_view word, std::vector<std::int32_t>& out) cons
   };
   std::int32_t pending_unk = -1;  // an unknown not yet added (fuse_unk extends it)
   std::string unit, fallback;
+  const bool affixes = !prefix_.empty() || !suffix_.empty();
   for (std::size_t i = 0; i < word.size();) {
     const std::size_t start = i;
     if (byte_level_) {
@@ -192,12 +233,15 @@ void Bpe::merge_word(std::string_view word, std::vector<std::int32_t>& out) cons
     }
     const bool first = start == 0, last = i == word.size();
     std::int32_t id = -1;
-    const bool plain = (first || prefix_.empty()) && (!last || suffix_.empty());
-    if (plain && byte_level_) {
+    if (!affixes && byte_level_) {
       id = byte_ids_[static_cast<unsigned char>(word[start])];
     } else {
-      unit.assign(first ? "" : prefix_).append(word.substr(start, i - start)).append(last ? suffix_ : "");
-      const auto it = model_vocab_.find(unit);
+      std::string_view key = word.substr(start, i - start);
+      if (affixes) {
+        unit.assign(first ? "" : prefix_).append(key).append(last ? suffix_ : "");
+        key = unit;
+      }
+      const auto it = model_vocab_.find(key);
       if (it != model_vocab_.end()) id = it->second;
     }
     if (id >= 0) {
@@ -230,38 +274,45 @@ void Bpe::merge_word(std::string_view word, std::vector<std::int32_t>& out) cons
   }
   if (pending_unk >= 0) add(pending_unk);
 
-  struct Candidate {
-    std::int32_t rank, pos, new_id;
+  // The library's Word::merge_all: the lowest (rank, position) first. An entry is stale when the
+  // pair now at its position has another rank (a rank names one pair, so one new id).
+  std::vector<std::uint64_t>& queue = t_queue;
+  queue.clear();
+  const auto push = [&](std::int32_t rank, std::int32_t pos) {
+    queue.push_back(static_cast<std::uint64_t>(rank) << 32 | static_cast<std::uint32_t>(pos));
+    std::push_heap(queue.begin(), queue.end(), std::greater<>());
   };
-  const auto later = [](const Candidate& x, const Candidate& y) {
-    return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos;
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, decltype(later)> queue(later);
   for (std::size_t k = 0; k + 1 < symbols.size(); ++k) {
-    if (const Merge* m = find_merge(symbols[k].id, symbols[k + 1].id)) {
-      queue.push({m->rank, static_cast<std::int32_t>(k), m->new_id});
+    if (const BpeMerge* m = merges_.find(symbols[k].id, symbols[k + 1].id)) {
+      queue.push_back(static_cast<std::uint64_t>(m->rank) << 32 | k);
     }
   }
+  std::make_heap(queue.begin(), queue.end(), std::greater<>());
   while (!queue.empty()) {
-    const Candidate top = queue.top();
-    queue.pop();
-    Symbol& left = symbols[static_cast<std::size_t>(top.pos)];
+    std::pop_heap(queue.begin(), queue.end(), std::greater<>());
+    const std::uint64_t top = queue.back();
+    queue.pop_back();
+    const auto pos = static_cast<std::int32_t>(top & 0xFFFFFFFFu);
+    const auto rank = static_cast<std::int32_t>(top >> 32);
+    Symbol& left = symbols[static_cast<std::size_t>(pos)];
     if (!left.alive || left.next < 0) continue;
     const Symbol right = symbols[static_cast<std::size_t>(left.next)];
-    const Merge* current = find_merge(left.id, right.id);
-    if (current == nullptr || current->new_id != top.new_id) continue;  // a stale entry
+    const BpeMerge* merge = merges_.find(left.id, right.id);
+    if (merge == nullptr || merge->rank != rank) continue;
     symbols[static_cast<std::size_t>(left.next)].alive = false;
-    left.id = top.new_id;
+    left.id = merge->new_id;
     left.next = right.next;
-    if (right.next >= 0) symbols[static_cast<std::size_t>(right.next)].prev = top.pos;
+    if (right.next >= 0) symbols[static_cast<std::size_t>(right.next)].prev = pos;
     if (left.prev >= 0) {
-      if (const Merge* m = find_merge(symbols[static_cast<std::size_t>(left.prev)].id, left.id)) {
-        queue.push({m->rank, left.prev, m->new_id});
+      if (const BpeMerge* m =
+              merges_.find(symbols[static_cast<std::size_t>(left.prev)].id, left.id)) {
+        push(m->rank, left.prev);
       }
     }
     if (left.next >= 0) {
-      if (const Merge* m = find_merge(left.id, symbols[static_cast<std::size_t>(left.next)].id)) {
-        queue.push({m->rank, top.pos, m->new_id});
+      if (const BpeMerge* m =
+              merges_.find(left.id, symbols[static_cast<std::size_t>(left.next)].id)) {
+        push(m->rank, pos);
       }
     }
   }

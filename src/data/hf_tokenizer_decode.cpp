@@ -21,8 +21,10 @@ class ByteLevelDecoder final : public Decoder {
     std::string bytes, raw;
     for (const std::string& t : tokens) {
       // A token with a char outside the alphabet (an added token) goes through unchanged.
-      if (unmap_byte_level(t, raw)) bytes.append(raw);
-      else bytes.append(t);
+      if (unmap_byte_level(t, raw))
+        bytes.append(raw);
+      else
+        bytes.append(t);
     }
     tokens.assign(1, repair_utf8(bytes));
   }
@@ -115,7 +117,8 @@ class StripDecoder final : public Decoder {
       };
       std::size_t begin = 0, end = chars.size();
       for (std::size_t k = 0; k < start_ && k < chars.size() && is_content(k); ++k) begin = k + 1;
-      for (std::size_t k = 0; k < stop_ && k < chars.size() && is_content(chars.size() - 1 - k); ++k) {
+      for (std::size_t k = 0; k < stop_ && k < chars.size() && is_content(chars.size() - 1 - k);
+           ++k) {
         end = chars.size() - 1 - k;
       }
       if (begin >= end) {
@@ -145,7 +148,8 @@ class MetaspaceDecoder final : public Decoder {
       const std::string& t = tokens[i];
       for (std::size_t at = 0; at < t.size();) {
         if (t.compare(at, replacement_.size(), replacement_) == 0) {
-          if (!(i == 0 && strip_first_)) out.push_back(' ');  // the library drops every one in token 0
+          if (!(i == 0 && strip_first_))
+            out.push_back(' ');  // the library drops every one in token 0
           at += replacement_.size();
         } else {
           out.push_back(t[at++]);

@@ -100,6 +100,24 @@ int char_to_byte(char32_t c);
 bool unmap_byte_level(std::string_view token, std::string& raw);
 
 // ---- BPE model -----------------------------------------------------------------------------
+struct BpeMerge {
+  std::int32_t rank;
+  std::int32_t new_id;
+};
+
+// (left id, right id) -> merge, open addressing: the lookup BPE does most.
+class MergeTable {
+ public:
+  void build(const std::unordered_map<std::uint64_t, BpeMerge>& merges);
+  const BpeMerge* find(std::int32_t a, std::int32_t b) const;
+
+ private:
+  std::vector<std::uint64_t> keys_;  // kEmpty where free
+  std::vector<BpeMerge> values_;
+  std::uint64_t mask_ = 0;
+  int shift_ = 60;  // 64 - log2(capacity)
+};
+
 class Bpe {
  public:
   // `model`: the "model" object of tokenizer.json. `byte_level`: see make_pre_tokenizer.
@@ -112,13 +130,8 @@ class Bpe {
   std::size_t vocab_entries() const { return vocab_entries_; }
 
  private:
-  struct Merge {
-    std::int32_t rank;
-    std::int32_t new_id;
-  };
   // The library's BPE::merge_word + Word::merge_all (no cache, no ignore_merges).
   void merge_word(std::string_view word, std::vector<std::int32_t>& out) const;
-  const Merge* find_merge(std::int32_t a, std::int32_t b) const;
 
   bool byte_level_;
   bool ignore_merges_ = false, byte_fallback_ = false, fuse_unk_ = false;
@@ -130,9 +143,9 @@ class Bpe {
   std::vector<std::string> file_keys_;     // the keys of file_vocab_
   std::vector<std::string> model_keys_;    // the keys of model_vocab_ (raw bytes when byte-level)
   std::unordered_map<std::string_view, std::int32_t> file_vocab_, model_vocab_;
-  std::unordered_map<std::uint64_t, Merge> merges_;
+  MergeTable merges_;
   std::array<std::int32_t, 256> fallback_ids_{};  // <0xXX> tokens, -1 when absent
-  std::array<std::int32_t, 256> byte_ids_{};       // one-byte words (byte-level), -1 when absent
+  std::array<std::int32_t, 256> byte_ids_{};      // one-byte words (byte-level), -1 when absent
 
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<std::int32_t>> cache_;

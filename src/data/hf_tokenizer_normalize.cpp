@@ -20,10 +20,9 @@ class UnicodeNormalizer final : public Normalizer {
       if (simple) return;
     }
     utf8proc_uint8_t* out = nullptr;
-    const utf8proc_ssize_t n =
-        utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                     static_cast<utf8proc_ssize_t>(text.size()),
-                     &out, static_cast<utf8proc_option_t>(options_));
+    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                            static_cast<utf8proc_ssize_t>(text.size()), &out,
+                                            static_cast<utf8proc_option_t>(options_));
     if (n < 0) throw std::runtime_error(std::string("utf8proc: ") + utf8proc_errmsg(n));
     text.assign(reinterpret_cast<const char*>(out), static_cast<std::size_t>(n));
     std::free(out);
@@ -89,8 +88,10 @@ class Sequence final : public Normalizer {
 std::unique_ptr<Normalizer> make_normalizer(const Json& j) {
   if (j.is_null()) return nullptr;
   const std::string type = j.value("type", "");
-  if (type == "NFC") return std::make_unique<UnicodeNormalizer>(UTF8PROC_STABLE | UTF8PROC_COMPOSE, true);
-  if (type == "NFD") return std::make_unique<UnicodeNormalizer>(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE, false);
+  if (type == "NFC")
+    return std::make_unique<UnicodeNormalizer>(UTF8PROC_STABLE | UTF8PROC_COMPOSE, true);
+  if (type == "NFD")
+    return std::make_unique<UnicodeNormalizer>(UTF8PROC_STABLE | UTF8PROC_DECOMPOSE, false);
   if (type == "NFKC") {
     return std::make_unique<UnicodeNormalizer>(UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
                                                true);

@@ -77,33 +77,41 @@ void split_by(std::string_view text, const Spans& matches, Behavior behavior, bo
   switch (behavior) {
     case Behavior::kIsolated:
     case Behavior::kRemoved:
-      for (const Part& p : parts) groups.push_back({p.start, p.end, behavior == Behavior::kRemoved && p.match});
+      for (const Part& p : parts)
+        groups.push_back({p.start, p.end, behavior == Behavior::kRemoved && p.match});
       break;
     case Behavior::kContiguous:
       for (const Part& p : parts) {
-        if (p.match == previous && !groups.empty()) groups.back().end = p.end;
-        else groups.push_back({p.start, p.end, false});
+        if (p.match == previous && !groups.empty())
+          groups.back().end = p.end;
+        else
+          groups.push_back({p.start, p.end, false});
         previous = p.match;
       }
       break;
     case Behavior::kMergedWithPrevious:
       for (const Part& p : parts) {
-        if (p.match && !previous && !groups.empty()) groups.back().end = p.end;
-        else groups.push_back({p.start, p.end, false});
+        if (p.match && !previous && !groups.empty())
+          groups.back().end = p.end;
+        else
+          groups.push_back({p.start, p.end, false});
         previous = p.match;
       }
       break;
     case Behavior::kMergedWithNext:
       for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
-        if (it->match && !previous && !groups.empty()) groups.back().start = it->start;
-        else groups.push_back({it->start, it->end, false});
+        if (it->match && !previous && !groups.empty())
+          groups.back().start = it->start;
+        else
+          groups.push_back({it->start, it->end, false});
         previous = it->match;
       }
       std::reverse(groups.begin(), groups.end());
       break;
   }
   for (const Part& g : groups) {
-    if (!g.match && g.end > g.start) sink(text.substr(g.start, g.end - g.start), at_origin && g.start == 0);
+    if (!g.match && g.end > g.start)
+      sink(text.substr(g.start, g.end - g.start), at_origin && g.start == 0);
   }
 }
 
@@ -139,7 +147,8 @@ class Split final : public PreTokenizer {
 class ByteLevel final : public PreTokenizer {
  public:
   explicit ByteLevel(const Json& j)
-      : add_prefix_space_(j.value("add_prefix_space", true)), use_regex_(j.value("use_regex", true)) {
+      : add_prefix_space_(j.value("add_prefix_space", true)),
+        use_regex_(j.value("use_regex", true)) {
     if (use_regex_) {
       regex_ = std::make_unique<Regex>(
           R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)");
@@ -187,8 +196,10 @@ class Metaspace final : public PreTokenizer {
     std::string s;
     s.reserve(text.size() + 8);
     for (const char c : text) {
-      if (c == ' ') s.append(replacement_);
-      else s.push_back(c);
+      if (c == ' ')
+        s.append(replacement_);
+      else
+        s.push_back(c);
     }
     const bool starts = s.compare(0, replacement_.size(), replacement_) == 0;
     if (!starts && (prepend_ == 2 || (prepend_ == 1 && at_origin))) s.insert(0, replacement_);
@@ -230,7 +241,9 @@ class Sequence final : public PreTokenizer {
 std::unique_ptr<PreTokenizer> make_one(const Json& j, bool last, bool& byte_level) {
   const std::string type = j.value("type", "");
   if (type == "ByteLevel") {
-    if (!last) throw std::invalid_argument("a ByteLevel pre-tokenizer that is not the last step is not supported");
+    if (!last)
+      throw std::invalid_argument(
+          "a ByteLevel pre-tokenizer that is not the last step is not supported");
     byte_level = true;
     return std::make_unique<ByteLevel>(j);
   }

@@ -23,6 +23,7 @@
 #include "lft/model/model_config.h"
 #include "lft/optim/adamw.h"
 #include "lft/optim/lr_schedule.h"
+#include "lft/runtime/check.h"
 #include "lft/runtime/error.h"
 #include "lft/runtime/log.h"
 #include "lft/runtime/memory.h"
@@ -160,10 +161,8 @@ engine::Engine& Trainer::engine() { return *s_->engine; }
 
 std::string Trainer::describe() const {
   const State& s = *s_;
-  std::string files;
-  for (const auto& f : s.cfg.strings("train_dataset")) files += (files.empty() ? "" : ", ") + f;
-  return "model      " + s.model_config.summary() + "\ndata       " + files + ": " +
-         s.data->describe() + "; " + std::to_string(s.sampler->steps_per_epoch()) +
+  return "model      " + s.model_config.summary() + "\ndata       " + s.data->describe() + "; " +
+         std::to_string(s.sampler->steps_per_epoch()) +
          " steps per epoch\n" +
          "training   " + std::to_string(s.total) + " steps of " + std::to_string(s.global) +
          " sequences" +
@@ -323,6 +322,49 @@ std::string Trainer::save() {
   return folder;
 }
 
+double Trainer::evaluate() {
+  State& s = *s_;
+  const data::SftDataset& eval = s.data->eval();
+  const std::int64_t n = eval.num_sequences(), dp = s.mesh.shape().dp_size(), rank = s.mesh.dp_rank();
+  // Every rank runs the same number of forwards (sharded engines gather collectively); a rank
+  // past the end repeats sequence 0 with weight 0.
+  const std::int64_t chunks = (n + dp * s.micro - 1) / (dp * s.micro);
+  double sums[2] = {0.0, 0.0};  // weighted loss, weight
+  c10::NoGradGuard no_grad;
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    std::vector<std::int64_t> indices;
+    for (std::int64_t j = 0; j < s.micro; ++j) {
+      const std::int64_t i = (c * dp + rank) * s.micro + j;
+      if (i < n) indices.push_back(i);
+    }
+    const double keep = indices.empty() ? 0.0 : 1.0;
+    if (indices.empty()) indices.push_back(0);
+    const data::Batch b = eval.batch(indices);
+    const at::Tensor ids = b.input_ids.to(s.torch_device());
+    const at::Tensor segments = s.data->segments() ? b.segment_ids.to(s.torch_device()) : at::Tensor();
+    s.engine->begin_micro_batch(false);
+    at::Tensor losses;
+    {
+      AutocastScope autocast(s.compute, s.torch_device().type());
+      losses = model::token_losses(s.model->forward(ids, segments), ids, -100) * b.weights.to(s.torch_device());
+    }
+    sums[0] += keep * losses.to(at::kDouble).sum().item<double>();
+    sums[1] += keep * b.weights.to(at::kDouble).sum().item<double>();
+  }
+  LFT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, s.mesh.dp().handle()));
+  return sums[0] / sums[1];
+}
+
+void Trainer::log_eval(std::ofstream& log_file) {
+  State& s = *s_;
+  const double loss = evaluate();
+  log0("eval at step " + std::to_string(s.step) + ": eval_loss " + std::to_string(loss) + " over " +
+       std::to_string(s.data->eval().num_sequences()) + " held-out sequences");
+  if (log_file)
+    log_file << "{\"current_steps\": " << s.step << ", \"total_steps\": " << s.total
+             << ", \"eval_loss\": " << loss << ", \"step\": " << s.step << "}\n" << std::flush;
+}
+
 // Agreed over every rank at a step boundary: did any rank get a stop signal?
 static bool stop_requested(MPI_Comm world) {
   int mine = stop_signal_received(), any = 0;
@@ -357,6 +399,7 @@ int Trainer::run() {
   const std::int64_t every = s.cfg.integer("logging_steps");
   const bool saving = s.cfg.string("save_strategy") == "steps";
   const std::int64_t save_every = s.cfg.integer("save_steps");
+  const std::int64_t eval_every = s.data->has_eval() ? s.cfg.integer("eval_steps") : 0;
   set_graceful_stop(true);
   while (s.step < s.total) {
     if (stop_requested(s.mesh.world())) {
@@ -387,7 +430,9 @@ int Trainer::run() {
     if (log_file) log_file << to_json_line(rec) << "\n" << std::flush;
     window_loss = window_seconds = 0.0;
     window_steps = window_tokens = 0;
+    if (eval_every > 0 && r.step % eval_every == 0 && r.step != s.total) log_eval(log_file);
   }
+  if (s.data->has_eval()) log_eval(log_file);
   set_graceful_stop(false);
   if (saving) save();
   log0("done: " + std::to_string(s.total) + " steps in " + format_duration(seconds_since(start)) +

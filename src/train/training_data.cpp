@@ -55,7 +55,8 @@ TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
     tokenizer_ = std::make_unique<data::ByteTokenizer>();
   }
   const std::vector<std::string> paths = cfg.strings("train_dataset");
-  const std::string joined = cfg.string("train_dataset");
+  std::string joined;
+  for (const auto& p : paths) joined += (joined.empty() ? "" : ", ") + p;
   Watchdog::Scope scope("reading and tokenizing the training data", Watchdog::setup_timeout(),
                         "setup_timeout");
   if (cfg.string("stage") == "pt") {
@@ -70,7 +71,7 @@ TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
     }
     packed_ = std::make_unique<data::PackedDataset>(docs, *tokenizer_, cfg.integer("cutoff_len"), joined);
     pad_id_ = tokenizer_->pad_id() >= 0 ? tokenizer_->pad_id() : tokenizer_->eos_id();
-    summary_ = std::to_string(packed_->num_documents()) + " documents, " +
+    summary_ = joined + ": " + std::to_string(packed_->num_documents()) + " documents, " +
                std::to_string(packed_->num_sequences()) + " sequences of " +
                std::to_string(packed_->seq_len()) + " tokens (" + tokenizer_->name() + " tokenizer)";
     return;

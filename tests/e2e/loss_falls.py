@@ -4,7 +4,7 @@ below 0.8 x the mean of the first 5 (and there are at least 10 records)."""
 import json
 import sys
 
-records = [json.loads(line) for line in open(sys.argv[1])]
+records = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r]  # not eval records
 losses = [r["loss"] for r in records]
 if len(losses) < 10:
     sys.exit(f"loss_falls: only {len(losses)} records in {sys.argv[1]}, need 10")

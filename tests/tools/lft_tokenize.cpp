@@ -1,8 +1,8 @@
 // lft_tokenize TOKENIZER_DIR STRINGS.jsonl [--repeat N]
 // Encodes each line of STRINGS.jsonl (a JSON string) with HfTokenizer and prints one JSON line per
 // input: {"ids": [...], "decoded": "..."}. On stderr, the encoding time: the first pass over all
-// strings (cold cache) and, with --repeat, the best of N further passes (tests/e2e/tokenizer_parity.py
-// compares both with the `tokenizers` library).
+// strings (cold cache) and, with --repeat, the best of N further passes
+// (tests/e2e/tokenizer_parity.py compares both with the `tokenizers` library).
 #include <chrono>
 #include <cstdio>
 #include <fstream>

@@ -141,6 +141,7 @@ SHARDED = (
     ("ZeRO-1", "deepspeed", ("deepspeed={z1}",), "2P"),
     ("ZeRO-2", "deepspeed", ("deepspeed=inputs/ds_z2_config.json",), "2P"),
     ("ZeRO-3", "deepspeed", ("deepspeed=inputs/ds_z3_config.json",), "2P+layers"),
+    ("ddp again", "ddp", (), "2P"),  # the drift of the machine over the table
 )
 ZERO1 = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
          "gradient_accumulation_steps": "auto", "gradient_clipping": "auto",
@@ -192,7 +193,7 @@ def sharded_table(args, cfg):
                               for k, v in peer["comm_bytes"].items())
                     bus_text, theory_text = f"{bus / 2**20:.1f}", f"{theory[algo] / 2**20:.1f}"
                     ratio_text = f"{bus / theory[algo]:.2f}"
-                ref = rows.get("PyTorch ddp", rows["ddp"])
+                ref = rows["PyTorch ddp"] if "tokens_per_s" in rows["PyTorch ddp"] else rows["ddp"]
                 note = f"lftrain / PyTorch {r['tokens_per_s'] / peer['tokens_per_s']:.2f}"
                 if name != "ddp":
                     note += "; its /ddp is to PyTorch DDP"

@@ -12,6 +12,8 @@ struct CliOptions {
   Mode mode = Mode::Run;
   std::string config_path;
   std::vector<std::string> overrides;  // "key=value", in order
+  std::string init_model_dir;          // --init-model DIR: write the initial model there, train nothing
+  std::string tokenizer_dir;           // --tokenizer DIR: tokenizer files copied with --init-model
 };
 
 // Throws UsageError for an unknown flag or a missing config path.

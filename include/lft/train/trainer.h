@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +42,8 @@ class Trainer {
   std::string save();
   // One optimizer step. Collective.
   StepResult step();
+  // The loss over the held-out sequences (val_size), weighted as in training. Collective.
+  double evaluate();
 
   std::int64_t total_steps() const;
   std::int64_t current_step() const;
@@ -52,6 +55,7 @@ class Trainer {
 
  private:
   void resume_if_asked();
+  void log_eval(std::ofstream& log_file);
   std::vector<ckpt::HeldTensor> held_tensors();
   ckpt::RunInfo run_info() const;
 
