@@ -9,7 +9,9 @@ For each fixture, tests/fixtures/<name>/ gets
                                    loss (float32 scalar), and grad.<hf name> for every parameter
 where loss = sum over rows b and positions t < 8 whose target input_ids[b, t+1] != pad_id of the
 cross-entropy of logits[b, t] against input_ids[b, t+1] (the pad id is in the metadata; the
-second row ends in padding so the mask is exercised). tests/fixtures/rope-llama3/ holds a Llama 3.1
+second row ends in padding so the mask is exercised). mistral-tiny has sliding-window attention
+with a window (4) shorter than the 9 tokens, and the script checks that the window changes the
+logits (the eager reference honours it). tests/fixtures/rope-llama3/ holds a Llama 3.1
 style RoPE-scaling config and transformers' rotary tables for it (no weights).
 
 Deterministic: run it again and the files are the same (same machine and torch version).
@@ -21,11 +23,12 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM)
 
 PAD_ID = 0
 
-# Small enough that the three fixtures together stay under 300 KB, large enough to exercise
+# Small enough that the four fixtures together stay under 450 KB, large enough to exercise
 # grouped-query attention (4 query heads sharing 2 key/value heads, head_dim 8).
 COMMON = dict(vocab_size=61, hidden_size=32, intermediate_size=28, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6,
@@ -40,6 +43,10 @@ FIXTURES = {
     "qwen2-tiny": (Qwen2ForCausalLM, lambda: Qwen2Config(
         **COMMON, num_hidden_layers=1, rope_theta=1000000.0, tie_word_embeddings=True,
         use_sliding_window=False)),
+    # Every layer attends to the 4 most recent positions only (itself and the 3 before it).
+    "mistral-tiny": (MistralForCausalLM, lambda: MistralConfig(
+        **COMMON, num_hidden_layers=2, rope_theta=10000.0, tie_word_embeddings=False,
+        sliding_window=4)),
 }
 
 
@@ -86,6 +93,20 @@ def make(name, root, seed):
     loss = (ce * (targets != PAD_ID)).sum()
     model.zero_grad()
     loss.backward()
+    if getattr(config, "sliding_window", None) is not None:
+        # The window must matter: the same weights with full causal attention give other logits.
+        full_config = make_config()
+        full_config.sliding_window = None
+        full_config._attn_implementation = "eager"
+        full = cls(full_config).to(torch.float32).eval()
+        full.load_state_dict(model.state_dict())
+        with torch.no_grad():
+            full_logits = full(input_ids=ids).logits
+        windowed = (logits.detach() - full_logits).abs()
+        assert windowed[:, :config.sliding_window].max() == 0, "window changed the first rows"
+        assert windowed.max() > 1e-2, f"sliding_window changes nothing ({windowed.max()})"
+        print(f"{name}: sliding_window {config.sliding_window} vs full attention: logits "
+              f"max|diff| {windowed.max().item():.3g}")
 
     out = os.path.join(root, name)
     os.makedirs(out, exist_ok=True)

@@ -1,7 +1,8 @@
 // The main proof that the C++ Llama is the Hugging Face model: tiny models made by transformers
-// (tools/make-model-fixture.py: Llama untied, Llama tied, Qwen2 with q/k/v biases), loaded by
-// name from their model.safetensors, must reproduce transformers' logits and the gradient of the
-// summed next-token loss for every parameter. No Python or network at test time.
+// (tools/make-model-fixture.py: Llama untied, Llama tied, Qwen2 with q/k/v biases, Mistral with
+// a sliding window of 4 over 9 tokens), loaded by name from their model.safetensors, must
+// reproduce transformers' logits and the gradient of the summed next-token loss for every
+// parameter. No Python or network at test time.
 //
 // Tolerances (float32 on the CPU): logits max |diff| <= 1e-5; each gradient element within
 // 1e-5 absolute or 1e-4 relative to the largest |element| of that gradient.
@@ -39,6 +40,13 @@ TEST_P(ModelVsTransformers, LogitsAndGradientsMatch) {
   const auto& [name, checkpointing] = GetParam();
   const std::string dir = fixture_dir(name);
   const ModelConfig config = ModelConfig::from_hf_folder(dir);
+  if (name == "mistral-tiny") {
+    // The window (4) is shorter than the fixture's 9 tokens, in every layer, so it matters.
+    EXPECT_EQ(config.model_type, "mistral");
+    EXPECT_EQ(config.sliding_window, 4);
+    EXPECT_TRUE(config.uses_sliding_window(0));
+    EXPECT_TRUE(config.uses_sliding_window(config.num_hidden_layers - 1));
+  }
 
   LlamaForCausalLM model(config);
   // Every HF tensor matches a C++ parameter of the same shape, and vice versa.
@@ -98,7 +106,7 @@ TEST_P(ModelVsTransformers, LogitsAndGradientsMatch) {
 
 INSTANTIATE_TEST_SUITE_P(ModelFixtures, ModelVsTransformers,
                          ::testing::Combine(::testing::Values("llama-tiny", "llama-tiny-tied",
-                                                              "qwen2-tiny"),
+                                                              "qwen2-tiny", "mistral-tiny"),
                                             ::testing::Bool()),
                          [](const auto& info) {
                            std::string n = std::get<0>(info.param);
