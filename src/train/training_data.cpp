@@ -70,7 +70,6 @@ TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
       docs.insert(docs.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
     }
     packed_ = std::make_unique<data::PackedDataset>(docs, *tokenizer_, cfg.integer("cutoff_len"), joined);
-    pad_id_ = tokenizer_->pad_id() >= 0 ? tokenizer_->pad_id() : tokenizer_->eos_id();
     summary_ = joined + ": " + std::to_string(packed_->num_documents()) + " documents, " +
                std::to_string(packed_->num_sequences()) + " sequences of " +
                std::to_string(packed_->seq_len()) + " tokens (" + tokenizer_->name() + " tokenizer)";
@@ -80,7 +79,6 @@ TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
   data::TokenIdFn token_id;
   if (hf) token_id = [hf](const std::string& s) { return hf->token_id(s); };
   const data::SpecialTokens special = chat.resolve_special_tokens(*tokenizer_, token_id);
-  pad_id_ = special.pad;
   data::SftOptions options = sft_options(cfg, tokenizer_file);
   int rank = 0;
   LFT_MPI_CHECK(MPI_Comm_rank(world, &rank));

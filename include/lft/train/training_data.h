@@ -25,7 +25,6 @@ class TrainingData {
   TrainingData(const config::Config& cfg, MPI_Comm world);
 
   const data::Tokenizer& tokenizer() const { return *tokenizer_; }
-  std::int32_t pad_id() const { return pad_id_; }
   std::int64_t num_sequences() const;
   std::int64_t seq_len() const;
   // Sequences `indices` of the training set: input_ids, weights (float, [B, T-1]), and
@@ -38,7 +37,6 @@ class TrainingData {
 
  private:
   std::unique_ptr<data::Tokenizer> tokenizer_;
-  std::int32_t pad_id_ = -1;
   std::unique_ptr<data::PackedDataset> packed_;  // stage pt
   std::unique_ptr<data::SftDataset> train_;      // stage sft
   std::unique_ptr<data::SftDataset> eval_;
