@@ -2,7 +2,14 @@
 
 #include <ATen/ATen.h>
 
+#include "lft/model/weight_source.h"
+
 namespace lft::engine {
+
+void Engine::prepare_from(torch::nn::Module& model, const model::WeightSource& weights) {
+  model::load_weights(model, weights);
+  prepare(model);
+}
 
 std::vector<TensorBox> whole_boxes(const std::vector<at::Tensor>& tensors, int replicas,
                                    int replica) {

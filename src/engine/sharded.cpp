@@ -7,6 +7,9 @@
 #include <torch/nn/module.h>
 
 #include <chrono>
+
+#include "lft/model/parameter_storage.h"
+#include "lft/model/weight_source.h"
 #include <stdexcept>
 
 namespace lft::engine {
@@ -70,8 +73,11 @@ void ShardedEngine::prepare(torch::nn::Module& module) {
   build_units(module);
   if (plan_.shard_parameters) {
     c10::NoGradGuard no_grad;
-    for (auto& p : params_)
-      if (p.scalar_type() != plan_.compute_dtype) p.set_data(p.to(plan_.compute_dtype));
+    for (auto& p : params_) {
+      if (p.scalar_type() == plan_.compute_dtype) continue;
+      const auto options = p.options().dtype(plan_.compute_dtype);
+      p.set_data(model::storage_allocated(p) ? p.to(options) : model::unallocated_tensor(p.sizes().vec(), options));
+    }
     for (auto& u : units_) free_parameters(*u);
     model->set_layer_hooks(this);
   }
@@ -79,6 +85,13 @@ void ShardedEngine::prepare(torch::nn::Module& module) {
     for (std::size_t k = 0; k < params_.size(); ++k)
       torch::autograd::impl::set_post_acc_grad_hooks(params_[k], std::make_unique<GradReadyHook>(this, k));
   after_forward_.assign(units_.size() - 1, 0);
+}
+
+void ShardedEngine::prepare_from(torch::nn::Module& module, const model::WeightSource& weights) {
+  if (!plan_.shard_parameters) return Engine::prepare_from(module, weights);
+  weights_ = &weights;
+  prepare(module);
+  weights_ = nullptr;
 }
 
 void ShardedEngine::build_units(torch::nn::Module& module) {
@@ -93,10 +106,13 @@ void ShardedEngine::build_units(torch::nn::Module& module) {
     while (units_.size() <= unit_of_.back()) units_.push_back(std::make_unique<Unit>());
   }
   c10::NoGradGuard no_grad;
-  // Every rank starts from the same weights (equal by construction; this makes it so).
-  for (auto& p : params_) {
-    shard_comm_.broadcast(p, 0);
-    replicate_comm_.broadcast(p, 0);
+  // Every rank starts from the same weights: equal by construction or read from the same files;
+  // the broadcast makes constructed ones so.
+  if (weights_ == nullptr) {
+    for (auto& p : params_) {
+      shard_comm_.broadcast(p, 0);
+      replicate_comm_.broadcast(p, 0);
+    }
   }
   for (std::size_t k = 0; k < params_.size(); ++k) units_[unit_of_[k]]->params.push_back(k);
   const int ranks = shard_comm_.size(), me = shard_comm_.rank();
@@ -112,7 +128,8 @@ void ShardedEngine::build_units(torch::nn::Module& module) {
       const ShardPiece& piece = u->layout.pieces[static_cast<std::size_t>(me)][i];
       const Shape shape = piece_shape(shapes_[k], piece.rows);
       at::Tensor view = u->master.narrow(0, piece.local_offset, piece.rows * row_numel(shapes_[k])).view(shape);
-      view.copy_(params_[k].narrow(0, piece.row_begin, piece.rows));
+      if (weights_ != nullptr) weights_->read_rows(param_names[k], piece.row_begin, piece.rows, view);
+      else view.copy_(params_[k].narrow(0, piece.row_begin, piece.rows));
       u->pieces.push_back(pieces_.size());
       pieces_.push_back(view);
       names_.push_back(param_names[k]);
@@ -137,14 +154,6 @@ void ShardedEngine::build_units(torch::nn::Module& module) {
 // so autograd does not see an in-place change of a saved tensor.
 
 namespace {
-
-void allocate_storage(const at::Tensor& param) {
-  c10::StorageImpl* storage = param.storage().unsafeGetStorageImpl();
-  const auto bytes = static_cast<std::size_t>(param.numel()) * param.element_size();
-  if (storage->nbytes() == bytes && storage->data() != nullptr) return;
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
-  storage->set_nbytes(bytes);
-}
 
 at::Tensor storage_alias(const at::Tensor& param) {
   at::Tensor alias = at::empty({0}, param.options().requires_grad(false));
@@ -171,7 +180,7 @@ void ShardedEngine::finish_gather(Unit& u) {
   for (std::size_t i = 0; i < u.params.size(); ++i) {
     at::Tensor& param = params_[u.params[i]];
     const Shape& shape = shapes_[u.params[i]];
-    if (plan_.shard_parameters) allocate_storage(param);
+    if (plan_.shard_parameters) model::allocate_storage(param);
     const at::Tensor whole = storage_alias(param);
     for (std::size_t r = 0; r < u.layout.pieces.size(); ++r) {
       const ShardPiece& piece = u.layout.pieces[r][i];
@@ -201,11 +210,7 @@ void ShardedEngine::prefetch(std::size_t unit) {
 }
 
 void ShardedEngine::free_parameters(Unit& u) {
-  for (std::size_t k : u.params) {
-    c10::StorageImpl* storage = params_[k].storage().unsafeGetStorageImpl();
-    storage->set_data_ptr_noswap(c10::DataPtr(nullptr, params_[k].device()));
-    storage->set_nbytes(0);
-  }
+  for (std::size_t k : u.params) model::release_storage(params_[k]);
   u.gathered = false;
 }
 

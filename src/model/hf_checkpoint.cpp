@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -78,50 +79,70 @@ std::vector<std::string> hf_weight_files(const std::string& folder) {
                              "safetensors checkpoints are supported)");
 }
 
-void load_hf_checkpoint(torch::nn::Module& model, const std::string& folder) {
-  at::NoGradGuard no_grad;
-  auto params = model.named_parameters(/*recurse=*/true);
-  std::map<std::string, std::string> loaded;  // parameter name -> file
-  at::Tensor tied_head;
-  std::string tied_head_file;
+HfWeights::HfWeights(const std::string& folder, torch::nn::Module& model) : folder_(folder) {
+  const auto params = model.named_parameters(/*recurse=*/true);
+  std::map<std::string, Location> tied_head;
   for (const std::string& file : hf_weight_files(folder)) {
-    for (auto& [name, tensor] : read_safetensors(file)) {
+    const SafetensorsHeader& header = headers_[file] = read_safetensors_header(file);
+    for (const SafetensorsEntry& e : header.tensors) {
+      const std::string& name = e.name;
       if (ends_with(name, ".rotary_emb.inv_freq")) continue;
-      at::Tensor* param = params.find(name);
+      const at::Tensor* param = params.find(name);
       if (param == nullptr) {
         if (name == "lm_head.weight" && params.find("model.embed_tokens.weight") != nullptr) {
-          tied_head = tensor;  // checked against the embedding below
-          tied_head_file = file;
+          tied_head[name] = Location{file, &header};  // checked against the embedding below
           continue;
         }
         throw ConfigError(file + ": tensor '" + name + "' has no parameter of that name in the "
                           "model (does config.json match the weights?)");
       }
-      if (loaded.count(name) != 0) {
-        throw ConfigError(file + ": tensor '" + name + "' is also in " + loaded[name]);
+      if (tensors_.count(name) != 0) {
+        throw ConfigError(file + ": tensor '" + name + "' is also in " + tensors_.at(name).file);
       }
-      if (param->sizes() != tensor.sizes()) {
-        throw ConfigError(file + ": tensor '" + name + "' has shape " + shape_str(tensor.sizes()) +
+      if (!param->sizes().equals(e.shape)) {
+        throw ConfigError(file + ": tensor '" + name + "' has shape " + shape_str(e.shape) +
                           ", the model's parameter " + shape_str(param->sizes()));
       }
-      param->copy_(tensor);
-      loaded[name] = file;
+      tensors_[name] = Location{file, &header};
     }
   }
   for (const auto& item : params) {
-    if (loaded.count(item.key()) == 0) {
+    if (tensors_.count(item.key()) == 0) {
       throw ConfigError(folder + ": the checkpoint has no tensor '" + item.key() + "'");
     }
   }
-  if (tied_head.defined()) {
-    const at::Tensor& embed = *params.find("model.embed_tokens.weight");
-    if (!tied_head.sizes().equals(embed.sizes()) ||
-        !at::equal(tied_head.to(embed.dtype()), embed.cpu())) {
-      throw ConfigError(tied_head_file + ": tensor 'lm_head.weight' differs from "
-                        "model.embed_tokens.weight, but config.json ties them "
-                        "(tie_word_embeddings); set it to false to train both");
-    }
+  if (!tied_head.empty()) check_tied_head(tied_head.begin()->second, tensors_.at("model.embed_tokens.weight"));
+}
+
+void HfWeights::check_tied_head(const Location& head, const Location& embed) const {
+  const SafetensorsEntry& h = *head.header->find("lm_head.weight");
+  const SafetensorsEntry& e = *embed.header->find("model.embed_tokens.weight");
+  bool equal = h.shape == e.shape;
+  constexpr std::int64_t kBlock = 1024;  // rows compared at a time: bounded memory
+  const std::int64_t rows = e.shape.empty() ? 1 : e.shape[0];
+  for (std::int64_t r = 0; equal && r < rows; r += kBlock) {
+    const std::int64_t n = std::min(kBlock, rows - r);
+    const at::Tensor a = read_safetensors_rows(embed.file, *embed.header, e.name, r, n);
+    const at::Tensor b = read_safetensors_rows(head.file, *head.header, h.name, r, n);
+    equal = at::equal(b.to(a.scalar_type()), a);
   }
+  if (!equal) {
+    throw ConfigError(head.file + ": tensor 'lm_head.weight' differs from "
+                      "model.embed_tokens.weight, but config.json ties them "
+                      "(tie_word_embeddings); set it to false to train both");
+  }
+}
+
+void HfWeights::read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows,
+                          at::Tensor out) const {
+  const auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw std::logic_error(folder_ + ": no weights for parameter '" + name + "'");
+  at::NoGradGuard no_grad;
+  out.copy_(read_safetensors_rows(it->second.file, *it->second.header, name, row_begin, rows).view(out.sizes()));
+}
+
+void load_hf_checkpoint(torch::nn::Module& model, const std::string& folder) {
+  load_weights(model, HfWeights(folder, model));
 }
 
 }  // namespace lft::model

@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include "lft/model/checkpoint.h"
+#include "lft/model/parameter_storage.h"
 #include "lft/model/segments.h"
 
 namespace lft::model {
@@ -22,6 +23,13 @@ c10::TensorOptions param_options(const c10::TensorOptions& options) {
       .requires_grad(false);
 }
 
+// Filled with `value`, or without memory inside an UnallocatedParameters scope.
+at::Tensor new_parameter(const std::vector<std::int64_t>& shape, const c10::TensorOptions& options,
+                         double value) {
+  if (UnallocatedParameters::active()) return unallocated_tensor(shape, param_options(options));
+  return at::full(shape, value, param_options(options));
+}
+
 }  // namespace
 
 // ---- Linear, Embedding, RMSNorm ----
@@ -29,22 +37,22 @@ c10::TensorOptions param_options(const c10::TensorOptions& options) {
 LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias,
                        const c10::TensorOptions& options)
     : in_features(in), out_features(out) {
-  weight = register_parameter("weight", at::zeros({out, in}, param_options(options)));
-  if (with_bias) bias = register_parameter("bias", at::zeros({out}, param_options(options)));
+  weight = register_parameter("weight", new_parameter({out, in}, options, 0.0));
+  if (with_bias) bias = register_parameter("bias", new_parameter({out}, options, 0.0));
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
 
 EmbeddingImpl::EmbeddingImpl(std::int64_t num_embeddings, std::int64_t dim,
                              const c10::TensorOptions& options) {
-  weight = register_parameter("weight", at::zeros({num_embeddings, dim}, param_options(options)));
+  weight = register_parameter("weight", new_parameter({num_embeddings, dim}, options, 0.0));
 }
 
 at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) { return at::embedding(weight, ids); }
 
 RMSNormImpl::RMSNormImpl(std::int64_t dim, double epsilon, const c10::TensorOptions& options)
     : eps(epsilon) {
-  weight = register_parameter("weight", at::ones({dim}, param_options(options)));
+  weight = register_parameter("weight", new_parameter({dim}, options, 1.0));
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {

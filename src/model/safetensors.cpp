@@ -254,10 +254,27 @@ at::Tensor read_safetensors_tensor(const std::string& path, const SafetensorsHea
                                    const std::string& name) {
   const SafetensorsEntry* e = header.find(name);
   if (e == nullptr) fail_tensor(path, name, "not in the file");
-  File file(path, O_RDONLY);
-  at::Tensor t = at::empty(e->shape, at::TensorOptions().dtype(e->scalar_type));
-  if (e->end > e->begin) {
-    file.pread_all(t.data_ptr(), e->end - e->begin, header.data_start + e->begin,
+  return read_safetensors_rows(path, header, name, 0, e->shape.empty() ? 1 : e->shape[0]);
+}
+
+at::Tensor read_safetensors_rows(const std::string& path, const SafetensorsHeader& header,
+                                 const std::string& name, std::int64_t row_begin, std::int64_t rows) {
+  const SafetensorsEntry* e = header.find(name);
+  if (e == nullptr) fail_tensor(path, name, "not in the file");
+  const std::int64_t total = e->shape.empty() ? 1 : e->shape[0];
+  if (row_begin < 0 || rows < 0 || row_begin + rows > total) {
+    fail_tensor(path, name, "rows [" + std::to_string(row_begin) + ", " + std::to_string(row_begin + rows) +
+                                ") are outside its " + std::to_string(total) + " rows");
+  }
+  std::vector<std::int64_t> shape = e->shape;
+  if (!shape.empty()) shape[0] = rows;
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(e->scalar_type));
+  const auto row_bytes = total == 0 ? 0 : (e->end - e->begin) / static_cast<std::uint64_t>(total);
+  const auto bytes = row_bytes * static_cast<std::uint64_t>(rows);
+  if (bytes > 0) {
+    File file(path, O_RDONLY);
+    file.pread_all(t.data_ptr(), bytes,
+                   header.data_start + e->begin + row_bytes * static_cast<std::uint64_t>(row_begin),
                    "tensor '" + name + "'");
   }
   return t;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <optional>
 
 #include "lft/ckpt/checkpoint.h"
 #include "lft/ckpt/checkpoint_files.h"
@@ -21,6 +22,7 @@
 #include "lft/model/llama.h"
 #include "lft/model/loss.h"
 #include "lft/model/model_config.h"
+#include "lft/model/parameter_storage.h"
 #include "lft/optim/adamw.h"
 #include "lft/optim/lr_schedule.h"
 #include "lft/runtime/check.h"
@@ -123,19 +125,26 @@ Trainer::Trainer(const config::Config& cfg, DeviceMesh& mesh, const DeviceChoice
   s.total = max_steps > 0 ? max_steps
                           : static_cast<std::int64_t>(std::ceil(cfg.real("num_train_epochs") *
                                                                 static_cast<double>(s.sampler->steps_per_epoch())));
-  s.model = model::LlamaForCausalLM(s.model_config);
-  if (cfg.is_set("model_name_or_path")) {
-    Watchdog::Scope scope("loading " + cfg.string("model_name_or_path"), Watchdog::setup_timeout(),
-                          "setup_timeout");
-    model::load_hf_checkpoint(*s.model, cfg.string("model_name_or_path"));
-  } else {
-    model::init_weights(*s.model, static_cast<std::uint64_t>(cfg.integer("seed")));
-  }
-  s.model->set_gradient_checkpointing(cfg.boolean("gradient_checkpointing"));
-  s.model->to(s.torch_device());
   engine::EngineContext ctx{cfg, mesh};
   s.engine = engine::engine_for(cfg).create(ctx);
-  s.engine->prepare(*s.model);
+  const at::TensorOptions on_device = at::TensorOptions().device(s.torch_device());
+  if (cfg.is_set("model_name_or_path")) {
+    const std::string folder = cfg.string("model_name_or_path");
+    Watchdog::Scope scope("loading " + folder, Watchdog::setup_timeout(), "setup_timeout");
+    // A sharding engine reads only this rank's rows, into parameters that have no memory yet.
+    std::optional<model::UnallocatedParameters> unallocated;
+    if (s.engine->reads_weight_shards()) unallocated.emplace();
+    s.model = model::LlamaForCausalLM(s.model_config, on_device);
+    unallocated.reset();
+    s.model->set_gradient_checkpointing(cfg.boolean("gradient_checkpointing"));
+    s.engine->prepare_from(*s.model, model::HfWeights(folder, *s.model));
+  } else {
+    s.model = model::LlamaForCausalLM(s.model_config);
+    model::init_weights(*s.model, static_cast<std::uint64_t>(cfg.integer("seed")));
+    s.model->set_gradient_checkpointing(cfg.boolean("gradient_checkpointing"));
+    s.model->to(s.torch_device());
+    s.engine->prepare(*s.model);
+  }
   for (Communicator* c : s.engine->communicators()) c->reset_stats();  // count training only
   optim::AdamWOptions o;
   o.beta1 = cfg.real("adam_beta1");

@@ -19,6 +19,9 @@
 namespace torch::nn {
 class Module;
 }
+namespace lft::model {
+class WeightSource;
+}
 
 namespace lft::engine {
 
@@ -44,6 +47,11 @@ class Engine {
 
   // Takes charge of `model`'s parameters (hooks, sharding). Collective.
   virtual void prepare(torch::nn::Module& model) = 0;
+  // prepare() with the model's starting weights read from `weights`. The default reads them
+  // whole into the model first; an engine that reads_weight_shards() reads only the rows this
+  // rank keeps, into a model built without parameter memory (model::UnallocatedParameters).
+  virtual void prepare_from(torch::nn::Module& model, const model::WeightSource& weights);
+  virtual bool reads_weight_shards() const { return false; }
   // Before each micro-batch's forward: `sync` is true for the last micro-batch of a step, the one
   // whose backward must synchronise gradients (no_sync for the others).
   virtual void begin_micro_batch(bool sync) = 0;

@@ -44,6 +44,8 @@ class ShardedEngine final : public Engine, private model::LayerHooks {
   ~ShardedEngine() override;
   const char* name() const override { return plan_.name.c_str(); }
   void prepare(torch::nn::Module& model) override;
+  void prepare_from(torch::nn::Module& model, const model::WeightSource& weights) override;
+  bool reads_weight_shards() const override { return plan_.shard_parameters; }
   void begin_micro_batch(bool sync) override;
   void finish_gradients() override;
   void parameters_updated() override;
@@ -83,6 +85,7 @@ class ShardedEngine final : public Engine, private model::LayerHooks {
   Communicator& replicate_comm_;
   int replica_ = 0;
   std::vector<at::Tensor> params_;     // the model's parameters (whole, or empty when freed)
+  const model::WeightSource* weights_ = nullptr;  // during prepare_from: where shards are read
   std::vector<Shape> shapes_;          // their global shapes
   std::vector<std::size_t> unit_of_;   // per parameter
   std::vector<std::unique_ptr<Unit>> units_;  // [0] root, [1 + i] layer i

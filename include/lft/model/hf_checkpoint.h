@@ -2,8 +2,12 @@
 // model.safetensors.index.json) into a module whose parameter names are the HF names.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
+
+#include "lft/model/safetensors.h"
+#include "lft/model/weight_source.h"
 
 namespace torch::nn {
 class Module;
@@ -16,11 +20,34 @@ namespace lft::model {
 // lft::config::ConfigError when there is neither, or the index is malformed.
 std::vector<std::string> hf_weight_files(const std::string& folder);
 
+// A model folder's weights, checked against a model's parameters from the file headers alone:
+// a parameter missing from the checkpoint, a checkpoint tensor the model lacks, a tensor in two
+// files, or a shape mismatch is a ConfigError naming the tensor and file. Ignored:
+// "*.rotary_emb.inv_freq" (old conversions), and "lm_head.weight" when the model has no lm_head
+// (tied) and the tensor equals model.embed_tokens.weight (compared in blocks of rows). Tensor
+// data is read only by read_rows, one pread of the rows asked for (bf16/fp16/fp32 converted to
+// the destination's dtype).
+class HfWeights final : public WeightSource {
+ public:
+  HfWeights(const std::string& folder, torch::nn::Module& model);
+  void read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows,
+                 at::Tensor out) const override;
+  std::string describe() const override { return folder_; }
+
+ private:
+  struct Location {
+    std::string file;
+    const SafetensorsHeader* header;
+  };
+  void check_tied_head(const Location& head, const Location& embed) const;
+
+  std::string folder_;
+  std::map<std::string, SafetensorsHeader> headers_;  // per file
+  std::map<std::string, Location> tensors_;           // per parameter name
+};
+
 // Copies every checkpoint tensor into the parameter of the same name, converted to the
-// parameter's dtype and device (no autograd history). Strict: a parameter missing from the
-// checkpoint, a checkpoint tensor the model lacks, or a shape mismatch is a ConfigError naming
-// the tensor and file. Ignored: "*.rotary_emb.inv_freq" (old conversions), and "lm_head.weight"
-// when the model has no lm_head (tied) and the tensor equals model.embed_tokens.weight.
+// parameter's dtype and device (no autograd history), with HfWeights' checks.
 void load_hf_checkpoint(torch::nn::Module& model, const std::string& folder);
 
 }  // namespace lft::model

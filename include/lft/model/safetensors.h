@@ -54,6 +54,11 @@ SafetensorsHeader read_safetensors_header(const std::string& path);
 at::Tensor read_safetensors_tensor(const std::string& path, const SafetensorsHeader& header,
                                    const std::string& name);
 
+// Rows [row_begin, row_begin + rows) of dim 0 of one tensor (a 0-d tensor has one row), read
+// with one pread of just those bytes: a rank that keeps a shard reads only the shard.
+at::Tensor read_safetensors_rows(const std::string& path, const SafetensorsHeader& header,
+                                 const std::string& name, std::int64_t row_begin, std::int64_t rows);
+
 // Every tensor of the file. `metadata`, when given, receives __metadata__.
 std::map<std::string, at::Tensor> read_safetensors(
     const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
