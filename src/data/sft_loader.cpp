@@ -80,12 +80,20 @@ PackedSequences build(const std::vector<std::string>& paths, const SftOptions& o
   say(o, "tokenizing " + std::to_string(records.conversations.size()) +
              " conversations with template " + o.template_name);
   const ChatTemplate tpl(o.template_name);
+  const SftParallel& par = o.parallel;
   std::vector<TokenizedExample> examples;
-  examples.reserve(records.conversations.size());
-  for (const Conversation& c : records.conversations) {
-    examples.push_back(flatten_turns(tpl.encode(c, tok, sp), o.cutoff_len));
-    check_ids(examples.back(), tok);
+  std::string error;
+  try {
+    for (std::size_t i = static_cast<std::size_t>(par.rank); i < records.conversations.size();
+         i += static_cast<std::size_t>(par.ranks)) {
+      examples.push_back(flatten_turns(tpl.encode(records.conversations[i], tok, sp), o.cutoff_len));
+      check_ids(examples.back(), tok);
+    }
+  } catch (const std::exception& e) {
+    if (!par.gather) throw;
+    error = e.what();
   }
+  if (par.gather) examples = par.gather(std::move(examples), error);
   return build_sft_sequences(std::move(examples), o.cutoff_len, packing, o.neat_packing);
 }
 
@@ -111,12 +119,15 @@ SftData load_sft_data(const std::vector<std::string>& paths, const SftOptions& o
   std::string summary;
   if (!cache.empty()) {
     std::string why;
-    if (auto cached = load_sequences(cache, key, why)) {
+    auto cached = load_sequences(cache, key, why);
+    const bool hit = cached.has_value();
+    if (o.parallel.all_true ? o.parallel.all_true(hit) : hit) {
       seqs = std::make_shared<const PackedSequences>(std::move(*cached));
       summary = "tokenized data reused from " + cache;
       say(o, summary);
     } else {
-      say(o, "tokenized data cache " + cache + ": " + why + "; tokenizing the dataset");
+      say(o, "tokenized data cache " + cache + ": " + (hit ? "not found on every rank" : why) +
+                 "; tokenizing the dataset");
     }
   }
   if (!seqs) {

@@ -36,7 +36,8 @@ std::string shape_problem(PipelineScheduleKind kind, int pp, std::int64_t m, int
            " micro-batches per step (gradient_accumulation_steps), got " + std::to_string(m);
   }
   if (interleaved && m % pp != 0) {
-    return who + " needs the micro-batches per step (gradient_accumulation_steps) to be a multiple" +
+    return who +
+           " needs the micro-batches per step (gradient_accumulation_steps) to be a multiple" +
            " of pp = " + std::to_string(pp) + ", got " + std::to_string(m);
   }
   return "";
@@ -44,8 +45,9 @@ std::string shape_problem(PipelineScheduleKind kind, int pp, std::int64_t m, int
 
 // A stage's list in the 1F1B shape: `warmup` forwards, then forward/backward pairs, then the
 // remaining backwards; `step(k, forward)` is the k-th forward or backward.
-std::vector<PipelineAction> one_f_one_b(std::int64_t total, std::int64_t warmup,
-                                        const std::function<PipelineAction(std::int64_t, bool)>& step) {
+std::vector<PipelineAction> one_f_one_b(
+    std::int64_t total, std::int64_t warmup,
+    const std::function<PipelineAction(std::int64_t, bool)>& step) {
   std::vector<PipelineAction> actions;
   actions.reserve(static_cast<std::size_t>(2 * total));
   for (std::int64_t k = 0; k < warmup; ++k) actions.push_back(step(k, true));
@@ -152,9 +154,9 @@ std::string pipeline_schedule_problem(PipelineScheduleKind kind, int pp, std::in
                                       std::int64_t layers) {
   std::string problem = shape_problem(kind, pp, m, v);
   if (problem.empty() && layers < static_cast<std::int64_t>(pp) * v) {
-    problem = quoted(kind) + " with pp = " + std::to_string(pp) + " stages of v = " +
-              std::to_string(v) + " model chunks needs at least " + std::to_string(pp * v) +
-              " layers (one per chunk), got " + std::to_string(layers);
+    problem = quoted(kind) + " with pp = " + std::to_string(pp) +
+              " stages of v = " + std::to_string(v) + " model chunks needs at least " +
+              std::to_string(pp * v) + " layers (one per chunk), got " + std::to_string(layers);
   }
   return problem;
 }
@@ -182,10 +184,11 @@ std::vector<PipelineAction> pipeline_actions(PipelineScheduleKind kind, int pp, 
       // runs every forward first.
       const std::int64_t warmup =
           m == pp ? total
-                  : std::min<std::int64_t>(2 * (pp - stage - 1) + static_cast<std::int64_t>(v - 1) * pp,
-                                           total);
-      return one_f_one_b(total, warmup,
-                         [&](std::int64_t k, bool forward) { return interleaved_step(k, pp, v, forward); });
+                  : std::min<std::int64_t>(
+                        2 * (pp - stage - 1) + static_cast<std::int64_t>(v - 1) * pp, total);
+      return one_f_one_b(total, warmup, [&](std::int64_t k, bool forward) {
+        return interleaved_step(k, pp, v, forward);
+      });
     }
   }
   return {};
@@ -201,13 +204,17 @@ ScheduleTiming simulate_pipeline(PipelineScheduleKind kind, int pp, std::int64_t
 ScheduleTiming simulate_pipeline_actions(const std::vector<std::vector<PipelineAction>>& stages,
                                          std::int64_t m, int v, double forward_time,
                                          double backward_time) {
+  if (stages.empty() || m < 1 || v < 1) {
+    throw std::invalid_argument(
+        "simulate_pipeline_actions needs at least one stage, m >= 1 and v >= 1");
+  }
   ScheduleTiming timing;
   timing.peak_live = check_complete(stages, m, v);
   const int pp = static_cast<int>(stages.size());
   const int last = pp * v - 1;  // global virtual stage of the loss
   // End times per [global virtual stage][micro-batch], negative until done.
-  std::vector<std::vector<double>> forward_end(static_cast<std::size_t>(pp * v),
-                                               std::vector<double>(static_cast<std::size_t>(m), -1));
+  std::vector<std::vector<double>> forward_end(
+      static_cast<std::size_t>(pp * v), std::vector<double>(static_cast<std::size_t>(m), -1));
   std::vector<std::vector<double>> backward_end(forward_end);
   std::vector<double> clock(static_cast<std::size_t>(pp), 0);
   std::vector<std::size_t> next(static_cast<std::size_t>(pp), 0);

@@ -12,6 +12,7 @@
 #include "lft/data/sft_cache.h"
 #include "lft/runtime/check.h"
 #include "lft/runtime/log.h"
+#include "lft/train/split_tokenizing.h"
 
 namespace lft::train {
 namespace {
@@ -80,22 +81,13 @@ TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
   if (hf) token_id = [hf](const std::string& s) { return hf->token_id(s); };
   const data::SpecialTokens special = chat.resolve_special_tokens(*tokenizer_, token_id);
   data::SftOptions options = sft_options(cfg, tokenizer_file);
+  // Every rank tokenizes its share; rank 0 writes the cache. A set-up phase with its own
+  // deadline, not a training collective.
   int rank = 0;
   LFT_MPI_CHECK(MPI_Comm_rank(world, &rank));
-  data::SftData loaded;
-  if (options.tokenized_path.empty()) {
-    loaded = data::load_sft_data(paths, options, *tokenizer_, special);
-  } else {
-    // Rank 0 tokenizes once and writes the cache; the others then read it. The wait is a set-up
-    // phase (its own deadline), not a training collective.
-    if (rank == 0) loaded = data::load_sft_data(paths, options, *tokenizer_, special);
-    LFT_MPI_CHECK(MPI_Barrier(world));
-    if (rank != 0) {
-      options.write_cache = false;
-      options.log = nullptr;
-      loaded = data::load_sft_data(paths, options, *tokenizer_, special);
-    }
-  }
+  options.parallel = split_tokenizing(world);
+  options.write_cache = rank == 0;
+  data::SftData loaded = data::load_sft_data(paths, options, *tokenizer_, special);
   train_ = std::make_unique<data::SftDataset>(std::move(loaded.train));
   eval_ = std::make_unique<data::SftDataset>(std::move(loaded.eval));
   segments_ = options.neat_packing;

@@ -60,6 +60,18 @@ class SftDataset {
   std::int32_t pad_id_ = 0;
 };
 
+// Tokenizing split across ranks: rank r encodes conversations r, r + ranks, ..., and `gather`
+// (collective) returns every rank's examples in conversation order on every rank, or throws on
+// every rank when any rank's `error` is not empty. `all_true` (collective) agrees on whether every
+// rank found the cache, so all ranks take the same path. Default: one rank does everything.
+struct SftParallel {
+  int rank = 0;
+  int ranks = 1;
+  std::function<bool(bool)> all_true;
+  std::function<std::vector<TokenizedExample>(std::vector<TokenizedExample> mine, const std::string& error)>
+      gather;
+};
+
 struct SftOptions {
   std::string stage = "sft";  // "sft" | "pt"
   RecordOptions records;      // dataset_format and columns
@@ -76,6 +88,7 @@ struct SftOptions {
   // file_fingerprint(tokenizer.json) (sft_cache.h).
   std::string tokenizer_fingerprint;
   bool write_cache = true;                      // false on ranks that only read the cache
+  SftParallel parallel;
   std::function<void(const std::string&)> log;  // progress and cache lines (e.g. lft::log0)
 };
 

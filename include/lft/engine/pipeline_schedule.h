@@ -9,15 +9,16 @@
 // (micro-batch, g) needs the backward of (micro-batch, g+1) and its own forward.
 //   gpipe             every forward (micro-batch order), then every backward (micro-batch order):
 //                     a stage holds the activations of all m micro-batches.
-//   1f1b              PipeDream-flush (Megatron's forward_backward_pipelining_without_interleaving):
+//   1f1b              PipeDream-flush, Megatron's forward_backward_pipelining_without_interleaving:
 //                     pp - s - 1 warm-up forwards, then forward/backward pairs, then the cool-down
 //                     backwards; stage s holds at most min(pp - s, m) micro-batches. Same bubble
 //                     as gpipe: idle fraction (pp - 1) / (m + pp - 1).
 //   interleaved_1f1b  Megatron's forward_backward_pipelining_with_interleaving: each stage walks
 //                     its chunks in groups of pp micro-batches (forward chunk 0 for micro-batches
-//                     0..pp-1, then chunk 1 for the same ones, ..., then the next pp micro-batches),
-//                     backwards in the mirrored chunk order; warm-up (pp - s - 1) * 2 + (v - 1) * pp
-//                     micro-steps (all m * v of them when m == pp). The bubble shrinks v-fold.
+//                     0..pp-1, then chunk 1 for the same ones, ..., then the next pp
+//                     micro-batches), backwards in the mirrored chunk order; the warm-up is
+//                     2 (pp - s - 1) + (v - 1) pp micro-steps (all m v of them when m == pp).
+//                     The bubble shrinks v-fold: idle fraction (pp - 1) / (v m + pp - 1).
 #pragma once
 
 #include <cstdint>
@@ -59,9 +60,10 @@ std::vector<PipelineAction> pipeline_actions(PipelineScheduleKind kind, int pp, 
                                              std::int64_t m, int v);
 
 struct ScheduleTiming {
-  double makespan = 0;         // time until every stage is done
-  double idle_fraction = 0;    // idle stage-time / (pp * makespan)
-  std::vector<int> peak_live;  // per stage: most (micro-batch, chunk) forwards awaiting their backward
+  double makespan = 0;       // time until every stage is done
+  double idle_fraction = 0;  // idle stage-time / (pp * makespan)
+  // Per stage: the most (micro-batch, chunk) forwards at once whose backward has not run yet.
+  std::vector<int> peak_live;
 };
 
 // Runs pipeline_actions of every stage with free communication: an action starts when its stage
