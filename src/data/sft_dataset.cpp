@@ -31,6 +31,16 @@ std::int64_t SftDataset::length(std::int64_t i) const {
   return seqs_->length(rows_[static_cast<std::size_t>(i)]);
 }
 
+double SftDataset::weight_sum(const std::vector<std::int64_t>& indices) const {
+  double sum = 0.0;
+  for (const std::int64_t i : indices) {
+    const std::int64_t begin = seqs_->offsets[static_cast<std::size_t>(row(i))];
+    for (std::int64_t k = begin + 1; k < begin + length(i); ++k)
+      if (seqs_->segments[k] == seqs_->segments[k - 1]) sum += seqs_->weights[k];
+  }
+  return sum;
+}
+
 Batch SftDataset::batch(const std::vector<std::int64_t>& indices, bool pad_to_longest) const {
   std::int64_t T = seq_len();
   if (pad_to_longest) {

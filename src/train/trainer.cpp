@@ -186,7 +186,7 @@ StepResult Trainer::step() {
   const auto indices = s.sampler->global_batch_indices();
   // The loss is the weighted sum over every target of the global batch divided by the sum of the
   // weights (the count of trained tokens unless messages carry loss weights): each rank knows it.
-  const double targets = s.data->batch(indices).weights.to(at::kDouble).sum().item<double>();
+  const double targets = s.data->weight_sum(indices);
   const int dp_rank = s.mesh.dp_rank(), dp_size = s.mesh.shape().dp_size();
 
   std::vector<at::Tensor> sequence_sums;

@@ -100,6 +100,11 @@ std::int64_t TrainingData::num_sequences() const {
 
 std::int64_t TrainingData::seq_len() const { return packed_ ? packed_->seq_len() : train_->seq_len(); }
 
+double TrainingData::weight_sum(const std::vector<std::int64_t>& indices) const {
+  if (!packed_) return train_->weight_sum(indices);
+  return static_cast<double>(indices.size()) * static_cast<double>(packed_->seq_len() - 1);
+}
+
 data::Batch TrainingData::batch(const std::vector<std::int64_t>& indices) const {
   if (!packed_) {
     data::Batch b = train_->batch(indices);

@@ -19,62 +19,14 @@
 namespace lft::data {
 namespace {
 
-bool is_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-// The shared demo data: $LFT_SHARED_DATA, else ../shared/data next to this checkout, else
-// /work/shared/data. Empty when none holds the files.
-std::string shared_data_dir() {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("LFT_SHARED_DATA")) candidates.emplace_back(env);
-  std::string here = __FILE__;  // <root>/tests/unit/test_data_corpus.cpp
-  for (int up = 0; up < 3; ++up) {
-    const std::size_t slash = here.find_last_of('/');
-    here = slash == std::string::npos ? "." : here.substr(0, slash);
-  }
-  candidates.push_back(here + "/../shared/data");
-  candidates.emplace_back("../shared/data");
-  candidates.emplace_back("/work/shared/data");
-  for (const std::string& dir : candidates) {
-    if (is_file(dir + "/wiki_demo.txt")) return dir;
-  }
-  return "";
-}
+std::string shared_data_dir() { return test::shared_data_dir("wiki_demo.txt"); }
 
 #define REQUIRE_SHARED_DATA(dir)                                                          \
   const std::string dir = shared_data_dir();                                              \
   if (dir.empty()) GTEST_SKIP() << "shared demo data not found (set LFT_SHARED_DATA to the " \
                                    "folder holding wiki_demo.txt)"
 
-// A private temporary folder, removed with its files at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/lft_test_data_XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir_ = tmpl;
-  }
-  ~TempDir() {
-    for (const std::string& f : files_) ::unlink(f.c_str());
-    ::rmdir(dir_.c_str());
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  std::string write(const std::string& name, const std::string& content) {
-    const std::string path = dir_ + "/" + name;
-    std::ofstream(path, std::ios::binary) << content;
-    files_.push_back(path);
-    return path;
-  }
-  const std::string& path() const { return dir_; }
-
- private:
-  std::string dir_;
-  std::vector<std::string> files_;
-};
+using test::TempDir;
 
 // The UsageError message of reading `path` ("" and a test failure when it does not throw one).
 std::string error_of(const std::string& path) {
@@ -213,7 +165,7 @@ TEST(CorpusTest, JsonErrorsNamePathAndLine) {
 
 TEST(CorpusTest, FileLevelErrors) {
   TempDir tmp;
-  const std::string absent = tmp.path() + "/absent.txt";
+  const std::string absent = tmp.path("absent.txt");
   std::string msg = error_of(absent);
   EXPECT_CONTAINS(msg, absent + ": cannot read the training data");
   EXPECT_CONTAINS(msg, "No such file");

@@ -95,6 +95,7 @@ TEST(SftSequencesTest, PackingKeepsSamplesWholeAndMarksSegments) {
     const PackedSequences seqs = build_sft_sequences(examples, 8, true, neat);
     ASSERT_EQ(seqs.num_sequences(), 2);
     const Batch b = all_of(seqs).batch({0, 1});
+    EXPECT_DOUBLE_EQ(all_of(seqs).weight_sum({0, 1}), b.weights.to(at::kDouble).sum().item<double>());
     EXPECT_EQ(test::byte_text(ids_row(b, 0)), "hijklefg");
     EXPECT_EQ(test::byte_text(ids_row(b, 1)), "abcd<pad><pad><pad><pad>");
     // weights[t]: predicting token t+1; the first token of a sample is never trained.
@@ -192,8 +193,10 @@ TEST(SftDatasetTest, V1MessagesLossWeights) {
       "Hello! I am {{name}}, an AI assistant developed by {{author}}. How can I assist you today?";
   const Batch b = d.train.batch({0});
   EXPECT_FLOAT_EQ(b.weights.sum().item<float>(), static_cast<float>(response.size() + 10));
+  const std::vector<std::int64_t> some{3, 0, 17, 499};
+  EXPECT_DOUBLE_EQ(d.train.weight_sum(some), d.train.batch(some).weights.to(at::kDouble).sum().item<double>());
 
-  test::SftTempDir tmp;
+  test::TempDir tmp;
   const std::string path = tmp.write(
       "w.jsonl",
       R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "abcd", "loss_weight": 0.5}]}
@@ -222,7 +225,7 @@ TEST(SftDatasetTest, PretrainMatchesPackedDataset) {
 }
 
 TEST(SftDatasetTest, PretrainNeatAndUnpacked) {
-  test::SftTempDir tmp;
+  test::TempDir tmp;
   const std::string path = tmp.write("docs.txt", "ab\nc\n\ndefg\n");
   const ByteTokenizer tok;
   SftOptions o = options("default", 4);
@@ -250,7 +253,7 @@ TEST(SftDatasetTest, PretrainNeatAndUnpacked) {
 }
 
 TEST(SftDatasetTest, OptionErrors) {
-  test::SftTempDir tmp;
+  test::TempDir tmp;
   const std::string txt = tmp.write("docs.txt", "some text\n");
   const ByteTokenizer tok;
   const auto error = [&](const SftOptions& o) {
@@ -300,7 +303,7 @@ TEST(SftDatasetTest, EvalSplitIsDeterministic) {
 }
 
 TEST(SftCacheTest, ReusedWhileInputsMatchRebuiltOtherwise) {
-  test::SftTempDir tmp;
+  test::TempDir tmp;
   const std::string data = tmp.write("a.jsonl",
                                      "{\"instruction\": \"q1\", \"output\": \"a1\"}\n"
                                      "{\"instruction\": \"q2\", \"output\": \"a2\"}\n");
@@ -350,7 +353,7 @@ TEST(SftCacheTest, ReusedWhileInputsMatchRebuiltOtherwise) {
 }
 
 TEST(SftCacheTest, FolderPathAndReadOnlyRanks) {
-  test::SftTempDir tmp;
+  test::TempDir tmp;
   const std::string data = tmp.write("a.jsonl", "{\"instruction\": \"q\", \"output\": \"a\"}\n");
   const std::string file = tmp.path("tokenized.lftok");
   const ByteTokenizer tok;

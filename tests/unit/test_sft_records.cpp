@@ -13,7 +13,7 @@
 namespace lft::data {
 namespace {
 
-using test::SftTempDir;
+using test::TempDir;
 
 SftRecords read(const std::string& path, const std::string& format = "auto") {
   RecordOptions o;
@@ -89,7 +89,7 @@ TEST(SftRecordsTest, TextFormats) {
 }
 
 TEST(SftRecordsTest, AlpacaFieldsSystemAndHistory) {
-  SftTempDir tmp;
+  TempDir tmp;
   const std::string path =
       tmp.write("a.json",
                 R"([{"instruction": "Add", "input": "1 2", "output": "3", "system": "Be brief.",
@@ -110,7 +110,7 @@ TEST(SftRecordsTest, AlpacaFieldsSystemAndHistory) {
 }
 
 TEST(SftRecordsTest, AlpacaBadRecordsNamedByRecordIndex) {
-  SftTempDir tmp;
+  TempDir tmp;
   const std::string path = tmp.write("bad.json",
                                      R"([{"instruction": "ok", "output": "fine"},
           {"instruction": "no output"},
@@ -135,7 +135,7 @@ TEST(SftRecordsTest, AlpacaBadRecordsNamedByRecordIndex) {
 }
 
 TEST(SftRecordsTest, ShareGptTagsSystemAndObservation) {
-  SftTempDir tmp;
+  TempDir tmp;
   const std::string path = tmp.write(
       "s.jsonl",
       R"({"conversations": [{"from": "system", "value": "S"}, {"from": "human", "value": "q1"},)"
@@ -170,7 +170,7 @@ TEST(SftRecordsTest, ShareGptTagsSystemAndObservation) {
 }
 
 TEST(SftRecordsTest, ShareGptBadRecordsNamedByLine) {
-  SftTempDir tmp;
+  TempDir tmp;
   const std::string path = tmp.write(
       "bad.jsonl",
       R"({"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]}
@@ -199,7 +199,7 @@ TEST(SftRecordsTest, ShareGptBadRecordsNamedByLine) {
 }
 
 TEST(SftRecordsTest, MessagesContentPartsWeightsAndTools) {
-  SftTempDir tmp;
+  TempDir tmp;
   const std::string path = tmp.write(
       "m.jsonl",
       R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "q"},)"
@@ -232,7 +232,7 @@ TEST(SftRecordsTest, MessagesContentPartsWeightsAndTools) {
 }
 
 TEST(SftRecordsTest, FileLevelErrors) {
-  SftTempDir tmp;
+  TempDir tmp;
   const std::string all_bad = tmp.write("all_bad.jsonl", "{\"instruction\": \"q\"}\n[1]\n");
   std::string msg = error_of(all_bad);
   EXPECT_CONTAINS(msg, all_bad + ": none of its 2 records is usable as alpaca:");

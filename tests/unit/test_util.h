@@ -2,8 +2,14 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 // Passes when `needle` occurs in `haystack`; prints both when it does not.
 #define EXPECT_CONTAINS(haystack, needle)                                                   \
@@ -15,6 +21,63 @@
   } while (0)
 
 namespace lft::test {
+
+inline bool is_regular_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// The shared demo data folder holding `probe_file`: $LFT_SHARED_DATA, else ../shared/data next
+// to this checkout, else ../shared/data from the working directory, else /work/shared/data; ""
+// when none holds it.
+inline std::string shared_data_dir(const std::string& probe_file) {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("LFT_SHARED_DATA")) candidates.emplace_back(env);
+  std::string here = __FILE__;  // <root>/tests/unit/test_util.h
+  for (int up = 0; up < 3; ++up) {
+    const std::size_t slash = here.find_last_of('/');
+    here = slash == std::string::npos ? "." : here.substr(0, slash);
+  }
+  candidates.push_back(here + "/../shared/data");
+  candidates.emplace_back("../shared/data");
+  candidates.emplace_back("/work/shared/data");
+  for (const std::string& dir : candidates)
+    if (is_regular_file(dir + "/" + probe_file)) return dir;
+  return "";
+}
+
+// A private temporary folder, removed with its files at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = "/tmp/lft_test_XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    dir_ = tmpl;
+  }
+  ~TempDir() {
+    for (const std::string& f : files_) ::unlink(f.c_str());
+    ::rmdir(dir_.c_str());
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string write(const std::string& name, const std::string& content) {
+    const std::string p = path(name);
+    std::ofstream(p, std::ios::binary) << content;
+    return p;
+  }
+  // A path in the folder, removed at the end (whether or not the test creates it).
+  std::string path(const std::string& name) {
+    files_.push_back(dir_ + "/" + name);
+    return files_.back();
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  std::vector<std::string> files_;
+};
+
 
 // The message of the `Error` that `action` throws, or "" and a test failure.
 template <class Error, class Action>

@@ -47,6 +47,8 @@ class SftDataset {
   // longest of them, at least 2). Throws std::out_of_range for a bad index.
   Batch batch(const std::vector<std::int64_t>& indices, bool pad_to_longest = false) const;
 
+  // Sum of the weights of batch(indices), without building it.
+  double weight_sum(const std::vector<std::int64_t>& indices) const;
   // Sum of weights and count of trained predictions over all sequences.
   double total_weight() const;
   std::int64_t trained_tokens() const;

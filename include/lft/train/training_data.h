@@ -30,6 +30,8 @@ class TrainingData {
   // Sequences `indices` of the training set: input_ids, weights (float, [B, T-1]), and
   // segment_ids when neat packing (else undefined).
   data::Batch batch(const std::vector<std::int64_t>& indices) const;
+  // The sum of batch(indices).weights, without building the batch.
+  double weight_sum(const std::vector<std::int64_t>& indices) const;
   bool has_eval() const { return eval_ && eval_->num_sequences() > 0; }
   const data::SftDataset& eval() const { return *eval_; }
   bool segments() const { return segments_; }
