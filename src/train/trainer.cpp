@@ -1,7 +1,6 @@
 #include "lft/train/trainer.h"
 
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
 
 #include <chrono>
 #include <cmath>
@@ -44,26 +43,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// bf16 / fp16 compute over fp32 master weights: autocast for the forward pass only.
-class AutocastScope {
- public:
-  AutocastScope(at::ScalarType dtype, at::DeviceType device)
-      : on_(dtype != at::kFloat), device_(device) {
-    if (!on_) return;
-    at::autocast::set_autocast_dtype(device_, dtype);
-    at::autocast::set_autocast_enabled(device_, true);
-  }
-  ~AutocastScope() {
-    if (!on_) return;
-    at::autocast::set_autocast_enabled(device_, false);
-    at::autocast::clear_cache();
-  }
-
- private:
-  bool on_;
-  at::DeviceType device_;
-};
-
 // DeepSpeed's fp16 block when the engine is deepspeed, else DeepSpeed's defaults.
 LossScaleOptions loss_scale_options(const config::Config& cfg, DeviceMesh& mesh) {
   LossScaleOptions o;
@@ -98,6 +77,13 @@ struct Trainer::State {
   State(const config::Config& c, DeviceMesh& m, const DeviceChoice& d) : cfg(c), mesh(m), device(d) {}
   at::Device torch_device() const {
     return device.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index)) : at::Device(at::kCPU);
+  }
+  engine::MicroBatch device_batch(const data::Batch& b) const {
+    engine::MicroBatch m;
+    m.input_ids = b.input_ids.to(torch_device());
+    if (data->segments() && b.segment_ids.defined()) m.segment_ids = b.segment_ids.to(torch_device());
+    m.weights = b.weights.to(torch_device());
+    return m;
   }
 };
 
@@ -189,28 +175,16 @@ StepResult Trainer::step() {
   const double targets = s.data->weight_sum(indices);
   const int dp_rank = s.mesh.dp_rank(), dp_size = s.mesh.shape().dp_size();
 
-  std::vector<at::Tensor> sequence_sums;
-  for (std::int64_t m = 0; m < s.accum; ++m) {
-    s.engine->begin_micro_batch(m == s.accum - 1);
-    const data::Batch batch =
-        s.data->batch(data::local_micro_batch(indices, dp_rank, dp_size, s.micro, s.accum, m));
-    const at::Tensor ids = batch.input_ids.to(s.torch_device());
-    const at::Tensor segments =
-        batch.segment_ids.defined() ? batch.segment_ids.to(s.torch_device()) : at::Tensor();
-    at::Tensor losses;
-    {
-      AutocastScope autocast(s.compute, s.torch_device().type());
-      losses = model::token_losses(s.model->forward(ids, segments), ids, /*ignore_id=*/-100) *
-               batch.weights.to(s.torch_device());
-    }
-    sequence_sums.push_back(losses.detach().to(at::kDouble).sum(1).cpu());
-    if (s.scaler) (losses.sum() / targets * s.scaler->scale()).backward();
-    else (losses.sum() / targets).backward();
-  }
+  std::vector<engine::MicroBatch> batches;
+  for (std::int64_t m = 0; m < s.accum; ++m)
+    batches.push_back(s.device_batch(s.data->batch(data::local_micro_batch(indices, dp_rank, dp_size, s.micro, s.accum, m))));
+  engine::MicroBatchOptions options;
+  options.compute = s.compute;
+  options.loss_factor = (s.scaler ? s.scaler->scale() : 1.0) / targets;
+  const at::Tensor local = s.engine->run_micro_batches(*s.model, batches, options);
   s.engine->finish_gradients();
 
   // Per-sequence sums in one fixed global order, so every layout adds them the same way.
-  const at::Tensor local = at::cat(sequence_sums);
   at::Tensor all = at::empty({s.global}, local.options());
   s.mesh.dp().all_gather(local, all);
   double loss_sum = 0.0;
@@ -349,15 +323,10 @@ double Trainer::evaluate() {
     const double keep = indices.empty() ? 0.0 : 1.0;
     if (indices.empty()) indices.push_back(0);
     const data::Batch b = eval.batch(indices);
-    const at::Tensor ids = b.input_ids.to(s.torch_device());
-    const at::Tensor segments = s.data->segments() ? b.segment_ids.to(s.torch_device()) : at::Tensor();
-    s.engine->begin_micro_batch(false);
-    at::Tensor losses;
-    {
-      AutocastScope autocast(s.compute, s.torch_device().type());
-      losses = model::token_losses(s.model->forward(ids, segments), ids, -100) * b.weights.to(s.torch_device());
-    }
-    sums[0] += keep * losses.to(at::kDouble).sum().item<double>();
+    engine::MicroBatchOptions options;
+    options.compute = s.compute;
+    options.backward = false;
+    sums[0] += keep * s.engine->run_micro_batches(*s.model, {s.device_batch(b)}, options).sum().item<double>();
     sums[1] += keep * b.weights.to(at::kDouble).sum().item<double>();
   }
   LFT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, s.mesh.dp().handle()));

@@ -35,6 +35,21 @@ struct TensorBox {
   int replica = 0;
 };
 
+// One micro-batch of a step, on the compute device.
+struct MicroBatch {
+  at::Tensor input_ids;    // [B, T] int64
+  at::Tensor segment_ids;  // [B, T] int32 with neat packing, else undefined
+  at::Tensor weights;      // [B, T-1] float: the weight of each target
+};
+
+struct MicroBatchOptions {
+  at::ScalarType compute = at::kFloat;  // autocast dtype of the forward
+  bool backward = true;                 // false: evaluation, forward only
+  // The backward of a micro-batch is that of sum(weighted token losses) * loss_factor (1 / the
+  // step's sum of weights, times the fp16 loss scale).
+  double loss_factor = 1.0;
+};
+
 struct EngineContext {
   const config::Config& cfg;
   DeviceMesh& mesh;
@@ -55,6 +70,12 @@ class Engine {
   // Before each micro-batch's forward: `sync` is true for the last micro-batch of a step, the one
   // whose backward must synchronise gradients (no_sync for the others).
   virtual void begin_micro_batch(bool sync) = 0;
+  // Forward (and backward) of a step's micro-batches, in order; returns each micro-batch's
+  // per-sequence sums of weighted token losses, concatenated ([sum of B], double, CPU), on every
+  // rank. The default runs them one after another on the whole model, with begin_micro_batch()
+  // before each (sync on the last when training). Collective for engines that communicate in forward.
+  virtual at::Tensor run_micro_batches(torch::nn::Module& model, const std::vector<MicroBatch>& batches,
+                                       const MicroBatchOptions& options);
   // After the last backward of a step: every gradient of parameters() is final. Collective.
   virtual void finish_gradients() = 0;
 
