@@ -3,6 +3,10 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
+#include <map>
+#include <set>
+
 #include "lft/build_config.h"
 #include "lft/ckpt/checkpoint_files.h"
 #include "lft/ckpt/tensor_store.h"
@@ -29,6 +33,55 @@ Slice slice_of(const std::string& store_name, const HeldTensor& t, const at::Ten
   s.local = local.narrow(0, begin, end - begin).contiguous();
   s.offset[0] += begin;
   return s;
+}
+
+// The slices of every rank's tensors, in one order on every rank: a rank that holds nothing of a
+// tensor (a pipeline stage without that layer) passes an empty slice of it, as the store wants.
+std::vector<Slice> with_every_ranks_tensors(MPI_Comm world, std::vector<Slice> mine) {
+  std::string text;
+  for (const Slice& s : mine) {
+    text += s.name + "\t" + std::to_string(static_cast<int>(s.local.scalar_type()));
+    for (int64_t d : s.global_shape) text += "\t" + std::to_string(d);
+    text += "\n";
+  }
+  int size = 0;
+  LFT_MPI_CHECK(MPI_Comm_size(world, &size));
+  int length = static_cast<int>(text.size());
+  std::vector<int> lengths(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size), 0);
+  LFT_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, world));
+  for (std::size_t r = 1; r < lengths.size(); ++r) displs[r] = displs[r - 1] + lengths[r - 1];
+  std::string all(static_cast<std::size_t>(displs.back() + lengths.back()), '\0');
+  LFT_MPI_CHECK(MPI_Allgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(),
+                               MPI_CHAR, world));
+  std::set<std::string> have;
+  for (const Slice& s : mine) have.insert(s.name);
+  std::vector<Slice> out;
+  std::size_t pos = 0;
+  std::set<std::string> seen;
+  std::map<std::string, Slice> by_name;
+  for (Slice& s : mine) by_name.emplace(s.name, std::move(s));
+  while (pos < all.size()) {
+    const std::size_t end = all.find('\n', pos);
+    std::vector<std::string> fields;
+    for (std::size_t a = pos; a <= end;) {
+      const std::size_t b = std::min(all.find('\t', a), end);
+      fields.push_back(all.substr(a, b - a));
+      a = b + 1;
+    }
+    pos = end + 1;
+    if (!seen.insert(fields[0]).second) continue;
+    if (have.count(fields[0]) != 0) {
+      out.push_back(std::move(by_name.at(fields[0])));
+      continue;
+    }
+    Slice empty;
+    empty.name = fields[0];
+    for (std::size_t i = 2; i < fields.size(); ++i) empty.global_shape.push_back(std::stoll(fields[i]));
+    empty.offset.assign(empty.global_shape.size(), 0);
+    empty.local = at::empty({0}, at::TensorOptions().dtype(static_cast<at::ScalarType>(std::stoi(fields[1]))));
+    out.push_back(std::move(empty));
+  }
+  return out;
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) {
@@ -100,7 +153,7 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
     slices.push_back(slice_of("optim/" + t.name + "/exp_avg", t, optimizer.exp_avg(i)));
     slices.push_back(slice_of("optim/" + t.name + "/exp_avg_sq", t, optimizer.exp_avg_sq(i)));
   }
-  writer.write(slices);
+  writer.write(with_every_ranks_tensors(world, std::move(slices)));
   writer.set_attribute("/", "format", std::string(kFormatName));
   writer.set_attribute("/", "format_version", kFormatVersion);
   writer.set_attribute("/", "lftrain_version", std::string(LFT_VERSION));
@@ -178,9 +231,12 @@ Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInf
         " (per_device_train_batch_size x gradient_accumulation_steps x data-parallel ranks): "
         "resume with the same global batch");
   const auto stored = store.tensors("model");
-  if (stored.size() != params.size())
+  std::vector<Slice> held;  // every rank's tensor names, to count the model's tensors
+  for (const HeldTensor& t : params) held.push_back({"model/" + t.name, t.global_shape, t.offset, t.local});
+  const std::size_t model_tensors = with_every_ranks_tensors(world, std::move(held)).size();
+  if (stored.size() != model_tensors)
     throw CheckpointMismatch("checkpoint error: " + folder + " holds " + std::to_string(stored.size()) +
-                             " model tensors, this model has " + std::to_string(params.size()) +
+                             " model tensors, this model has " + std::to_string(model_tensors) +
                              ": it is another model");
   c10::NoGradGuard no_grad;
   for (std::size_t i = 0; i < params.size(); ++i) {

@@ -261,6 +261,39 @@ std::vector<KeySpec> build() {
         "must stay false")
           .def(false)
           .engines({"fsdp2"}),
+
+      // ---- [dist_config]: megatron options (Megatron-LM's names; sizes are in [mesh]) ----
+      K("dist_config.sequence_parallel", B,
+        "Shard norms and residuals along the sequence across [mesh] tp: all-gather / "
+        "reduce-scatter in place of all-reduce (cutoff_len must divide by tp)")
+          .def(false)
+          .engines({"megatron"}),
+      K("dist_config.pipeline_schedule", S,
+        "Pipeline schedule over gradient_accumulation_steps micro-batches: 1f1b (at most pp "
+        "micro-batches of activations per stage), interleaved_1f1b (virtual stages, smaller "
+        "bubble), gpipe (all forwards, then all backwards)")
+          .def("1f1b")
+          .allowed({"1f1b", "interleaved_1f1b", "gpipe"})
+          .engines({"megatron"}),
+      K("dist_config.virtual_pipeline_model_parallel_size", I,
+        "Model chunks per pipeline stage for interleaved_1f1b (stage s holds layer blocks s, s + "
+        "pp, ...)")
+          .def(1)
+          .min(1)
+          .engines({"megatron"}),
+      K("dist_config.use_distributed_optimizer", B,
+        "Shard the optimizer state (and the fp32 update) across the data-parallel ranks: "
+        "gradients are reduce-scattered and updated parameters all-gathered (ZeRO-1)")
+          .def(false)
+          .engines({"megatron"}),
+      K("dist_config.decoder_first_pipeline_num_layers", I,
+        "Decoder layers on the first pipeline stage; unset: the layers are balanced")
+          .min(1)
+          .engines({"megatron"}),
+      K("dist_config.decoder_last_pipeline_num_layers", I,
+        "Decoder layers on the last pipeline stage; unset: the layers are balanced")
+          .min(1)
+          .engines({"megatron"}),
   };
   return t;
 }

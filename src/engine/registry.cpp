@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "lft/engine/ddp.h"
+#include "lft/engine/megatron.h"
 #include "lft/engine/none.h"
 #include "lft/engine/sharded_engines.h"
 
@@ -31,6 +32,9 @@ const std::vector<EngineInfo>& registry() {
        create_fsdp},
       {"deepspeed", "ZeRO stages 0-3 from a DeepSpeed JSON file (key `deepspeed`)",
        {MeshDim::DPShard}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)", create_deepspeed},
+      {"megatron", "tensor (+ sequence) and pipeline parallel (1f1b, interleaved, gpipe) with data parallel on top",
+       {MeshDim::PP, MeshDim::DPReplicate, MeshDim::TP}, MeshDim::DPReplicate, 0, "MPI (CPU) or NCCL (GPU)",
+       create_megatron},
   };
   return engines;
 }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -128,27 +130,28 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 
 LlamaAttentionImpl::LlamaAttentionImpl(const ModelConfig& config, std::int64_t layer_index,
                                        const c10::TensorOptions& options)
-    : num_heads_(config.num_attention_heads),
-      num_kv_heads_(config.num_key_value_heads),
-      head_dim_(config.head_dim()),
+    : head_dim_(config.head_dim()),
       sliding_window_(config.uses_sliding_window(layer_index) ? config.sliding_window : 0) {
-  const std::int64_t h = config.hidden_size;
-  q_proj = register_module("q_proj", Linear(h, num_heads_ * head_dim_, config.attention_bias,
+  const std::int64_t h = config.hidden_size, heads = config.num_attention_heads,
+                     kv_heads = config.num_key_value_heads;
+  q_proj = register_module("q_proj", Linear(h, heads * head_dim_, config.attention_bias,
                                             options));
-  k_proj = register_module("k_proj", Linear(h, num_kv_heads_ * head_dim_, config.attention_bias,
+  k_proj = register_module("k_proj", Linear(h, kv_heads * head_dim_, config.attention_bias,
                                             options));
-  v_proj = register_module("v_proj", Linear(h, num_kv_heads_ * head_dim_, config.attention_bias,
+  v_proj = register_module("v_proj", Linear(h, kv_heads * head_dim_, config.attention_bias,
                                             options));
-  o_proj = register_module("o_proj", Linear(num_heads_ * head_dim_, h, config.attention_out_bias,
+  o_proj = register_module("o_proj", Linear(heads * head_dim_, h, config.attention_out_bias,
                                             options));
 }
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
                                        const at::Tensor& sin, const at::Tensor& segment_mask) {
   const std::int64_t b = x.size(0), t = x.size(1);
-  at::Tensor q = q_proj(x).view({b, t, num_heads_, head_dim_}).transpose(1, 2);
-  at::Tensor k = k_proj(x).view({b, t, num_kv_heads_, head_dim_}).transpose(1, 2);
-  at::Tensor v = v_proj(x).view({b, t, num_kv_heads_, head_dim_}).transpose(1, 2);
+  // Head counts from the weights: a tensor-parallel rank holds some of the heads.
+  const std::int64_t heads = q_proj->weight.size(0) / head_dim_, kv_heads = k_proj->weight.size(0) / head_dim_;
+  at::Tensor q = q_proj(x).view({b, t, heads, head_dim_}).transpose(1, 2);
+  at::Tensor k = k_proj(x).view({b, t, kv_heads, head_dim_}).transpose(1, 2);
+  at::Tensor v = v_proj(x).view({b, t, kv_heads, head_dim_}).transpose(1, 2);
   q = apply_rotary(q, cos, sin);
   k = apply_rotary(k, cos, sin);
 
@@ -170,8 +173,8 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   // which is what enable_gqa does.
   at::Tensor o = at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, causal,
                                                   /*scale=*/std::nullopt,
-                                                  /*enable_gqa=*/num_kv_heads_ != num_heads_);
-  o = o.transpose(1, 2).reshape({b, t, num_heads_ * head_dim_});
+                                                  /*enable_gqa=*/kv_heads != heads);
+  o = o.transpose(1, 2).reshape({b, t, heads * head_dim_});
   return o_proj(o);
 }
 
@@ -217,20 +220,27 @@ LlamaModelImpl::LlamaModelImpl(const ModelConfig& config, const c10::TensorOptio
   norm = register_module("norm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
 }
 
-at::Tensor LlamaModelImpl::forward(const at::Tensor& input_ids, const at::Tensor& segment_ids) {
-  TORCH_CHECK(input_ids.dim() == 2, "LlamaModel: input_ids must be [batch, seq], got ",
-              input_ids.sizes());
-  at::Tensor h = embed_tokens(input_ids);
-  auto [cos, sin] = rotary_.cos_sin(input_ids.size(1), h.options());
-  at::Tensor mask;
+AttentionInputs LlamaModelImpl::attention_inputs(const at::Tensor& input_ids, const at::Tensor& segment_ids,
+                                                 const c10::TensorOptions& options) const {
+  AttentionInputs in;
+  std::tie(in.cos, in.sin) = rotary_.cos_sin(input_ids.size(1), options);
   if (segment_ids.defined()) {
     TORCH_CHECK(segment_ids.sizes() == input_ids.sizes(), "LlamaModel: segment_ids ",
                 segment_ids.sizes(), " do not match input_ids ", input_ids.sizes());
     const at::Tensor positions = segment_positions(segment_ids);
-    cos = cos.index_select(0, positions.reshape({-1})).view({positions.size(0), 1, positions.size(1), -1});
-    sin = sin.index_select(0, positions.reshape({-1})).view({positions.size(0), 1, positions.size(1), -1});
-    mask = segment_causal_mask(segment_ids);
+    const std::vector<std::int64_t> shape{positions.size(0), 1, positions.size(1), -1};
+    in.cos = in.cos.index_select(0, positions.reshape({-1})).view(shape);
+    in.sin = in.sin.index_select(0, positions.reshape({-1})).view(shape);
+    in.mask = segment_causal_mask(segment_ids);
   }
+  return in;
+}
+
+at::Tensor LlamaModelImpl::forward(const at::Tensor& input_ids, const at::Tensor& segment_ids) {
+  TORCH_CHECK(input_ids.dim() == 2, "LlamaModel: input_ids must be [batch, seq], got ",
+              input_ids.sizes());
+  at::Tensor h = embed_tokens(input_ids);
+  const auto [cos, sin, mask] = attention_inputs(input_ids, segment_ids, h.options());
   const bool recompute = gradient_checkpointing && at::GradMode::is_enabled();
   for (std::size_t i = 0; i < layer_list.size(); ++i) {
     auto& layer = layer_list[i];

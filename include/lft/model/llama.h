@@ -101,7 +101,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
-  std::int64_t num_heads_, num_kv_heads_, head_dim_, sliding_window_;
+  std::int64_t head_dim_, sliding_window_;
 };
 TORCH_MODULE(LlamaAttention);
 
@@ -140,6 +140,13 @@ class LayerHooks {
   virtual void after_layer(std::int64_t index, const at::Tensor& output) = 0;
 };
 
+// What every decoder layer's attention takes besides its input: RoPE tables ([T, head_dim], or
+// [B, 1, T, head_dim] per segment position with neat packing) and the segment mask (undefined:
+// causal).
+struct AttentionInputs {
+  at::Tensor cos, sin, mask;
+};
+
 // HF LlamaModel: embed_tokens, layers.{i}, norm. forward returns the final-normed hidden states.
 class LlamaModelImpl : public torch::nn::Module {
  public:
@@ -147,6 +154,10 @@ class LlamaModelImpl : public torch::nn::Module {
   // input_ids [B, T] int64 -> hidden states [B, T, hidden]. With segment_ids [B, T] (neat
   // packing, segments.h) positions restart and attention stays within each segment.
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& segment_ids = {});
+  // The attention inputs of a sequence of input_ids (segment_ids as above), in `options`' dtype
+  // and device.
+  AttentionInputs attention_inputs(const at::Tensor& input_ids, const at::Tensor& segment_ids,
+                                   const c10::TensorOptions& options) const;
 
   Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};

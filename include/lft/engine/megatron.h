@@ -1,0 +1,88 @@
+// "megatron": tensor, sequence and pipeline parallelism with data parallelism on top, on the
+// pp x dp_replicate x tp mesh (megatron_plan.h lays the model out; docs/engines.md).
+//
+//   tensor parallel   each rank keeps its box of every split parameter; a layer's input goes
+//                     through copy_to_tp (or gather_sequence) before the column-parallel
+//                     projections and its output through reduce_from_tp (or scatter_sequence)
+//                     after the row-parallel ones; the vocabulary is split for the embedding
+//                     and for the loss (vocab_parallel_token_losses).
+//   pipeline          stage s runs chunks c = 0..v-1, global virtual stage c * pp + s; the step's
+//                     micro-batches run in the order pipeline_actions() gives, activations and
+//                     their gradients sent point to point ([B, T(/tp), hidden] fp32).
+//   data parallel     gradients all-reduced over dp_replicate after the last backward, or, with
+//                     use_distributed_optimizer, reduce-scattered so each dp rank updates a
+//                     shard and all-gathers the updated parameters.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lft/engine/engine.h"
+#include "lft/engine/megatron_plan.h"
+#include "lft/engine/shard_layout.h"
+#include "lft/model/llama.h"
+
+namespace lft::engine {
+
+class MegatronEngine final : public Engine {
+ public:
+  explicit MegatronEngine(const EngineContext& ctx);
+  ~MegatronEngine() override;
+  const char* name() const override { return "megatron"; }
+  void prepare(torch::nn::Module& model) override;
+  void begin_micro_batch(bool) override {}
+  at::Tensor run_micro_batches(torch::nn::Module& model, const std::vector<MicroBatch>& batches,
+                               const MicroBatchOptions& options) override;
+  void finish_gradients() override;
+  void parameters_updated() override;
+  std::vector<at::Tensor> parameters() override;
+  std::vector<std::string> parameter_names() override;
+  std::vector<TensorBox> parameter_boxes() override;
+  double grad_norm_squared() override;
+  std::vector<Communicator*> communicators() const override { return {&tp_, &pp_, &dp_}; }
+
+  const MegatronPlan& plan() const { return plan_; }
+  // The forward/backward micro-steps this stage ran in the last step, in order.
+  const std::vector<PipelineAction>& executed() const { return executed_; }
+  // The most micro-batch chunks whose activations this stage held at once in the last step.
+  int peak_live_chunks() const { return peak_live_; }
+
+ private:
+  struct Param;
+
+  bool holds_layer(std::int64_t layer) const;
+  void place_parameters();
+  void build_optimizer_shards();
+  // One chunk's forward: from the embedding (virtual stage 0) or `input`, through its layers,
+  // to the loss (last virtual stage: returns sum(weighted losses) * loss_factor and sets
+  // `sequence_sums`) or to the activation it hands on.
+  at::Tensor forward_chunk(int chunk, const MicroBatch& batch, const at::Tensor& input,
+                           double loss_factor, at::Tensor& sequence_sums);
+  at::Tensor embed(const at::Tensor& input_ids);
+  at::Tensor decoder_layer(std::int64_t layer, const at::Tensor& x, const model::AttentionInputs& in);
+  at::Tensor token_losses(const at::Tensor& hidden, const at::Tensor& input_ids);
+  at::Tensor enter_tp(const at::Tensor& x);  // before column-parallel layers
+  at::Tensor exit_tp(const at::Tensor& y);   // after row-parallel layers
+  void sync_replicated_gradients();
+
+  const config::Config& cfg_;
+  Communicator& tp_;
+  Communicator& pp_;
+  Communicator& dp_;
+  int stage_ = 0;
+  MeshShape mesh_shape_;
+  MegatronPlan plan_;
+  model::LlamaForCausalLMImpl* model_ = nullptr;
+  std::vector<Param> params_;
+  std::vector<PipelineAction> executed_;
+  int peak_live_ = 0;
+  // Distributed optimizer: per parameter, the rows of dim 0 this dp rank updates, as views.
+  UnitLayout shard_layout_;
+  std::vector<at::Tensor> shards_;
+};
+
+std::unique_ptr<Engine> create_megatron(const EngineContext& ctx);
+
+}  // namespace lft::engine

@@ -1,0 +1,63 @@
+// How the megatron engine lays a model over a pipeline x data x tensor mesh: which decoder layers
+// each (virtual) pipeline stage runs, and which box of each parameter a tensor-parallel rank holds.
+//
+// Tensor parallel (Megatron's layers, in Hugging Face parameter names):
+//   q_proj, k_proj, v_proj   column-parallel: rows of whole heads (dim 0); k/v heads are split
+//                            when tp divides num_key_value_heads, else each of the tp / kv ranks
+//                            that serve the same query heads holds a replica of its kv head
+//   o_proj                   row-parallel: the columns (dim 1) of this rank's query heads
+//   gate_proj, up_proj       column-parallel over the intermediate dim (ceil split: the last
+//                            ranks may hold fewer rows when tp does not divide it)
+//   down_proj                row-parallel over the intermediate dim
+//   embed_tokens, lm_head    vocab-parallel: rows of the vocabulary (ceil split)
+//   norms                    replicated
+// An uneven split needs no padding: every collective moves [tokens, hidden] or [tokens] values,
+// whatever the local width, so nothing padded can reach the loss.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lft/config/config.h"
+#include "lft/engine/pipeline_schedule.h"
+#include "lft/mesh/device_mesh.h"
+#include "lft/model/model_config.h"
+
+namespace lft::engine {
+
+struct MegatronPlan {
+  int tp = 1;
+  int pp = 1;
+  int virtual_stages = 1;  // v
+  bool sequence_parallel = false;
+  bool distributed_optimizer = false;
+  PipelineScheduleKind schedule = PipelineScheduleKind::OneFOneB;
+  std::int64_t micro_batches = 1;
+  // Per global virtual stage g = chunk * pp + stage: its decoder layers [first, second).
+  std::vector<std::pair<std::int64_t, std::int64_t>> stage_layers;
+
+  int virtual_stage(int stage, int chunk) const { return chunk * pp + stage; }
+  int last_virtual_stage() const { return pp * virtual_stages - 1; }
+};
+
+// Validates the run configuration against the model and the mesh; an impossible setting is a
+// config::ConfigError naming the key and the numbers.
+MegatronPlan make_megatron_plan(const config::Config& cfg, const model::ModelConfig& model,
+                                const MeshShape& mesh);
+
+// The box a tensor-parallel rank holds of a parameter.
+struct TpSlice {
+  int dim = -1;  // -1: whole (replicated over tp)
+  std::int64_t begin = 0;
+  std::int64_t count = 0;
+  int holders = 1;  // tensor-parallel ranks that hold this same box (norms: tp)
+  int holder = 0;   // which of them this rank is
+};
+TpSlice tp_slice(const std::string& name, const model::ModelConfig& model, int tp, int tp_rank);
+
+// Decoder layer index of "model.layers.<i>.<rest>", or -1.
+std::int64_t layer_of_parameter(const std::string& name);
+
+}  // namespace lft::engine

@@ -1,0 +1,245 @@
+// The megatron engine: parameter placement, gradients, the distributed optimizer.
+#include "lft/engine/megatron.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <stdexcept>
+
+#include "lft/engine/megatron_internal.h"
+#include "lft/engine/shard_layout.h"
+#include "lft/model/parameter_storage.h"
+
+namespace lft::engine {
+
+MegatronEngine::MegatronEngine(const EngineContext& ctx)
+    : cfg_(ctx.cfg),
+      tp_(ctx.mesh.device_comm(MeshDim::TP)),
+      pp_(ctx.mesh.device_comm(MeshDim::PP)),
+      dp_(ctx.mesh.device_comm(MeshDim::DPReplicate)),
+      stage_(ctx.mesh.coord(MeshDim::PP)),
+      mesh_shape_(ctx.mesh.shape()) {}
+
+MegatronEngine::~MegatronEngine() = default;
+
+std::unique_ptr<Engine> create_megatron(const EngineContext& ctx) { return std::make_unique<MegatronEngine>(ctx); }
+
+void MegatronEngine::prepare(torch::nn::Module& module) {
+  model_ = dynamic_cast<model::LlamaForCausalLMImpl*>(&module);
+  if (model_ == nullptr) throw std::logic_error("megatron engine: the model is not a LlamaForCausalLM");
+  plan_ = make_megatron_plan(cfg_, model_->config(), mesh_shape_);
+  place_parameters();
+  if (plan_.distributed_optimizer) build_optimizer_shards();
+}
+
+bool MegatronEngine::holds_layer(std::int64_t layer) const {
+  for (int c = 0; c < plan_.virtual_stages; ++c) {
+    const auto& [begin, end] = plan_.stage_layers[static_cast<std::size_t>(plan_.virtual_stage(stage_, c))];
+    if (layer >= begin && layer < end) return true;
+  }
+  return false;
+}
+
+void MegatronEngine::place_parameters() {
+  const model::ModelConfig& mc = model_->config();
+  const bool first = stage_ == 0, last = stage_ == plan_.pp - 1;
+  const bool tied_pair = mc.tie_word_embeddings && plan_.pp > 1;  // the embedding on two stages
+  const int dp = dp_.size();
+  c10::NoGradGuard no_grad;
+  for (auto& item : model_->named_parameters()) {
+    const std::string& name = item.key();
+    at::Tensor& p = item.value();
+    const std::int64_t layer = layer_of_parameter(name);
+    const bool embed = name == "model.embed_tokens.weight";
+    const bool own = layer >= 0 ? holds_layer(layer)
+                     : embed    ? first || (mc.tie_word_embeddings && last)
+                                : last;  // model.norm.weight, lm_head.weight
+    if (!own) {
+      p.set_data(at::empty({0}, p.options()));
+      p.set_requires_grad(false);
+      continue;
+    }
+    Param r;
+    r.name = name;
+    r.box.global_shape = p.sizes().vec();
+    r.box.offset.assign(r.box.global_shape.size(), 0);
+    const TpSlice slice = tp_slice(name, mc, plan_.tp, tp_.rank());
+    if (slice.dim >= 0) {
+      p.set_data(p.narrow(slice.dim, slice.begin, slice.count).clone());
+      r.box.offset[static_cast<std::size_t>(slice.dim)] = slice.begin;
+    }
+    const int pair = embed && tied_pair ? 2 : 1, pair_index = embed && tied_pair && !first ? 1 : 0;
+    r.holders = pair * slice.holders;
+    r.holder = pair_index * slice.holders + slice.holder;
+    r.counted = r.holder == 0;
+    r.tp_partial_grad = plan_.sequence_parallel && slice.dim < 0;
+    r.kv_replica = slice.dim >= 0 && slice.holders > 1;
+    r.tied_copy = embed && tied_pair;
+    r.box.replicas = r.holders * dp;
+    r.box.replica = r.holder * dp + dp_.rank();
+    r.tensor = p;
+    params_.push_back(std::move(r));
+  }
+}
+
+// ---- gradients ----
+
+namespace {
+
+at::Tensor grad_or_zeros(const at::Tensor& t) {
+  return t.grad().defined() ? t.grad() : at::zeros_like(t);
+}
+
+void set_grad(at::Tensor& t, const at::Tensor& g) { t.mutable_grad() = g; }
+
+// All-reduces the gradients of `tensors` as one flat buffer over `comm`.
+void all_reduce_grads(std::vector<at::Tensor*> tensors, Communicator& comm) {
+  if (tensors.empty() || comm.size() == 1) return;
+  std::vector<at::Tensor> flat;
+  for (at::Tensor* t : tensors) flat.push_back(grad_or_zeros(*t).reshape({-1}).to(at::kFloat));
+  at::Tensor buffer = at::cat(flat);
+  comm.all_reduce(buffer);
+  std::int64_t at = 0;
+  for (at::Tensor* t : tensors) {
+    set_grad(*t, buffer.narrow(0, at, t->numel()).view(t->sizes()).to(t->scalar_type()));
+    at += t->numel();
+  }
+}
+
+}  // namespace
+
+void MegatronEngine::sync_replicated_gradients() {
+  c10::NoGradGuard no_grad;
+  // Sequence-parallel norms: each tensor-parallel rank saw part of the sequence.
+  std::vector<at::Tensor*> partial;
+  for (Param& p : params_)
+    if (p.tp_partial_grad) partial.push_back(&p.tensor);
+  all_reduce_grads(partial, tp_);
+  // A kv head replicated on tp / kv ranks: its gradient is the sum of theirs. Each rank adds its
+  // gradient into its head's slot of the whole tensor, and one all-reduce sums the slots.
+  for (Param& p : params_) {
+    if (!p.kv_replica) continue;
+    at::Tensor whole = at::zeros(p.box.global_shape, p.tensor.options().dtype(at::kFloat));
+    whole.narrow(0, p.box.offset[0], p.tensor.size(0)).copy_(grad_or_zeros(p.tensor));
+    tp_.all_reduce(whole);
+    set_grad(p.tensor, whole.narrow(0, p.box.offset[0], p.tensor.size(0)).to(p.tensor.scalar_type()));
+  }
+  // Tied embeddings on the first and the last stage: both take the sum.
+  for (Param& p : params_) {
+    if (!p.tied_copy) continue;
+    const int other = stage_ == 0 ? plan_.pp - 1 : 0;
+    const at::Tensor mine = grad_or_zeros(p.tensor).to(at::kFloat).contiguous();
+    at::Tensor theirs = at::empty_like(mine);
+    WorkPtr send = pp_.send_async(mine, other, kTiedEmbeddingTag);
+    pp_.recv(theirs, other, kTiedEmbeddingTag);
+    send->wait();
+    set_grad(p.tensor, (mine + theirs).to(p.tensor.scalar_type()));
+  }
+}
+
+void MegatronEngine::finish_gradients() {
+  sync_replicated_gradients();
+  c10::NoGradGuard no_grad;
+  if (!plan_.distributed_optimizer) {
+    std::vector<at::Tensor*> all;
+    for (Param& p : params_) all.push_back(&p.tensor);
+    all_reduce_grads(all, dp_);
+    return;
+  }
+  // Reduce-scatter: rank r receives the summed rows it updates.
+  const std::int64_t k = shard_layout_.shard_numel;
+  const int dp = dp_.size();
+  at::Tensor in = at::zeros({k * dp}, params_.front().tensor.options().dtype(at::kFloat));
+  for (int r = 0; r < dp; ++r)
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const ShardPiece& piece = shard_layout_.pieces[static_cast<std::size_t>(r)][i];
+      if (piece.rows == 0) continue;
+      const at::Tensor g = grad_or_zeros(params_[i].tensor).narrow(0, piece.row_begin, piece.rows);
+      in.narrow(0, r * k + piece.local_offset, g.numel()).copy_(g.reshape({-1}));
+    }
+  at::Tensor out = at::empty({k}, in.options());
+  dp_.reduce_scatter(in, out);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const ShardPiece& piece = shard_layout_.pieces[static_cast<std::size_t>(dp_.rank())][i];
+    set_grad(shards_[i], out.narrow(0, piece.local_offset, shards_[i].numel()).view(shards_[i].sizes()));
+    params_[i].tensor.mutable_grad().reset();
+  }
+}
+
+double MegatronEngine::grad_norm_squared() {
+  double sum = 0.0;
+  const bool sharded = plan_.distributed_optimizer;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].counted) continue;
+    const at::Tensor& g = sharded ? shards_[i].grad() : params_[i].tensor.grad();
+    if (g.defined()) sum += g.to(at::kDouble).pow(2).sum().item<double>();
+  }
+  at::Tensor total = at::full({1}, sum, at::TensorOptions().dtype(at::kDouble));
+  tp_.all_reduce(total);
+  pp_.all_reduce(total);
+  if (sharded) dp_.all_reduce(total);
+  return total.item<double>();
+}
+
+// ---- the distributed optimizer ----
+
+void MegatronEngine::build_optimizer_shards() {
+  std::vector<Shape> shapes;
+  for (const Param& p : params_) shapes.push_back(p.tensor.sizes().vec());
+  shard_layout_ = per_parameter_layout(shapes, dp_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const ShardPiece& piece = shard_layout_.pieces[static_cast<std::size_t>(dp_.rank())][i];
+    shards_.push_back(params_[i].tensor.detach().narrow(0, piece.row_begin, piece.rows));
+  }
+}
+
+void MegatronEngine::parameters_updated() {
+  if (!plan_.distributed_optimizer || dp_.size() == 1) return;
+  c10::NoGradGuard no_grad;
+  const std::int64_t k = shard_layout_.shard_numel;
+  const int dp = dp_.size();
+  at::Tensor in = at::zeros({k}, params_.front().tensor.options().dtype(at::kFloat));
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const ShardPiece& piece = shard_layout_.pieces[static_cast<std::size_t>(dp_.rank())][i];
+    in.narrow(0, piece.local_offset, shards_[i].numel()).copy_(shards_[i].reshape({-1}));
+  }
+  at::Tensor out = at::empty({k * dp}, in.options());
+  dp_.all_gather(in, out);
+  for (int r = 0; r < dp; ++r)
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const ShardPiece& piece = shard_layout_.pieces[static_cast<std::size_t>(r)][i];
+      if (piece.rows == 0 || r == dp_.rank()) continue;
+      at::Tensor rows = params_[i].tensor.detach().narrow(0, piece.row_begin, piece.rows);
+      rows.copy_(out.narrow(0, r * k + piece.local_offset, rows.numel()).view(rows.sizes()));
+    }
+}
+
+std::vector<at::Tensor> MegatronEngine::parameters() {
+  if (plan_.distributed_optimizer) return shards_;
+  std::vector<at::Tensor> out;
+  for (const Param& p : params_) out.push_back(p.tensor);
+  return out;
+}
+
+std::vector<std::string> MegatronEngine::parameter_names() {
+  std::vector<std::string> out;
+  for (const Param& p : params_) out.push_back(p.name);
+  return out;
+}
+
+std::vector<TensorBox> MegatronEngine::parameter_boxes() {
+  std::vector<TensorBox> out;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    TensorBox box = params_[i].box;
+    if (plan_.distributed_optimizer) {
+      const ShardPiece& piece = shard_layout_.pieces[static_cast<std::size_t>(dp_.rank())][i];
+      box.offset[0] += piece.row_begin;
+      box.replicas = params_[i].holders;
+      box.replica = params_[i].holder;
+    }
+    out.push_back(box);
+  }
+  return out;
+}
+
+}  // namespace lft::engine

@@ -1,0 +1,169 @@
+// The megatron engine's step: tensor-parallel forward of a chunk, and the pipeline schedule that
+// runs a step's micro-batches through the stages.
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <map>
+#include <utility>
+
+#include "lft/engine/megatron.h"
+#include "lft/engine/megatron_internal.h"
+#include "lft/engine/tensor_parallel.h"
+#include "lft/model/autocast.h"
+#include "lft/model/checkpoint.h"
+#include "lft/model/loss.h"
+#include "lft/runtime/error.h"
+
+namespace lft::engine {
+
+// ---- tensor-parallel forward ----
+
+at::Tensor MegatronEngine::enter_tp(const at::Tensor& x) {
+  if (plan_.tp == 1) return x;
+  return plan_.sequence_parallel ? gather_sequence(x, tp_) : copy_to_tp(x, tp_);
+}
+
+at::Tensor MegatronEngine::exit_tp(const at::Tensor& y) {
+  if (plan_.tp == 1) return y;
+  return plan_.sequence_parallel ? scatter_sequence(y, tp_) : reduce_from_tp(y, tp_);
+}
+
+// Vocab-parallel: this rank looks up the ids in its rows, zeros for the others; the sum over the
+// tensor-parallel ranks (or its sequence slice) is the embedding.
+at::Tensor MegatronEngine::embed(const at::Tensor& ids) {
+  const at::Tensor& weight = model_->model->embed_tokens->weight;
+  if (plan_.tp == 1) return at::embedding(weight, ids);
+  const std::int64_t begin = split_range(model_->config().vocab_size, plan_.tp, tp_.rank()).begin;
+  const std::int64_t rows = weight.size(0);
+  const at::Tensor outside = ids.lt(begin).logical_or(ids.ge(begin + rows));
+  at::Tensor partial;
+  if (rows == 0) {
+    partial = at::zeros({ids.size(0), ids.size(1), weight.size(1)}, weight.options()) * weight.sum();
+  } else {
+    partial = at::embedding(weight, (ids - begin).masked_fill(outside, 0)).masked_fill(outside.unsqueeze(-1), 0);
+  }
+  return exit_tp(partial);
+}
+
+// Llama's pre-norm block (LlamaDecoderLayerImpl::forward) with the tensor-parallel operators
+// around attention and MLP.
+at::Tensor MegatronEngine::decoder_layer(std::int64_t index, const at::Tensor& x, const model::AttentionInputs& in) {
+  auto& layer = model_->model->layer_list[static_cast<std::size_t>(index)];
+  const at::Tensor h = x + exit_tp(layer->self_attn(enter_tp(layer->input_layernorm(x)), in.cos, in.sin, in.mask));
+  return h + exit_tp(layer->mlp(enter_tp(layer->post_attention_layernorm(h))));
+}
+
+at::Tensor MegatronEngine::token_losses(const at::Tensor& hidden, const at::Tensor& ids) {
+  const at::Tensor h = enter_tp(model_->model->norm(hidden));
+  const at::Tensor logits = model_->logits(h);  // [B, T, this rank's vocabulary rows]
+  if (plan_.tp == 1) return model::token_losses(logits, ids, /*ignore_id=*/-100);
+  const std::int64_t begin = split_range(model_->config().vocab_size, plan_.tp, tp_.rank()).begin;
+  return vocab_parallel_token_losses(logits, ids, begin, tp_);
+}
+
+at::Tensor MegatronEngine::forward_chunk(int chunk, const MicroBatch& batch, const at::Tensor& input,
+                                         double loss_factor, at::Tensor& sequence_sums) {
+  const int g = plan_.virtual_stage(stage_, chunk);
+  at::Tensor h = g == 0 ? embed(batch.input_ids) : input;
+  const model::AttentionInputs in =
+      model_->model->attention_inputs(batch.input_ids, batch.segment_ids, h.options());
+  const bool recompute = model_->gradient_checkpointing() && at::GradMode::is_enabled();
+  const auto& [begin, end] = plan_.stage_layers[static_cast<std::size_t>(g)];
+  for (std::int64_t layer = begin; layer < end; ++layer) {
+    if (recompute)
+      h = model::checkpoint([this, layer, in](const at::Tensor& x) { return decoder_layer(layer, x, in); }, h);
+    else
+      h = decoder_layer(layer, h, in);
+  }
+  if (g != plan_.last_virtual_stage()) return h;
+  const at::Tensor losses = token_losses(h, batch.input_ids) * batch.weights;
+  sequence_sums = losses.detach().to(at::kDouble).sum(1).cpu();
+  return losses.sum() * loss_factor;
+}
+
+// ---- the pipeline ----
+
+namespace {
+
+struct Live {
+  at::Tensor input;   // received activation (a leaf that collects its gradient), or undefined
+  at::Tensor output;  // the loss (last virtual stage) or the activation handed on
+};
+
+}  // namespace
+
+at::Tensor MegatronEngine::run_micro_batches(torch::nn::Module&, const std::vector<MicroBatch>& batches,
+                                             const MicroBatchOptions& o) {
+  const auto m = static_cast<std::int64_t>(batches.size());
+  const int pp = plan_.pp, v = plan_.virtual_stages, last = plan_.last_virtual_stage();
+  if (static_cast<std::int64_t>(pp) * v * m * 2 > kMaxPipelineTag)
+    throw UsageError("megatron: " + std::to_string(m) + " micro-batches x " + std::to_string(pp * v) +
+                     " virtual stages exceed the point-to-point tags MPI guarantees; use fewer micro-batches");
+  const int prev = (stage_ + pp - 1) % pp, next = (stage_ + 1) % pp;
+  std::vector<PipelineAction> actions;
+  if (o.backward) {
+    actions = pipeline_actions(plan_.schedule, pp, stage_, m, v);
+  } else {
+    for (std::int64_t mb = 0; mb < m; ++mb)
+      for (int c = 0; c < v; ++c) actions.push_back({PipelineAction::Kind::Forward, mb, c});
+  }
+  std::vector<at::Tensor> sums(static_cast<std::size_t>(m));
+  std::map<std::pair<std::int64_t, int>, Live> live;
+  std::vector<std::pair<WorkPtr, at::Tensor>> sends;  // in flight, with their buffers
+  executed_.clear();
+  peak_live_ = 0;
+  auto activation_shape = [&](const MicroBatch& b) {
+    const std::int64_t t = b.input_ids.size(1) / (plan_.sequence_parallel ? plan_.tp : 1);
+    return std::vector<std::int64_t>{b.input_ids.size(0), t, model_->config().hidden_size};
+  };
+  const auto f32 = batches.front().input_ids.options().dtype(at::kFloat);
+
+  for (const PipelineAction& a : actions) {
+    executed_.push_back(a);
+    const MicroBatch& batch = batches[static_cast<std::size_t>(a.micro_batch)];
+    const int g = plan_.virtual_stage(stage_, a.chunk);
+    const auto key = std::make_pair(a.micro_batch, a.chunk);
+    if (a.kind == PipelineAction::Kind::Forward) {
+      Live l;
+      if (g > 0) {
+        l.input = at::empty(activation_shape(batch), f32);
+        pp_.recv(l.input, prev, activation_tag(g, a.micro_batch, m));
+        l.input.requires_grad_(o.backward);
+      }
+      {
+        model::AutocastScope autocast(o.compute, batch.input_ids.device().type());
+        l.output = forward_chunk(a.chunk, batch, l.input, o.loss_factor, sums[static_cast<std::size_t>(a.micro_batch)]);
+      }
+      if (g < last) {
+        at::Tensor out = l.output.detach().to(at::kFloat).contiguous();
+        sends.emplace_back(pp_.send_async(out, next, activation_tag(g + 1, a.micro_batch, m)), out);
+      }
+      if (o.backward) live.emplace(key, std::move(l));
+      peak_live_ = std::max(peak_live_, static_cast<int>(live.size()));
+      continue;
+    }
+    Live l = std::move(live.at(key));
+    live.erase(key);
+    if (g == last) {
+      l.output.backward();
+    } else {
+      at::Tensor grad = at::empty(l.output.sizes(), f32);
+      pp_.recv(grad, next, gradient_tag(g, a.micro_batch, m));
+      l.output.backward(grad.to(l.output.scalar_type()));
+    }
+    if (g > 0) {
+      at::Tensor grad = l.input.grad().to(at::kFloat).contiguous();
+      sends.emplace_back(pp_.send_async(grad, prev, gradient_tag(g - 1, a.micro_batch, m)), grad);
+    }
+  }
+  for (auto& [work, buffer] : sends) work->wait();
+
+  // The losses live on the last stage; every rank reports them.
+  std::int64_t total = 0;
+  for (const MicroBatch& b : batches) total += b.input_ids.size(0);
+  at::Tensor all = stage_ == pp - 1 ? at::cat(sums) : at::empty({total}, at::TensorOptions().dtype(at::kDouble));
+  if (pp > 1) pp_.broadcast(all, pp - 1);
+  return all;
+}
+
+}  // namespace lft::engine
