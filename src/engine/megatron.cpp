@@ -18,7 +18,9 @@ MegatronEngine::MegatronEngine(const EngineContext& ctx)
       pp_(ctx.mesh.device_comm(MeshDim::PP)),
       dp_(ctx.mesh.device_comm(MeshDim::DPReplicate)),
       stage_(ctx.mesh.coord(MeshDim::PP)),
-      mesh_shape_(ctx.mesh.shape()) {}
+      mesh_shape_(ctx.mesh.shape()),
+      // Impossible settings end the job here, before the model is built or loaded.
+      plan_(make_megatron_plan(ctx.cfg, model::ModelConfig::from_run_config(ctx.cfg), ctx.mesh.shape())) {}
 
 MegatronEngine::~MegatronEngine() = default;
 
@@ -27,7 +29,6 @@ std::unique_ptr<Engine> create_megatron(const EngineContext& ctx) { return std::
 void MegatronEngine::prepare(torch::nn::Module& module) {
   model_ = dynamic_cast<model::LlamaForCausalLMImpl*>(&module);
   if (model_ == nullptr) throw std::logic_error("megatron engine: the model is not a LlamaForCausalLM");
-  plan_ = make_megatron_plan(cfg_, model_->config(), mesh_shape_);
   place_parameters();
   if (plan_.distributed_optimizer) build_optimizer_shards();
 }

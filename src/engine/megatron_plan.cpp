@@ -98,6 +98,11 @@ MegatronPlan make_megatron_plan(const config::Config& cfg, const model::ModelCon
       fail(cfg.where("dist_config.pipeline_schedule") + " with [mesh] pp = " + n(p.pp) + ": " + problem,
            "raise gradient_accumulation_steps, or change pp or the schedule");
   }
+  if (p.virtual_stages > 1 && model.num_hidden_layers % (p.pp * p.virtual_stages) != 0)
+    fail(cfg.where("dist_config.virtual_pipeline_model_parallel_size") + " = " + n(p.virtual_stages) + ": the " +
+             n(model.num_hidden_layers) + " decoder layers do not divide into pp x virtual stages = " +
+             n(p.pp) + " x " + n(p.virtual_stages) + " = " + n(p.pp * p.virtual_stages) + " equal model chunks",
+         "choose virtual_pipeline_model_parallel_size so that pp x it divides num_hidden_layers");
   p.stage_layers = split_layers(cfg, model.num_hidden_layers, p.pp * p.virtual_stages);
   return p;
 }

@@ -1,0 +1,231 @@
+// The megatron engine against the one-rank run computed in the same test run (each rank alone
+// over MPI_COMM_SELF): the same global batch of 16 sequences, 20 steps, identical initial weights.
+// The model's vocabulary (259) and intermediate size (66) do not divide by 4, and its 2 kv heads
+// are replicated at tp 4. fp32: pipeline-only layouts add every gradient in the reference's order,
+// so all their losses are bitwise equal; with tensor or data parallelism the sums are split
+// across ranks and the losses agree within 1e-5 relative.
+// Also: each stage runs its schedule's micro-steps in order with the activations the schedule
+// allows, and the bytes each communicator moves match the volume computed from the shapes.
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdio>
+#include <list>
+
+#include "lft/config/config.h"
+#include "lft/engine/megatron.h"
+#include "lft/engine/mesh_plan.h"
+#include "lft/engine/registry.h"
+#include "lft/train/trainer.h"
+#include "mpi_test_util.h"
+
+namespace lft {
+namespace {
+
+using test::world;
+
+struct Layout {
+  std::string label;
+  int ranks;
+  std::string mesh;  // [mesh] lines
+  std::string dist;  // [dist_config] lines
+  int dp = 1;
+  bool bitwise = false;  // pipeline only: every loss bitwise equal
+  std::string top;       // top-level lines
+};
+
+std::string run_toml(const std::string& engine, int micro, int accum, const Layout& l, bool tied = false) {
+  return "distributed = \"" + engine + "\"\ntrain_dataset = \"inputs/data/arithmetic.txt\"\n"
+         "per_device_train_batch_size = " + std::to_string(micro) + "\ngradient_accumulation_steps = " +
+         std::to_string(accum) + "\ncutoff_len = 32\nlearning_rate = 3e-3\nweight_decay = 0.01\n"
+         "warmup_steps = 2\nlr_scheduler_type = \"cosine\"\nmax_steps = 20\nseed = 7\n" + l.top +
+         "[mesh]\n" + l.mesh + "[dist_config]\n" + l.dist +
+         "[model]\nvocab_size = 259\nhidden_size = 32\nintermediate_size = 66\nnum_hidden_layers = 4\n"
+         "num_attention_heads = 4\nnum_key_value_heads = 2\ntie_word_embeddings = " + (tied ? "true" : "false") + "\n";
+}
+
+std::unique_ptr<train::Trainer> make_trainer(const std::string& toml, MpiCommunicator& comm,
+                                             std::unique_ptr<DeviceMesh>& mesh) {
+  static std::list<config::Config> keep;  // a trainer keeps a reference to its config
+  keep.push_back(config::parse_config(toml, "megatron.toml"));
+  const engine::EngineInfo& info = engine::engine_for(keep.back());
+  mesh = std::make_unique<DeviceMesh>(comm, engine::plan_mesh(keep.back(), info, comm.size()));
+  return std::make_unique<train::Trainer>(keep.back(), *mesh, DeviceChoice{});
+}
+
+std::vector<double> losses_of(const std::string& toml, MpiCommunicator& comm) {
+  std::unique_ptr<DeviceMesh> mesh;
+  auto trainer = make_trainer(toml, comm, mesh);
+  std::vector<double> losses;
+  for (int i = 0; i < 20; ++i) losses.push_back(trainer->step().loss);
+  return losses;
+}
+
+std::vector<double> reference(const std::string& top = "", bool tied = false) {
+  MpiCommunicator self(MPI_COMM_SELF, "self", false);
+  return losses_of(run_toml("none", 2, 8, {"one rank", 1, "", "", 1, false, top}, tied), self);
+}
+
+// Every listed layout that fits this world size, each schedule and sequence parallel on and off
+// at least once, pairwise rather than as a full product.
+std::vector<Layout> layouts() {
+  const std::string sp = "sequence_parallel = true\n", inter = "pipeline_schedule = \"interleaved_1f1b\"\n"
+                         "virtual_pipeline_model_parallel_size = 2\n", gpipe = "pipeline_schedule = \"gpipe\"\n",
+                    dist_opt = "use_distributed_optimizer = true\n";
+  return {
+      {"tp2", 2, "tp = 2\n", ""},
+      {"tp2 sp", 2, "tp = 2\n", sp},
+      {"pp2 1f1b", 2, "pp = 2\n", "", 1, true},
+      {"pp2 gpipe", 2, "pp = 2\n", gpipe, 1, true},
+      {"pp2 interleaved", 2, "pp = 2\n", inter, 1, true},
+      {"dp2 distributed optimizer", 2, "dp_replicate = 2\n", dist_opt, 2},
+      {"tp4 sp (kv heads replicated)", 4, "tp = 4\n", sp},
+      {"pp4 1f1b", 4, "pp = 4\n", "", 1, true},
+      {"tp2 x pp2 sp interleaved", 4, "tp = 2\npp = 2\n", sp + inter},
+      {"tp2 x pp2 gpipe", 4, "tp = 2\npp = 2\n", gpipe},
+      {"tp2 x dp2 distributed optimizer", 4, "tp = 2\ndp_replicate = 2\n", dist_opt, 2},
+      {"pp2 x dp2", 4, "pp = 2\ndp_replicate = 2\n", "", 2},
+      {"tp2 x pp2 x dp2 sp distributed optimizer", 8, "tp = 2\npp = 2\ndp_replicate = 2\n", sp + dist_opt, 2},
+      {"tp2 x pp2 x dp2 interleaved", 8, "tp = 2\npp = 2\ndp_replicate = 2\n", inter, 2},
+  };
+}
+
+void expect_parity(const Layout& l, const std::vector<double>& ref, bool tied = false) {
+  SCOPED_TRACE(l.label);
+  const auto got = losses_of(run_toml("megatron", 2, 8 / l.dp, l, tied), world());
+  double worst = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (l.bitwise) EXPECT_EQ(got[i], ref[i]) << "step " << i + 1 << " must be bitwise equal";
+    else EXPECT_NEAR(got[i], ref[i], 1e-5 * std::abs(ref[i])) << "step " << i + 1;
+    worst = std::max(worst, std::abs(got[i] - ref[i]) / std::abs(ref[i]));
+  }
+  if (world().rank() == 0) std::printf("[ megatron ] %-42s largest relative loss difference %.2e\n", l.label.c_str(), worst);
+}
+
+TEST(MegatronParity, Fp32MatchesOneRankReference) {
+  const int n = world().size();
+  if (n == 1) GTEST_SKIP() << "runs at 2, 4 and 8 ranks";
+  at::set_num_threads(1);
+  const auto ref = reference();
+  int ran = 0;
+  for (const Layout& l : layouts())
+    if (l.ranks == n) {
+      expect_parity(l, ref);
+      ++ran;
+    }
+  if (n == 2 || n == 4 || n == 8) EXPECT_GT(ran, 0);
+}
+
+// The tied embedding lives on the first and the last stage; their gradients are summed (in
+// another order than one rank adds them: within 1e-5, not bitwise).
+TEST(MegatronParity, TiedEmbeddingsAcrossStages) {
+  const int n = world().size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  at::set_num_threads(1);
+  const auto ref = reference("", true);
+  expect_parity(n == 2 ? Layout{"pp2 tied", 2, "pp = 2\n", ""}
+                       : Layout{"tp2 x pp2 tied", 4, "tp = 2\npp = 2\n", "sequence_parallel = true\n"},
+                ref, true);
+}
+
+// bf16 autocast: each layout rounds its partial sums to bf16 at other points than one rank does
+// (the row-parallel outputs are summed across ranks in fp32 after each rank's bf16 matmul). The
+// loss is the mean over a batch, which averages these roundings down; as for the sharded engines
+// the bound is 2e-3 relative, and the loss must fall.
+TEST(MegatronParity, Bf16WithinBf16Rounding) {
+  const int n = world().size();
+  if (n != 2) GTEST_SKIP() << "runs at 2 ranks";
+  at::set_num_threads(1);
+  const auto ref = reference("bf16 = true\n");
+  for (const Layout& l : {Layout{"tp2 sp bf16", 2, "tp = 2\n", "sequence_parallel = true\n", 1, false, "bf16 = true\n"},
+                          Layout{"pp2 bf16", 2, "pp = 2\n", "", 1, false, "bf16 = true\n"}}) {
+    const auto got = losses_of(run_toml("megatron", 2, 8, l), world());
+    double worst = 0.0;
+    for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - ref[i]) / ref[i]);
+    EXPECT_LT(worst, 2e-3) << l.label;
+    EXPECT_LT(got.back(), 0.8 * got.front()) << l.label;
+    if (world().rank() == 0) std::printf("[ megatron ] %s: largest relative loss difference %.2e\n", l.label.c_str(), worst);
+  }
+}
+
+engine::MegatronEngine& megatron(train::Trainer& t) { return dynamic_cast<engine::MegatronEngine&>(t.engine()); }
+
+// Each stage runs exactly its schedule's micro-steps, in order; 1F1B never holds more than pp
+// micro-batches of activations (stage s: min(pp - s, m)), GPipe holds all m.
+TEST(MegatronSchedule, StagesRunTheirScheduleWithBoundedActivations) {
+  const int n = world().size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  const std::int64_t m = 8;
+  for (const std::string schedule : {"1f1b", "gpipe", "interleaved_1f1b"}) {
+    SCOPED_TRACE(schedule);
+    const int v = schedule == "interleaved_1f1b" ? 2 : 1;
+    if (n * v > 4) continue;  // 4 layers
+    const Layout l{schedule, n, "pp = " + std::to_string(n) + "\n",
+                   "pipeline_schedule = \"" + schedule + "\"\nvirtual_pipeline_model_parallel_size = " +
+                       std::to_string(v) + "\n"};
+    std::unique_ptr<DeviceMesh> mesh;
+    auto trainer = make_trainer(run_toml("megatron", 2, static_cast<int>(m), l), world(), mesh);
+    trainer->step();
+    const auto& e = megatron(*trainer);
+    const int stage = world().rank();
+    const auto kind = engine::pipeline_schedule_kind(schedule);
+    EXPECT_EQ(engine::pipeline_actions_str(e.executed()),
+              engine::pipeline_actions_str(engine::pipeline_actions(kind, n, stage, m, v)));
+    if (schedule == "1f1b") EXPECT_EQ(e.peak_live_chunks(), std::min<std::int64_t>(n - stage, m));
+    if (schedule == "gpipe") EXPECT_EQ(e.peak_live_chunks(), m);
+    if (schedule == "interleaved_1f1b") EXPECT_LT(e.peak_live_chunks(), m * v);
+    const auto timing = engine::simulate_pipeline(kind, n, m, v, 1.0 / v, 2.0 / v);
+    if (world().rank() == 0)
+      std::printf("[ megatron ] pp %d %s: idle fraction %.3f (1f1b theory (pp-1)/(m+pp-1) = %.3f)\n", n,
+                  schedule.c_str(), timing.idle_fraction, double(n - 1) / double(m + n - 1));
+  }
+}
+
+// Payload bytes per step (docs/communication.md's convention) against the shapes, for B = 2
+// sequences of T = 32 tokens per micro-batch, m = 8 micro-batches, hidden H = 32, L = 4 layers.
+// tp 2 without sequence parallel, per micro-batch: forward all-reduces of [B, T, H] after the
+// embedding and after each attention and MLP (1 + 2L), backward all-reduces before each
+// column-parallel input (2L, and the lm_head's), and the loss's three all-reduces of [B (T-1)]
+// floats; one 8-byte all-reduce for the gradient norm per step. With sequence parallel each of
+// the [B, T, H] all-reduces becomes an all-gather or a reduce-scatter of the same payload, and
+// the norms' gradients are all-reduced once per step. pp 2: each micro-batch sends [B, T, H]
+// forward and its gradient back, one each way per stage boundary.
+TEST(MegatronComm, BytesPerStepMatchTheShapes) {
+  if (world().size() != 2) GTEST_SKIP() << "runs at 2 ranks";
+  at::set_num_threads(1);
+  const double B = 2, T = 32, H = 32, L = 4, m = 8, act = B * T * H * 4, loss = 3 * B * (T - 1) * 4;
+  const double norm_params = (2 * L + 1) * H * 4;
+  struct Expect {
+    Layout layout;
+    CollKind kind;
+    std::string comm;
+    double bytes;
+  };
+  const std::vector<Expect> expected = {
+      {{"tp2", 2, "tp = 2\n", ""}, CollKind::AllReduce, "tp", m * ((2 + 4 * L) * act + loss) + 8},
+      {{"tp2 sp", 2, "tp = 2\n", "sequence_parallel = true\n"}, CollKind::AllGather, "tp", m * (2 * L + 1) * act * 2},
+      {{"tp2 sp", 2, "tp = 2\n", "sequence_parallel = true\n"}, CollKind::ReduceScatter, "tp", m * (2 * L + 1) * act * 2},
+      {{"tp2 sp", 2, "tp = 2\n", "sequence_parallel = true\n"}, CollKind::AllReduce, "tp", m * loss + norm_params + 8},
+      {{"pp2", 2, "pp = 2\n", ""}, CollKind::Send, "pp", m * act},
+      {{"pp2", 2, "pp = 2\n", ""}, CollKind::Recv, "pp", m * act},
+  };
+  for (const Expect& x : expected) {
+    SCOPED_TRACE(x.layout.label + " " + x.comm + " " + coll_kind_name(x.kind));
+    std::unique_ptr<DeviceMesh> mesh;
+    auto trainer = make_trainer(run_toml("megatron", 2, 8, x.layout), world(), mesh);
+    trainer->step();
+    for (Communicator* c : trainer->engine().communicators()) c->reset_stats();
+    trainer->step();
+    for (Communicator* c : trainer->engine().communicators()) {
+      if (c->name() != x.comm) continue;
+      const double moved = static_cast<double>(c->stats()[x.kind].bytes);
+      if (world().rank() == 0)
+        std::printf("[ megatron ] %-7s %-3s %-14s %10.0f bytes per step, theory %10.0f\n", x.layout.label.c_str(),
+                    x.comm.c_str(), coll_kind_name(x.kind), moved, x.bytes);
+      EXPECT_EQ(moved, x.bytes);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lft
