@@ -9,11 +9,15 @@ namespace {
 
 std::atomic<std::int64_t> in_use{0};
 std::atomic<std::int64_t> peak{0};
+std::atomic<std::int64_t> largest{0};
 
 void note_allocation(std::int64_t bytes) {
   const std::int64_t now = in_use.fetch_add(bytes) + bytes;
   std::int64_t seen = peak.load();
   while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+  }
+  std::int64_t big = largest.load();
+  while (bytes > big && !largest.compare_exchange_weak(big, bytes)) {
   }
 }
 
@@ -60,6 +64,10 @@ void install_cpu_memory_counter() {
 bool cpu_memory_counter_installed() { return installed.load(); }
 std::int64_t cpu_bytes_in_use() { return in_use.load(); }
 std::int64_t cpu_peak_bytes_in_use() { return peak.load(); }
-void reset_cpu_peak_bytes() { peak.store(in_use.load()); }
+void reset_cpu_peak_bytes() {
+  peak.store(in_use.load());
+  largest.store(0);
+}
+std::int64_t cpu_largest_allocation() { return largest.load(); }
 
 }  // namespace lft

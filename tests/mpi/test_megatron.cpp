@@ -10,12 +10,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <list>
 
 #include "lft/config/config.h"
 #include "lft/engine/megatron.h"
 #include "lft/engine/mesh_plan.h"
 #include "lft/engine/registry.h"
+#include "lft/runtime/memory.h"
 #include "lft/train/trainer.h"
 #include "mpi_test_util.h"
 
@@ -225,6 +227,81 @@ TEST(MegatronComm, BytesPerStepMatchTheShapes) {
       EXPECT_EQ(moved, x.bytes);
     }
   }
+}
+
+// Checkpoints hold global tensors: a megatron run (pp 2 at 2 ranks, tp 2 x pp 2 at 4) saved at
+// step 10 continues under fsdp2, and an fsdp2 run continues under megatron (tp 2 with sequence
+// parallel), each matching the one-rank run's steps 11-20 within 1e-5.
+TEST(MegatronCheckpoint, ResumesUnderAnotherEngineAndTheReverse) {
+  const int n = world().size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  at::set_num_threads(1);
+  const auto ref = reference();
+  const std::string dir = "/tmp/lft_megatron_ckpt_np" + std::to_string(n);
+  const Layout megatron_layout = n == 2 ? Layout{"pp2", 2, "pp = 2\n", ""} : Layout{"tp2 x pp2", 4, "tp = 2\npp = 2\n", ""};
+  const Layout sp_layout{"tp2 sp", n, "tp = 2\n", "sequence_parallel = true\n", n / 2};
+  const Layout fsdp2_layout{"fsdp2", n, "", "", n};
+  struct Leg {
+    std::string first_engine, then_engine;
+    Layout first, then;
+  };
+  for (const Leg& leg : {Leg{"megatron", "fsdp2", megatron_layout, fsdp2_layout},
+                         Leg{"fsdp2", "megatron", fsdp2_layout, sp_layout}}) {
+    SCOPED_TRACE(leg.first_engine + " -> " + leg.then_engine);
+    const std::string out = dir + "_" + leg.first_engine;
+    Layout first = leg.first, then = leg.then;
+    first.top = "output_dir = \"" + out + "\"\n";
+    then.top = first.top + "resume_from_checkpoint = \"auto\"\n";
+    std::string saved;
+    {
+      std::unique_ptr<DeviceMesh> mesh;
+      auto trainer = make_trainer(run_toml(leg.first_engine, 2, 8 / first.dp, first), world(), mesh);
+      for (int i = 0; i < 10; ++i) trainer->step();
+      saved = trainer->save();
+    }
+    std::unique_ptr<DeviceMesh> mesh;
+    auto trainer = make_trainer(run_toml(leg.then_engine, 2, 8 / then.dp, then), world(), mesh);
+    ASSERT_EQ(trainer->current_step(), 10) << "resumed from " << saved;
+    for (int i = 10; i < 20; ++i)
+      EXPECT_NEAR(trainer->step().loss, ref[static_cast<std::size_t>(i)], 1e-5 * ref[static_cast<std::size_t>(i)])
+          << "step " << i + 1;
+    world().barrier();
+    if (world().rank() == 0) std::system(("rm -rf " + out).c_str());
+  }
+}
+
+// The vocab-parallel loss never forms [tokens, vocab] logits: with a vocabulary of 8192 and 256
+// tokens per micro-batch the whole logits are 8 MiB of fp32; at tp 2 no single allocation of a
+// step reaches that (a rank's logits and softmax are [tokens, vocab / 2]), while the one-rank run
+// allocates the whole logits.
+TEST(MegatronMemory, VocabParallelLossNeverFormsTheWholeLogits) {
+  if (world().size() != 2) GTEST_SKIP() << "runs at 2 ranks";
+  at::set_num_threads(1);
+  auto big_vocab = [](const std::string& engine, const std::string& mesh, int accum) {
+    return "distributed = \"" + engine + "\"\ntrain_dataset = \"inputs/data/arithmetic.txt\"\n"
+           "per_device_train_batch_size = 2\ngradient_accumulation_steps = " + std::to_string(accum) +
+           "\ncutoff_len = 128\nmax_steps = 3\nseed = 3\n" + mesh +
+           "[model]\nvocab_size = 8192\nhidden_size = 32\nintermediate_size = 64\nnum_hidden_layers = 2\n"
+           "num_attention_heads = 4\nnum_key_value_heads = 2\n";
+  };
+  const double whole_logits = 2.0 * 128 * 8192 * 4;
+  auto largest_in_step = [&](const std::string& toml, MpiCommunicator& comm) {
+    std::unique_ptr<DeviceMesh> mesh;
+    auto trainer = make_trainer(toml, comm, mesh);
+    trainer->step();
+    reset_cpu_peak_bytes();
+    trainer->step();
+    return static_cast<double>(cpu_largest_allocation());
+  };
+  MpiCommunicator self(MPI_COMM_SELF, "self", false);
+  const double one_rank = largest_in_step(big_vocab("none", "", 2), self);
+  const double tp2 = largest_in_step(big_vocab("megatron", "[mesh]\ntp = 2\n", 2), world());
+  if (world().rank() == 0)
+    std::printf("[ megatron ] largest allocation in a step: one rank %.2f MiB, tp 2 %.2f MiB; whole logits %.2f MiB\n",
+                one_rank / 1048576, tp2 / 1048576, whole_logits / 1048576);
+  EXPECT_GE(one_rank, whole_logits);
+  EXPECT_LT(tp2, whole_logits);
+  EXPECT_LE(tp2, whole_logits / 2);
 }
 
 }  // namespace

@@ -13,6 +13,9 @@ void install_cpu_memory_counter();
 bool cpu_memory_counter_installed();
 std::int64_t cpu_bytes_in_use();
 std::int64_t cpu_peak_bytes_in_use();
+// Also resets cpu_largest_allocation().
 void reset_cpu_peak_bytes();
+// The largest single tensor allocation since the last reset (shows which tensors a step forms).
+std::int64_t cpu_largest_allocation();
 
 }  // namespace lft
