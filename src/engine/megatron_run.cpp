@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <chrono>
+#include <cstdio>
 #include <map>
 #include <utility>
 
@@ -85,6 +87,10 @@ at::Tensor MegatronEngine::forward_chunk(int chunk, const MicroBatch& batch, con
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
 struct Live {
   at::Tensor input;   // received activation (a leaf that collects its gradient), or undefined
   at::Tensor output;  // the loss (last virtual stage) or the activation handed on
@@ -127,7 +133,9 @@ at::Tensor MegatronEngine::run_micro_batches(torch::nn::Module&, const std::vect
       Live l;
       if (g > 0) {
         l.input = at::empty(activation_shape(batch), f32);
+        const auto start = Clock::now();
         pp_.recv(l.input, prev, activation_tag(g, a.micro_batch, m));
+        pipeline_wait_seconds_ += seconds_since(start);
         l.input.requires_grad_(o.backward);
       }
       {
@@ -148,7 +156,9 @@ at::Tensor MegatronEngine::run_micro_batches(torch::nn::Module&, const std::vect
       l.output.backward();
     } else {
       at::Tensor grad = at::empty(l.output.sizes(), f32);
+      const auto start = Clock::now();
       pp_.recv(grad, next, gradient_tag(g, a.micro_batch, m));
+      pipeline_wait_seconds_ += seconds_since(start);
       l.output.backward(grad.to(l.output.scalar_type()));
     }
     if (g > 0) {
@@ -164,6 +174,24 @@ at::Tensor MegatronEngine::run_micro_batches(torch::nn::Module&, const std::vect
   at::Tensor all = stage_ == pp - 1 ? at::cat(sums) : at::empty({total}, at::TensorOptions().dtype(at::kDouble));
   if (pp > 1) pp_.broadcast(all, pp - 1);
   return all;
+}
+
+std::string MegatronEngine::summary(double steps, double step_seconds) {
+  if (plan_.pp == 1) return "";
+  at::Tensor waited = at::full({1}, pipeline_wait_seconds_, at::TensorOptions().dtype(at::kDouble));
+  pp_.all_reduce(waited);
+  const double mean = waited.item<double>() / plan_.pp;  // seconds over the run, per stage
+  const double theory = simulate_pipeline(plan_.schedule, plan_.pp, plan_.micro_batches, plan_.virtual_stages,
+                                          1.0 / plan_.virtual_stages, 2.0 / plan_.virtual_stages)
+                            .idle_fraction;
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "\n  pipeline   %s, pp %d x %d chunk(s), %lld micro-batches: bubble %.3f of the step time "
+                "(stages waited %.1f ms of %.1f ms per step; the schedule's idle slots: %.3f)",
+                pipeline_schedule_name(plan_.schedule), plan_.pp, plan_.virtual_stages,
+                static_cast<long long>(plan_.micro_batches), step_seconds > 0 ? mean / step_seconds : 0.0,
+                1e3 * mean / steps, 1e3 * step_seconds / steps, theory);
+  return line;
 }
 
 }  // namespace lft::engine

@@ -73,6 +73,7 @@ struct Trainer::State {
   at::ScalarType compute = at::kFloat;  // bf16 / fp16: autocast
   std::unique_ptr<LossScaler> scaler;    // fp16 only
   double flops_per_token = 0.0;
+  double step_seconds = 0.0;  // of the steps run by this process
 
   State(const config::Config& c, DeviceMesh& m, const DeviceChoice& d) : cfg(c), mesh(m), device(d) {}
   at::Device torch_device() const {
@@ -207,6 +208,7 @@ StepResult Trainer::step() {
       r.tokens = s.global * s.data->seq_len();
       s.tokens_seen += r.tokens;
       r.seconds = seconds_since(start);
+      s.step_seconds += r.seconds;
       return r;
     }
     c10::NoGradGuard no_grad;
@@ -236,6 +238,7 @@ StepResult Trainer::step() {
   r.tokens = s.global * s.data->seq_len();
   s.tokens_seen += r.tokens;
   r.seconds = seconds_since(start);
+  s.step_seconds += r.seconds;
   return r;
 }
 
@@ -452,6 +455,7 @@ std::string Trainer::run_summary() {
   out += "\n  exposed    " + std::to_string(1e3 * s.engine->exposed_comm_seconds() / steps).substr(0, 6) +
          " ms of communication per step, of " + std::to_string(1e3 * in_flight / steps).substr(0, 6) +
          " ms in flight";
+  out += s.engine->summary(steps, s.step_seconds);
   return out;
 }
 

@@ -8,7 +8,7 @@ Then the sharded engines at 2 ranks x 1 thread, fp32 (one row each: ddp, fsdp2 w
 reshard_after_forward, fsdp FULL_SHARD, deepspeed ZeRO-1/2/3, and PyTorch DDP and FSDP2 beside
 them): tokens/s and the ratio to ddp, peak CPU tensor bytes and RSS per rank, and the bus bytes
 moved per step against the algorithm's. `--only sharded` runs just that table, `--only main`
-just the first.
+just the first, `--only megatron` the megatron rows (tools/bench/megatron_table.py).
 Timings are ratios within one run: this machine is noisy; no threshold is asserted anywhere.
 """
 import argparse
@@ -99,7 +99,7 @@ def parse_summary(text):
             "in_flight_ms": float(exposed.group(2)) if exposed else None}
 
 
-def lftrain(build, config, ranks, threads, bf16, steps, distributed=None, extra=()):
+def lftrain(build, config, ranks, threads, bf16, steps, distributed=None, extra=(), micro=None):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     with tempfile.TemporaryDirectory() as out_dir:
         args = [f"{build}/lftrain", config,
@@ -108,12 +108,12 @@ def lftrain(build, config, ranks, threads, bf16, steps, distributed=None, extra=
                 f"max_steps={steps}", f"logging_steps={steps // 3}", f"output_dir={out_dir}"]
         if ranks > 1:
             args = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(ranks)] + args
-            args.append(f"per_device_train_batch_size={8 // ranks}")
+            args.append(f"per_device_train_batch_size={micro or 8 // ranks}")
         text = run(args, env)
         records = [json.loads(line) for line in open(f"{out_dir}/trainer_log.jsonl")]
     tps = [r["tokens_per_s"] for r in records[1:]]  # the first window includes warm-up
     return {"tokens_per_s": sum(tps) / len(tps), "loss": records[-1]["loss"], "cpu_share": LAST["cpu_share"],
-            "cpu_pressure": LAST["cpu_pressure"], **parse_summary(text)}
+            "cpu_pressure": LAST["cpu_pressure"], "text": text, **parse_summary(text)}
 
 
 def torch_peer(config, ranks, threads, bf16, steps, fsdp2=False):
@@ -266,16 +266,20 @@ def main():
     ap.add_argument("--config", default="inputs/bench.toml")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--dtypes", default="fp32,bf16")
-    ap.add_argument("--only", choices=("all", "main", "sharded"), default="all",
-                    help="main: the none/ddp table; sharded: the sharded engines' table (with ddp)")
+    ap.add_argument("--only", choices=("all", "main", "sharded", "megatron"), default="all",
+                    help="main: the none/ddp table; sharded: the sharded engines' table (with ddp); "
+                         "megatron: tensor and pipeline parallel rows (with ddp)")
     ap.add_argument("--sharded-steps", type=int, default=9)
     args = ap.parse_args()
     with open(os.path.join(ROOT, args.config), "rb") as f:
         cfg = tomllib.load(f)
-    if args.only != "sharded":
+    if args.only in ("all", "main"):
         main_table(args, cfg)
-    if args.only != "main":
+    if args.only in ("all", "sharded"):
         sharded_table(args, cfg)
+    if args.only in ("all", "megatron"):
+        import megatron_table
+        megatron_table.megatron_table(args, cfg)
 
 
 def main_table(args, cfg):

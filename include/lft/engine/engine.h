@@ -92,6 +92,9 @@ class Engine {
 
   // The communicators it uses, for the byte and time counters.
   virtual std::vector<Communicator*> communicators() const = 0;
+  // Extra lines for the end-of-run summary, given the steps run and their seconds (collective;
+  // "" when there is nothing to add).
+  virtual std::string summary(double /*steps*/, double /*step_seconds*/) { return ""; }
   // Seconds finish_gradients() spent waiting for communication that backward had not hidden.
   double exposed_comm_seconds() const { return exposed_seconds_; }
 

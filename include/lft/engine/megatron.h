@@ -42,6 +42,9 @@ class MegatronEngine final : public Engine {
   std::vector<TensorBox> parameter_boxes() override;
   double grad_norm_squared() override;
   std::vector<Communicator*> communicators() const override { return {&tp_, &pp_, &dp_}; }
+  // The pipeline's bubble: the time stages waited for activations and gradients, as a fraction
+  // of the step time (mean over stages), beside the schedule's idle-slot fraction.
+  std::string summary(double steps, double step_seconds) override;
 
   const MegatronPlan& plan() const { return plan_; }
   // The forward/backward micro-steps this stage ran in the last step, in order.
@@ -78,6 +81,7 @@ class MegatronEngine final : public Engine {
   std::vector<Param> params_;
   std::vector<PipelineAction> executed_;
   int peak_live_ = 0;
+  double pipeline_wait_seconds_ = 0.0;  // in point-to-point receives, over the run
   // Distributed optimizer: per parameter, the rows of dim 0 this dp rank updates, as views.
   UnitLayout shard_layout_;
   std::vector<at::Tensor> shards_;
