@@ -1,0 +1,101 @@
+// The megatron engine's layout: layers per (virtual) pipeline stage, the box of each parameter a
+// tensor-parallel rank holds, and the settings that cannot work.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "lft/config/config.h"
+#include "lft/engine/megatron_plan.h"
+#include "test_util.h"
+
+namespace lft::engine {
+namespace {
+
+std::string data_file() {
+  static const std::string p = [] {
+    std::string path = ::testing::TempDir() + "lft_test_megatron_plan_data.txt";
+    std::ofstream(path) << "1 + 2 = 3\n";
+    return path;
+  }();
+  return p;
+}
+
+config::Config run(const std::string& dist, std::int64_t layers = 8, std::int64_t accum = 4) {
+  return config::parse_config("distributed = \"megatron\"\ntrain_dataset = \"" + data_file() +
+                                  "\"\ncutoff_len = 32\ngradient_accumulation_steps = " + std::to_string(accum) +
+                                  "\n[dist_config]\n" + dist +
+                                  "[model]\nvocab_size = 259\nhidden_size = 32\nintermediate_size = 66\n"
+                                  "num_hidden_layers = " + std::to_string(layers) +
+                                  "\nnum_attention_heads = 4\nnum_key_value_heads = 2\n",
+                              "megatron.toml");
+}
+
+MeshShape mesh(int pp, int tp) {
+  MeshShape m;
+  m[MeshDim::PP] = pp;
+  m[MeshDim::TP] = tp;
+  return m;
+}
+
+MegatronPlan plan(const config::Config& cfg, int pp, int tp) {
+  return make_megatron_plan(cfg, model::ModelConfig::from_run_config(cfg), mesh(pp, tp));
+}
+
+using Layers = std::vector<std::pair<std::int64_t, std::int64_t>>;
+
+TEST(MegatronPlan, LayersBalancedOrGivenForTheFirstAndLastStage) {
+  EXPECT_EQ(plan(run(""), 3, 1).stage_layers, (Layers{{0, 3}, {3, 6}, {6, 8}}));
+  EXPECT_EQ(plan(run("decoder_first_pipeline_num_layers = 1\ndecoder_last_pipeline_num_layers = 2\n"), 3, 1)
+                .stage_layers,
+            (Layers{{0, 1}, {1, 6}, {6, 8}}));
+  EXPECT_EQ(plan(run("decoder_first_pipeline_num_layers = 2\n"), 4, 1).stage_layers,
+            (Layers{{0, 2}, {2, 4}, {4, 6}, {6, 8}}));
+  // interleaved: 2 stages x 2 chunks, chunk c of stage s is virtual stage 2c + s
+  const MegatronPlan p = plan(run("pipeline_schedule = \"interleaved_1f1b\"\n"
+                                  "virtual_pipeline_model_parallel_size = 2\n"), 2, 1);
+  EXPECT_EQ(p.stage_layers, (Layers{{0, 2}, {2, 4}, {4, 6}, {6, 8}}));
+  EXPECT_EQ(p.virtual_stage(1, 1), 3);
+}
+
+TEST(MegatronPlan, TensorParallelBoxes) {
+  const config::Config cfg = run("");
+  const auto mc = model::ModelConfig::from_run_config(cfg);  // head_dim 8, 2 kv heads, ffn 66
+  TpSlice q = tp_slice("model.layers.0.self_attn.q_proj.weight", mc, 2, 1);
+  EXPECT_EQ(q.dim, 0);
+  EXPECT_EQ(q.begin, 16);
+  EXPECT_EQ(q.count, 16);
+  TpSlice o = tp_slice("model.layers.0.self_attn.o_proj.weight", mc, 2, 1);
+  EXPECT_EQ(o.dim, 1);
+  EXPECT_EQ(o.begin, 16);
+  // tp 4 > 2 kv heads: ranks 2 and 3 share kv head 1
+  TpSlice k = tp_slice("model.layers.0.self_attn.k_proj.weight", mc, 4, 3);
+  EXPECT_EQ(k.begin, 8);
+  EXPECT_EQ(k.count, 8);
+  EXPECT_EQ(k.holders, 2);
+  EXPECT_EQ(k.holder, 1);
+  // 66 rows over 4 ranks: 17, 17, 17, 15; 259 vocabulary rows: 65, 65, 65, 64
+  EXPECT_EQ(tp_slice("model.layers.0.mlp.up_proj.weight", mc, 4, 3).count, 15);
+  EXPECT_EQ(tp_slice("model.layers.0.mlp.down_proj.weight", mc, 4, 3).dim, 1);
+  EXPECT_EQ(tp_slice("lm_head.weight", mc, 4, 3).begin, 195);
+  EXPECT_EQ(tp_slice("lm_head.weight", mc, 4, 3).count, 64);
+  TpSlice norm = tp_slice("model.norm.weight", mc, 4, 2);
+  EXPECT_EQ(norm.dim, -1);
+  EXPECT_EQ(norm.holders, 4);
+}
+
+TEST(MegatronPlan, ImpossibleSettingsNameTheNumbers) {
+  auto error = [](auto&& make) { return test::message_of<config::ConfigError>(make); };
+  EXPECT_CONTAINS(error([] { plan(run(""), 1, 3); }), "4 attention heads do not divide over 3");
+  EXPECT_CONTAINS(error([] { plan(run("", 8, 1), 2, 1); }), "needs at least pp = 2 micro-batches");
+  EXPECT_CONTAINS(error([] { plan(run("virtual_pipeline_model_parallel_size = 2\n"), 2, 1); }),
+                  "virtual stages need pipeline_schedule = \"interleaved_1f1b\"");
+  EXPECT_CONTAINS(error([] {
+                    plan(run("pipeline_schedule = \"interleaved_1f1b\"\nvirtual_pipeline_model_parallel_size = 3\n"), 2, 1);
+                  }),
+                  "8 decoder layers do not divide into pp x virtual stages = 2 x 3 = 6");
+  EXPECT_CONTAINS(error([] { plan(run("decoder_first_pipeline_num_layers = 7\n"), 3, 1); }), "cannot fill 3");
+  EXPECT_CONTAINS(error([] { plan(run("sequence_parallel = true\n"), 1, 3); }), "attention heads");
+}
+
+}  // namespace
+}  // namespace lft::engine
