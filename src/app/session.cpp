@@ -55,6 +55,8 @@ int run_session(Runtime& rt, const CliOptions& opts) {
     return 0;
   }
   if (opts.mode == Mode::Check) {
+    // The engine validates its layout against the model (megatron: heads, stages, micro-batches).
+    run_agreed([&] { engine->create(engine::EngineContext{cfg, mesh}); });
     log0("check: ok (nothing was trained: --check)");
     return 0;
   }

@@ -102,8 +102,13 @@ std::string plan_report(const config::Config& cfg, const MeshShape& shape,
                                                " epoch(s) (num_train_epochs)");
   // none and ddp keep everything on every rank: fp32 weights and gradients, AdamW's two moments,
   // and (ddp) one more gradient copy in the all-reduce buckets.
-  const double params = static_cast<double>(model.num_parameters());
-  const double per_param = cfg.string("distributed") == "ddp" ? 20.0 : 16.0;
+  // megatron keeps 1 / (tp x pp) of them, and with the distributed optimizer 1 / dp of the moments.
+  double params = static_cast<double>(model.num_parameters());
+  double per_param = cfg.string("distributed") == "ddp" ? 20.0 : 16.0;
+  if (cfg.string("distributed") == "megatron") {
+    params /= shape[MeshDim::TP] * shape[MeshDim::PP];
+    if (cfg.boolean("dist_config.use_distributed_optimizer")) per_param = 8.0 + 8.0 / shape.dp_size();
+  }
   out += "\n  model      " + model.summary();
   out += "\n  memory     " + format_bytes(params * per_param) +
          " per rank for weights, gradients and optimizer state (" + fmt("%g", per_param) +
