@@ -33,6 +33,12 @@ void MegatronEngine::prepare(torch::nn::Module& module) {
   if (plan_.distributed_optimizer) build_optimizer_shards();
 }
 
+void MegatronEngine::prepare_from(torch::nn::Module& module, const model::WeightSource& weights) {
+  weights_ = &weights;
+  prepare(module);
+  weights_ = nullptr;
+}
+
 bool MegatronEngine::holds_layer(std::int64_t layer) const {
   for (int c = 0; c < plan_.virtual_stages; ++c) {
     const auto& [begin, end] = plan_.stage_layers[static_cast<std::size_t>(plan_.virtual_stage(stage_, c))];
@@ -40,6 +46,31 @@ bool MegatronEngine::holds_layer(std::int64_t layer) const {
   }
   return false;
 }
+
+namespace {
+
+// This rank's box of parameter `name` (whose tensor `p` has the global shape), read from `weights`:
+// rows directly; a column range from whole rows, one parameter at a time.
+at::Tensor read_box(const model::WeightSource& weights, const std::string& name, const at::Tensor& p,
+                    const TpSlice& slice) {
+  std::vector<std::int64_t> shape = p.sizes().vec();
+  const auto options = p.options().requires_grad(false);
+  if (slice.dim == 1) {
+    at::Tensor whole = at::empty(shape, options);
+    weights.read_rows(name, 0, shape[0], whole);
+    return whole.narrow(1, slice.begin, slice.count).contiguous();
+  }
+  std::int64_t begin = 0;
+  if (slice.dim == 0) {
+    shape[0] = slice.count;
+    begin = slice.begin;
+  }
+  at::Tensor box = at::empty(shape, options);
+  weights.read_rows(name, begin, shape.empty() ? 1 : shape[0], box);
+  return box;
+}
+
+}  // namespace
 
 void MegatronEngine::place_parameters() {
   const model::ModelConfig& mc = model_->config();
@@ -65,10 +96,12 @@ void MegatronEngine::place_parameters() {
     r.box.global_shape = p.sizes().vec();
     r.box.offset.assign(r.box.global_shape.size(), 0);
     const TpSlice slice = tp_slice(name, mc, plan_.tp, tp_.rank());
-    if (slice.dim >= 0) {
+    if (weights_ != nullptr) {
+      p.set_data(read_box(*weights_, name, p, slice));
+    } else if (slice.dim >= 0) {
       p.set_data(p.narrow(slice.dim, slice.begin, slice.count).clone());
-      r.box.offset[static_cast<std::size_t>(slice.dim)] = slice.begin;
     }
+    if (slice.dim >= 0) r.box.offset[static_cast<std::size_t>(slice.dim)] = slice.begin;
     const int pair = embed && tied_pair ? 2 : 1, pair_index = embed && tied_pair && !first ? 1 : 0;
     r.holders = pair * slice.holders;
     r.holder = pair_index * slice.holders + slice.holder;

@@ -51,4 +51,15 @@ void init_weights(torch::nn::Module& model, std::uint64_t seed) {
   }
 }
 
+InitWeights::InitWeights(torch::nn::Module& model, std::uint64_t seed) : seed_(seed) {
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) shapes_[item.key()] = item.value().sizes().vec();
+}
+
+void InitWeights::read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows,
+                            at::Tensor out) const {
+  at::NoGradGuard no_grad;
+  const at::Tensor whole = init_parameter(name, shapes_.at(name), seed_);
+  out.copy_(whole.dim() == 0 ? whole : whole.narrow(0, row_begin, rows));
+}
+
 }  // namespace lft::model

@@ -114,23 +114,20 @@ Trainer::Trainer(const config::Config& cfg, DeviceMesh& mesh, const DeviceChoice
                                                                 static_cast<double>(s.sampler->steps_per_epoch())));
   engine::EngineContext ctx{cfg, mesh};
   s.engine = engine::engine_for(cfg).create(ctx);
-  const at::TensorOptions on_device = at::TensorOptions().device(s.torch_device());
+  // A sharding engine reads only its share of the starting weights, into parameters that have no
+  // memory yet: no rank ever holds the whole model.
+  {
+    std::optional<model::UnallocatedParameters> unallocated;
+    if (s.engine->reads_weight_shards()) unallocated.emplace();
+    s.model = model::LlamaForCausalLM(s.model_config, at::TensorOptions().device(s.torch_device()));
+  }
+  s.model->set_gradient_checkpointing(cfg.boolean("gradient_checkpointing"));
   if (cfg.is_set("model_name_or_path")) {
     const std::string folder = cfg.string("model_name_or_path");
     Watchdog::Scope scope("loading " + folder, Watchdog::setup_timeout(), "setup_timeout");
-    // A sharding engine reads only this rank's rows, into parameters that have no memory yet.
-    std::optional<model::UnallocatedParameters> unallocated;
-    if (s.engine->reads_weight_shards()) unallocated.emplace();
-    s.model = model::LlamaForCausalLM(s.model_config, on_device);
-    unallocated.reset();
-    s.model->set_gradient_checkpointing(cfg.boolean("gradient_checkpointing"));
     s.engine->prepare_from(*s.model, model::HfWeights(folder, *s.model));
   } else {
-    s.model = model::LlamaForCausalLM(s.model_config);
-    model::init_weights(*s.model, static_cast<std::uint64_t>(cfg.integer("seed")));
-    s.model->set_gradient_checkpointing(cfg.boolean("gradient_checkpointing"));
-    s.model->to(s.torch_device());
-    s.engine->prepare(*s.model);
+    s.engine->prepare_from(*s.model, model::InitWeights(*s.model, static_cast<std::uint64_t>(cfg.integer("seed"))));
   }
   for (Communicator* c : s.engine->communicators()) c->reset_stats();  // count training only
   optim::AdamWOptions o;

@@ -12,11 +12,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <list>
+#include <optional>
 
 #include "lft/config/config.h"
 #include "lft/engine/megatron.h"
 #include "lft/engine/mesh_plan.h"
 #include "lft/engine/registry.h"
+#include "lft/model/init.h"
+#include "lft/model/parameter_storage.h"
 #include "lft/runtime/memory.h"
 #include "lft/train/trainer.h"
 #include "mpi_test_util.h"
@@ -267,6 +270,50 @@ TEST(MegatronCheckpoint, ResumesUnderAnotherEngineAndTheReverse) {
           << "step " << i + 1;
     world().barrier();
     if (world().rank() == 0) std::system(("rm -rf " + out).c_str());
+  }
+}
+
+// A rank never holds the whole model: built without parameter memory, the engine generates one
+// parameter at a time and keeps its box (tp 2 at 2 ranks, tp 2 x pp 2 at 4). The tensor memory
+// allocated while setting up is what the rank keeps plus about one whole parameter.
+TEST(MegatronMemory, SetUpHoldsTheRanksShareNotTheModel) {
+  const int n = world().size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  const std::string toml = std::string("distributed = \"megatron\"\ntrain_dataset = \"inputs/data/arithmetic.txt\"\n"
+                                       "gradient_accumulation_steps = 2\ncutoff_len = 32\n[mesh]\ntp = 2\npp = ") +
+                           (n == 4 ? "2" : "1") +
+                           "\n[model]\nvocab_size = 512\nhidden_size = 128\nintermediate_size = 352\n"
+                           "num_hidden_layers = 8\nnum_attention_heads = 4\nnum_key_value_heads = 2\n";
+  const config::Config cfg = config::parse_config(toml, "megatron.toml");
+  const engine::EngineInfo& info = engine::engine_for(cfg);
+  DeviceMesh mesh(world(), engine::plan_mesh(cfg, info, n));
+  const auto model_config = model::ModelConfig::from_run_config(cfg);
+  const double model_bytes = 4.0 * static_cast<double>(model_config.num_parameters());
+  const double largest = 4.0 * 512 * 128;  // embed_tokens and lm_head, whole
+  reset_cpu_peak_bytes();
+  const std::int64_t base = cpu_bytes_in_use();
+  auto engine = info.create(engine::EngineContext{cfg, mesh});
+  std::optional<model::UnallocatedParameters> unallocated(std::in_place);
+  model::LlamaForCausalLM m(model_config);
+  unallocated.reset();
+  engine->prepare_from(*m, model::InitWeights(*m, 7));
+  const double peak = static_cast<double>(cpu_peak_bytes_in_use() - base);
+  double kept = 0;
+  for (const auto& t : engine->parameters()) kept += 4.0 * static_cast<double>(t.numel());
+  if (world().rank() == 0)
+    std::printf("[ megatron ] set-up at %d ranks: peak %.2f MB, kept %.2f MB, model %.2f MB\n", n, peak / 1e6,
+                kept / 1e6, model_bytes / 1e6);
+  EXPECT_LE(peak, kept + 2 * largest + 65536);
+  EXPECT_LT(kept, 1.3 * model_bytes / n);
+  // The box values are the whole init's.
+  const auto names = engine->parameter_names();
+  const auto boxes = engine->parameter_boxes();
+  const auto params = engine->parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    at::Tensor whole = model::init_parameter(names[i], boxes[i].global_shape, 7);
+    for (std::size_t d = 0; d < boxes[i].offset.size(); ++d)
+      whole = whole.narrow(static_cast<std::int64_t>(d), boxes[i].offset[d], params[i].size(static_cast<std::int64_t>(d)));
+    EXPECT_TRUE(at::equal(whole, params[i])) << names[i];
   }
 }
 

@@ -23,6 +23,7 @@
 #include "lft/engine/megatron_plan.h"
 #include "lft/engine/shard_layout.h"
 #include "lft/model/llama.h"
+#include "lft/model/weight_source.h"
 
 namespace lft::engine {
 
@@ -32,6 +33,10 @@ class MegatronEngine final : public Engine {
   ~MegatronEngine() override;
   const char* name() const override { return "megatron"; }
   void prepare(torch::nn::Module& model) override;
+  // Reads only this rank's boxes (rows, or the columns of whole rows for row-parallel weights)
+  // into a model built without parameter memory.
+  void prepare_from(torch::nn::Module& model, const model::WeightSource& weights) override;
+  bool reads_weight_shards() const override { return true; }
   void begin_micro_batch(bool) override {}
   at::Tensor run_micro_batches(torch::nn::Module& model, const std::vector<MicroBatch>& batches,
                                const MicroBatchOptions& options) override;
@@ -79,6 +84,7 @@ class MegatronEngine final : public Engine {
   MegatronPlan plan_;
   model::LlamaForCausalLMImpl* model_ = nullptr;
   std::vector<Param> params_;
+  const model::WeightSource* weights_ = nullptr;  // during prepare_from
   std::vector<PipelineAction> executed_;
   int peak_live_ = 0;
   double pipeline_wait_seconds_ = 0.0;  // in point-to-point receives, over the run

@@ -4,10 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
+
+#include "lft/model/weight_source.h"
 
 namespace torch::nn {
 class Module;
@@ -33,5 +37,20 @@ at::Tensor init_parameter(const std::string& name, at::IntArrayRef shape, std::u
 // init_parameter(name, its shape, seed), converted to its dtype and device. Does not record
 // autograd history.
 void init_weights(torch::nn::Module& model, std::uint64_t seed);
+
+// init_parameter() as a WeightSource for `model`'s parameters (their shapes are read now; the
+// model may be unallocated): a rank that keeps a slice generates each parameter in turn and keeps
+// its rows, never the whole model.
+class InitWeights final : public WeightSource {
+ public:
+  InitWeights(torch::nn::Module& model, std::uint64_t seed);
+  void read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows,
+                 at::Tensor out) const override;
+  std::string describe() const override { return "random init (seed " + std::to_string(seed_) + ")"; }
+
+ private:
+  std::uint64_t seed_;
+  std::map<std::string, std::vector<std::int64_t>> shapes_;
+};
 
 }  // namespace lft::model
