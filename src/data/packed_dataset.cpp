@@ -7,7 +7,7 @@
 namespace lft::data {
 
 PackedDataset::PackedDataset(const std::vector<std::string>& docs, const Tokenizer& tok,
-                             std::int64_t seq_len, const std::string& source)
+                             std::int64_t seq_len, const std::string& source, const DocumentEncoder& encode)
     : seq_len_(seq_len), num_documents_(static_cast<std::int64_t>(docs.size())) {
   if (seq_len < 1) {
     throw std::invalid_argument("PackedDataset: seq_len must be >= 1, got " +
@@ -16,8 +16,10 @@ PackedDataset::PackedDataset(const std::vector<std::string>& docs, const Tokeniz
   const std::int32_t bos = tok.bos_id();
   const std::int32_t eos = tok.eos_id();
   const std::int64_t vocab = tok.vocab_size();
-  for (const std::string& doc : docs) {
-    const std::vector<std::int32_t> ids = tok.encode(doc);
+  std::vector<std::vector<std::int32_t>> encoded;
+  if (encode) encoded = encode(docs);
+  for (std::size_t d = 0; d < docs.size(); ++d) {
+    const std::vector<std::int32_t> ids = encode ? std::move(encoded[d]) : tok.encode(docs[d]);
     for (const std::int32_t id : ids) {
       if (id < 0 || id >= vocab) {
         throw std::out_of_range("PackedDataset: tokenizer '" + tok.name() + "' returned id " +

@@ -118,4 +118,25 @@ data::SftParallel split_tokenizing(MPI_Comm comm) {
   return p;
 }
 
+data::DocumentEncoder split_document_encoder(MPI_Comm comm, const data::Tokenizer& tok) {
+  return [parallel = split_tokenizing(comm), &tok](const std::vector<std::string>& docs) {
+    std::vector<data::TokenizedExample> mine;
+    std::string error;
+    try {
+      for (std::size_t i = static_cast<std::size_t>(parallel.rank); i < docs.size();
+           i += static_cast<std::size_t>(parallel.ranks)) {
+        data::TokenizedExample ex;
+        ex.ids = tok.encode(docs[i]);
+        ex.weights.assign(ex.ids.size(), 0.0f);  // the wire form carries a weight per id
+        mine.push_back(std::move(ex));
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    std::vector<std::vector<std::int32_t>> out;
+    for (auto& ex : parallel.gather(std::move(mine), error)) out.push_back(std::move(ex.ids));
+    return out;
+  };
+}
+
 }  // namespace lft::train

@@ -70,7 +70,8 @@ TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
       auto more = data::read_text_corpus(p);
       docs.insert(docs.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
     }
-    packed_ = std::make_unique<data::PackedDataset>(docs, *tokenizer_, cfg.integer("cutoff_len"), joined);
+    packed_ = std::make_unique<data::PackedDataset>(docs, *tokenizer_, cfg.integer("cutoff_len"), joined,
+                                                    split_document_encoder(world, *tokenizer_));
     summary_ = joined + ": " + std::to_string(packed_->num_documents()) + " documents, " +
                std::to_string(packed_->num_sequences()) + " sequences of " +
                std::to_string(packed_->seq_len()) + " tokens (" + tokenizer_->name() + " tokenizer)";

@@ -1,4 +1,4 @@
-// SFT data tokenized split across ranks (each rank every n-th conversation, one all-gather)
+// SFT data and pre-training text tokenized split across ranks (each rank every n-th conversation, one all-gather)
 // gives every rank exactly the sequences one rank makes alone, with and without the cache; a
 // failure on one rank reaches every rank with that rank's message.
 #include <ATen/ATen.h>
@@ -46,6 +46,19 @@ TEST(SplitTokenizing, EveryRankGetsTheOneRankSequences) {
     const train::TrainingData split(cfg, MPI_COMM_WORLD);
     expect_same(alone, split);
   }
+}
+
+TEST(SplitTokenizing, PretrainingTextGivesEveryRankTheOneRankStream) {
+  LFT_REQUIRE_RANKS(2);
+  const config::Config cfg = config::parse_config(
+      "distributed = \"ddp\"\ntrain_dataset = \"inputs/data/arithmetic.txt\"\ncutoff_len = 64\n"
+      "[model]\nvocab_size = 259\nhidden_size = 32\nintermediate_size = 64\nnum_hidden_layers = 2\n"
+      "num_attention_heads = 4\nnum_key_value_heads = 2\n",
+      "pt.toml");
+  const train::TrainingData alone(cfg, MPI_COMM_SELF);
+  const train::TrainingData split(cfg, MPI_COMM_WORLD);
+  ASSERT_EQ(alone.num_sequences(), split.num_sequences());
+  EXPECT_TRUE(at::equal(everything(alone).input_ids, everything(split).input_ids));
 }
 
 TEST(SplitTokenizing, CacheWrittenBySplitTokenizingIsReusedByEveryRank) {

@@ -7,12 +7,16 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "lft/data/tokenizer.h"
 
 namespace lft::data {
+
+// Encodes every document, in order (e.g. split across ranks and gathered).
+using DocumentEncoder = std::function<std::vector<std::vector<std::int32_t>>(const std::vector<std::string>&)>;
 
 class PackedDataset {
  public:
@@ -21,9 +25,10 @@ class PackedDataset {
   // error messages (e.g. the file path); it may be empty.
   // Throws std::invalid_argument if seq_len < 1, lft::UsageError if the stream is shorter than one
   // sequence (the data is too small for cutoff_len), std::out_of_range if the tokenizer returns an
-  // id outside [0, vocab_size()).
+  // id outside [0, vocab_size()). `encode`, when given, encodes the documents in place of
+  // tok.encode one by one.
   PackedDataset(const std::vector<std::string>& docs, const Tokenizer& tok, std::int64_t seq_len,
-                const std::string& source = "");
+                const std::string& source = "", const DocumentEncoder& encode = {});
 
   std::int64_t seq_len() const { return seq_len_; }
   // floor(stream_tokens() / seq_len()).
