@@ -10,6 +10,7 @@
 #include "lft/build_config.h"
 #include "lft/ckpt/checkpoint_files.h"
 #include "lft/ckpt/tensor_store.h"
+#include "lft/comm/mpi_util.h"
 #include "lft/comm/watchdog.h"
 #include "lft/optim/adamw.h"
 #include "lft/runtime/check.h"
@@ -17,12 +18,6 @@
 
 namespace lft::ckpt {
 namespace {
-
-int rank_in(MPI_Comm comm) {
-  int r = 0;
-  LFT_MPI_CHECK(MPI_Comm_rank(comm, &r));
-  return r;
-}
 
 // The part of `t`'s box this rank writes: all of it, or its holder's share of dim 0.
 Slice slice_of(const std::string& store_name, const HeldTensor& t, const at::Tensor& local) {
@@ -44,17 +39,8 @@ std::vector<Slice> with_every_ranks_tensors(MPI_Comm world, std::vector<Slice> m
     for (int64_t d : s.global_shape) text += "\t" + std::to_string(d);
     text += "\n";
   }
-  int size = 0;
-  LFT_MPI_CHECK(MPI_Comm_size(world, &size));
-  int length = static_cast<int>(text.size());
-  std::vector<int> lengths(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size), 0);
-  LFT_MPI_CHECK(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, world));
-  for (std::size_t r = 1; r < lengths.size(); ++r) displs[r] = displs[r - 1] + lengths[r - 1];
-  std::string all(static_cast<std::size_t>(displs.back() + lengths.back()), '\0');
-  LFT_MPI_CHECK(MPI_Allgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(),
-                               MPI_CHAR, world));
-  std::set<std::string> have;
-  for (const Slice& s : mine) have.insert(s.name);
+  std::string all;
+  for (const std::string& theirs : all_gather_bytes(world, text)) all += theirs;
   std::vector<Slice> out;
   std::size_t pos = 0;
   std::set<std::string> seen;
@@ -70,7 +56,7 @@ std::vector<Slice> with_every_ranks_tensors(MPI_Comm world, std::vector<Slice> m
     }
     pos = end + 1;
     if (!seen.insert(fields[0]).second) continue;
-    if (have.count(fields[0]) != 0) {
+    if (by_name.count(fields[0]) != 0) {
       out.push_back(std::move(by_name.at(fields[0])));
       continue;
     }
@@ -95,7 +81,7 @@ template <class Decide>
 std::string decided_by_rank0(MPI_Comm world, Decide&& decide) {
   std::string text;
   std::int64_t status = 0;  // 0 ok, 1 usage error, 2 mismatch
-  if (rank_in(world) == 0) {
+  if (mpi_rank(world) == 0) {
     try {
       text = decide();
     } catch (const CheckpointMismatch& e) {
@@ -180,7 +166,7 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
   writer.close();
 
   LFT_MPI_CHECK(MPI_Barrier(world));  // every rank's bytes are on disk before COMPLETE
-  if (rank_in(world) == 0) {
+  if (mpi_rank(world) == 0) {
     mark_complete(options.output_dir, name, progress.step);
     rotate_checkpoints(options.output_dir, options.total_limit, name);
   }

@@ -6,23 +6,12 @@
 #include <functional>
 #include <stdexcept>
 
+#include "lft/comm/mpi_util.h"
 #include "lft/comm/watchdog.h"
 #include "lft/runtime/check.h"
 
 namespace lft {
 namespace {
-
-int rank_of(MPI_Comm comm) {
-  int r = 0;
-  LFT_MPI_CHECK(MPI_Comm_rank(comm, &r));
-  return r;
-}
-
-int size_of(MPI_Comm comm) {
-  int n = 0;
-  LFT_MPI_CHECK(MPI_Comm_size(comm, &n));
-  return n;
-}
 
 bool is_16bit_float(const at::Tensor& t) {
   return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
@@ -106,7 +95,7 @@ std::vector<int> displacements(const std::vector<int>& counts) {
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, bool owned)
-    : Communicator(std::move(name), rank_of(comm), size_of(comm)), comm_(comm), owned_(owned) {}
+    : Communicator(std::move(name), mpi_rank(comm), mpi_size(comm)), comm_(comm), owned_(owned) {}
 
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;

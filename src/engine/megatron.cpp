@@ -13,12 +13,10 @@
 namespace lft::engine {
 
 MegatronEngine::MegatronEngine(const EngineContext& ctx)
-    : cfg_(ctx.cfg),
-      tp_(ctx.mesh.device_comm(MeshDim::TP)),
+    : tp_(ctx.mesh.device_comm(MeshDim::TP)),
       pp_(ctx.mesh.device_comm(MeshDim::PP)),
       dp_(ctx.mesh.device_comm(MeshDim::DPReplicate)),
       stage_(ctx.mesh.coord(MeshDim::PP)),
-      mesh_shape_(ctx.mesh.shape()),
       // Impossible settings end the job here, before the model is built or loaded.
       plan_(make_megatron_plan(ctx.cfg, model::ModelConfig::from_run_config(ctx.cfg), ctx.mesh.shape())) {}
 

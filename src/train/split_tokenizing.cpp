@@ -3,45 +3,23 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "lft/comm/mpi_util.h"
 #include "lft/runtime/check.h"
 #include "lft/runtime/error.h"
 
 namespace lft::train {
 namespace {
 
-int rank_of(MPI_Comm comm) {
-  int r = 0;
-  LFT_MPI_CHECK(MPI_Comm_rank(comm, &r));
-  return r;
-}
-
-int size_of(MPI_Comm comm) {
-  int n = 1;
-  LFT_MPI_CHECK(MPI_Comm_size(comm, &n));
-  return n;
-}
-
-// Every rank's int32 buffer, concatenated in rank order, with each rank's length.
-std::vector<std::int32_t> all_gather_v(MPI_Comm comm, const std::vector<std::int32_t>& mine,
-                                       std::vector<int>& counts) {
-  const int n = size_of(comm);
-  if (mine.size() > static_cast<std::size_t>(INT32_MAX))
-    throw UsageError("a rank's share of the tokenized data exceeds 2^31 tokens; use more ranks");
-  int count = static_cast<int>(mine.size());
-  counts.assign(static_cast<std::size_t>(n), 0);
-  LFT_MPI_CHECK(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm));
-  std::vector<int> displs(static_cast<std::size_t>(n), 0);
-  std::size_t total = 0;
-  for (int r = 0; r < n; ++r) {
-    if (total > static_cast<std::size_t>(INT32_MAX))
-      throw UsageError("the tokenized dataset exceeds 2^31 tokens in one all-gather");
-    displs[static_cast<std::size_t>(r)] = static_cast<int>(total);
-    total += static_cast<std::size_t>(counts[static_cast<std::size_t>(r)]);
+// Every rank's int32 buffer, in rank order.
+std::vector<std::vector<std::int32_t>> all_gather_ints(MPI_Comm comm, const std::vector<std::int32_t>& mine) {
+  std::string bytes(mine.size() * sizeof(std::int32_t), '\0');
+  std::memcpy(bytes.data(), mine.data(), bytes.size());
+  std::vector<std::vector<std::int32_t>> out;
+  for (const std::string& theirs : all_gather_bytes(comm, bytes)) {
+    out.emplace_back(theirs.size() / sizeof(std::int32_t));
+    std::memcpy(out.back().data(), theirs.data(), theirs.size());
   }
-  std::vector<std::int32_t> all(total);
-  LFT_MPI_CHECK(MPI_Allgatherv(mine.data(), count, MPI_INT32_T, all.data(), counts.data(), displs.data(),
-                               MPI_INT32_T, comm));
-  return all;
+  return out;
 }
 
 }  // namespace
@@ -80,8 +58,8 @@ std::vector<data::TokenizedExample> unpack_examples(const std::int32_t* data, st
 
 data::SftParallel split_tokenizing(MPI_Comm comm) {
   data::SftParallel p;
-  p.rank = rank_of(comm);
-  p.ranks = size_of(comm);
+  p.rank = mpi_rank(comm);
+  p.ranks = mpi_size(comm);
   p.all_true = [comm](bool mine) {
     int v = mine ? 1 : 0;
     LFT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_LAND, comm));
@@ -89,23 +67,13 @@ data::SftParallel split_tokenizing(MPI_Comm comm) {
   };
   p.gather = [comm](std::vector<data::TokenizedExample> mine, const std::string& error) {
     // The first failing rank's message, on every rank.
-    std::vector<int> counts;
-    std::vector<std::int32_t> text(error.begin(), error.end());
-    const std::vector<std::int32_t> errors = all_gather_v(comm, text, counts);
-    std::size_t at = 0;
-    for (std::size_t r = 0; r < counts.size(); ++r) {
-      if (counts[r] > 0)
-        throw UsageError("rank " + std::to_string(r) + " while tokenizing: " +
-                         std::string(errors.begin() + static_cast<std::ptrdiff_t>(at),
-                                     errors.begin() + static_cast<std::ptrdiff_t>(at) + counts[r]));
-      at += static_cast<std::size_t>(counts[r]);
-    }
-    const std::vector<std::int32_t> all = all_gather_v(comm, pack_examples(mine), counts);
+    const std::vector<std::string> errors = all_gather_bytes(comm, error);
+    for (std::size_t r = 0; r < errors.size(); ++r)
+      if (!errors[r].empty()) throw UsageError("rank " + std::to_string(r) + " while tokenizing: " + errors[r]);
     std::vector<std::vector<data::TokenizedExample>> per_rank;
-    std::size_t offset = 0, total = 0;
-    for (int c : counts) {
-      per_rank.push_back(unpack_examples(all.data() + offset, static_cast<std::size_t>(c)));
-      offset += static_cast<std::size_t>(c);
+    std::size_t total = 0;
+    for (const auto& buffer : all_gather_ints(comm, pack_examples(mine))) {
+      per_rank.push_back(unpack_examples(buffer.data(), buffer.size()));
       total += per_rank.back().size();
     }
     // Conversation i was encoded by rank i % ranks, as its (i / ranks)-th example.

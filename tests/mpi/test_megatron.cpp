@@ -23,10 +23,12 @@
 #include "lft/runtime/memory.h"
 #include "lft/train/trainer.h"
 #include "mpi_test_util.h"
+#include "trainer_util.h"
 
 namespace lft {
 namespace {
 
+using test::make_trainer;
 using test::world;
 
 struct Layout {
@@ -49,14 +51,6 @@ std::string run_toml(const std::string& engine, int micro, int accum, const Layo
          "num_attention_heads = 4\nnum_key_value_heads = 2\ntie_word_embeddings = " + (tied ? "true" : "false") + "\n";
 }
 
-std::unique_ptr<train::Trainer> make_trainer(const std::string& toml, MpiCommunicator& comm,
-                                             std::unique_ptr<DeviceMesh>& mesh) {
-  static std::list<config::Config> keep;  // a trainer keeps a reference to its config
-  keep.push_back(config::parse_config(toml, "megatron.toml"));
-  const engine::EngineInfo& info = engine::engine_for(keep.back());
-  mesh = std::make_unique<DeviceMesh>(comm, engine::plan_mesh(keep.back(), info, comm.size()));
-  return std::make_unique<train::Trainer>(keep.back(), *mesh, DeviceChoice{});
-}
 
 std::vector<double> losses_of(const std::string& toml, MpiCommunicator& comm) {
   std::unique_ptr<DeviceMesh> mesh;

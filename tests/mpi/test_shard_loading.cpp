@@ -26,10 +26,12 @@
 #include "lft/runtime/memory.h"
 #include "lft/train/trainer.h"
 #include "mpi_test_util.h"
+#include "trainer_util.h"
 
 namespace lft {
 namespace {
 
+using test::make_trainer;
 using test::world;
 
 model::ModelConfig folder_model() {
@@ -80,14 +82,6 @@ std::string run_toml(const std::string& engine, const std::string& folder, int m
          "learning_rate = 1e-3\nmax_steps = 4\nseed = 5\n";
 }
 
-std::unique_ptr<train::Trainer> make_trainer(const std::string& toml, MpiCommunicator& comm,
-                                             std::unique_ptr<DeviceMesh>& mesh) {
-  static std::list<config::Config> keep;  // a trainer keeps a reference to its config
-  keep.push_back(config::parse_config(toml, "load.toml"));
-  const engine::EngineInfo& info = engine::engine_for(keep.back());
-  mesh = std::make_unique<DeviceMesh>(comm, engine::plan_mesh(keep.back(), info, comm.size()));
-  return std::make_unique<train::Trainer>(keep.back(), *mesh, DeviceChoice{});
-}
 
 TEST(ShardLoading, ShardsEqualTheRowsOfAWholeLoad) {
   LFT_REQUIRE_RANKS(2);

@@ -18,11 +18,13 @@
 #include "lft/runtime/memory.h"
 #include "lft/train/trainer.h"
 #include "mpi_test_util.h"
+#include "trainer_util.h"
 #include "tiny_run.h"
 
 namespace lft {
 namespace {
 
+using test::make_trainer;
 using test::tiny_run;
 using test::world;
 
@@ -64,15 +66,6 @@ std::vector<Case> fp32_cases() {
   };
 }
 
-std::unique_ptr<train::Trainer> make_trainer(const std::string& toml, MpiCommunicator& comm,
-                                             std::unique_ptr<DeviceMesh>& mesh) {
-  const config::Config cfg = config::parse_config(toml, "sharded.toml");
-  static std::list<config::Config> keep;  // a trainer keeps a reference to its config
-  keep.push_back(cfg);
-  const engine::EngineInfo& info = engine::engine_for(keep.back());
-  mesh = std::make_unique<DeviceMesh>(comm, engine::plan_mesh(keep.back(), info, comm.size()));
-  return std::make_unique<train::Trainer>(keep.back(), *mesh, DeviceChoice{});
-}
 
 std::vector<double> losses_of(const std::string& toml, MpiCommunicator& comm, int steps) {
   std::unique_ptr<DeviceMesh> mesh;

@@ -75,12 +75,10 @@ class MegatronEngine final : public Engine {
   at::Tensor exit_tp(const at::Tensor& y);   // after row-parallel layers
   void sync_replicated_gradients();
 
-  const config::Config& cfg_;
   Communicator& tp_;
   Communicator& pp_;
   Communicator& dp_;
   int stage_ = 0;
-  MeshShape mesh_shape_;
   MegatronPlan plan_;
   model::LlamaForCausalLMImpl* model_ = nullptr;
   std::vector<Param> params_;

@@ -1,0 +1,27 @@
+// A Trainer built the way lftrain builds one, for multi-rank tests.
+#pragma once
+
+#include <list>
+#include <memory>
+#include <string>
+
+#include "lft/comm/mpi_communicator.h"
+#include "lft/config/config.h"
+#include "lft/engine/mesh_plan.h"
+#include "lft/engine/registry.h"
+#include "lft/train/trainer.h"
+
+namespace lft::test {
+
+// Parses `toml`, plans the mesh over `comm` and builds the trainer; `mesh` receives the mesh,
+// which must outlive the trainer.
+inline std::unique_ptr<train::Trainer> make_trainer(const std::string& toml, MpiCommunicator& comm,
+                                                    std::unique_ptr<DeviceMesh>& mesh) {
+  static std::list<config::Config> keep;  // a trainer keeps a reference to its config
+  keep.push_back(config::parse_config(toml, "test.toml"));
+  const engine::EngineInfo& info = engine::engine_for(keep.back());
+  mesh = std::make_unique<DeviceMesh>(comm, engine::plan_mesh(keep.back(), info, comm.size()));
+  return std::make_unique<train::Trainer>(keep.back(), *mesh, DeviceChoice{});
+}
+
+}  // namespace lft::test
