@@ -11,11 +11,21 @@ where loss = sum over rows b and positions t < 8 whose target input_ids[b, t+1] 
 cross-entropy of logits[b, t] against input_ids[b, t+1] (the pad id is in the metadata; the
 second row ends in padding so the mask is exercised). mistral-tiny has sliding-window attention
 with a window (4) shorter than the 9 tokens, and the script checks that the window changes the
-logits (the eager reference honours it). tests/fixtures/rope-llama3/ holds a Llama 3.1
-style RoPE-scaling config and transformers' rotary tables for it (no weights).
+logits (the eager reference honours it). qwen3-tiny has an explicit head_dim (16) that differs
+from hidden_size / num_attention_heads (8), and per-head RMSNorms on the queries and keys
+(self_attn.q_norm.weight, self_attn.k_norm.weight [head_dim]). tests/fixtures/rope-llama3/
+holds a Llama 3.1 style RoPE-scaling config and transformers' rotary tables for it (no weights).
 
-Deterministic: run it again and the files are the same (same machine and torch version).
-  .venv/bin/python tools/make-model-fixture.py [output_root]   (default tests/fixtures)
+Deterministic: run it again and the files are the same (same machine and torch version). On
+another machine or torch build, logits and gradients can differ in the last bits (~1e-6), so
+io.safetensors of untouched fixtures would change: name the fixtures to (re)write, and only
+those are written (each keeps its seed, which depends on its place in FIXTURES, not on the
+selection).
+  .venv/bin/python tools/make-model-fixture.py [output_root [name ...]]
+      output_root  default tests/fixtures
+      name         llama-tiny, llama-tiny-tied, qwen2-tiny, mistral-tiny, qwen3-tiny, rope-llama3;
+                   default all of them
+  e.g. .venv/bin/python tools/make-model-fixture.py tests/fixtures qwen3-tiny
 """
 import json
 import os
@@ -24,12 +34,12 @@ import sys
 import torch
 from safetensors.torch import save_file
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM)
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 PAD_ID = 0
 
-# Small enough that the four fixtures together stay under 450 KB, large enough to exercise
-# grouped-query attention (4 query heads sharing 2 key/value heads, head_dim 8).
+# Small enough that the five fixtures together stay under 650 KB, large enough to exercise
+# grouped-query attention (4 query heads sharing 2 key/value heads, head_dim 8 unless set).
 COMMON = dict(vocab_size=61, hidden_size=32, intermediate_size=28, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6,
               hidden_act="silu", pad_token_id=PAD_ID, bos_token_id=1, eos_token_id=2)
@@ -47,13 +57,21 @@ FIXTURES = {
     "mistral-tiny": (MistralForCausalLM, lambda: MistralConfig(
         **COMMON, num_hidden_layers=2, rope_theta=10000.0, tie_word_embeddings=False,
         sliding_window=4)),
+    # head_dim 16 != hidden_size / num_attention_heads (8): q/o projections are 64 wide, not 32.
+    # Qwen3Config's head_dim defaults to 128, so it must be given. Listed last, so the seeds
+    # (1000 + 10 * index) of the fixtures above stay as they were.
+    "qwen3-tiny": (Qwen3ForCausalLM, lambda: Qwen3Config(
+        **COMMON, head_dim=16, num_hidden_layers=2, rope_theta=1000000.0,
+        tie_word_embeddings=False, attention_bias=False, use_sliding_window=False)),
 }
 
 
 def randomize(model, seed):
     """O(1) activations (not HF's 0.02 init), so that attention is far from uniform and every
     nonlinearity matters: linear weights ~ N(0, 1/fan_in), embeddings ~ N(0, 0.09), norm weights
-    ~ 1 + N(0, 0.2), biases ~ N(0, 0.1). Parameters are filled in name order from one generator."""
+    ~ 1 + N(0, 0.2), biases ~ N(0, 0.1). Norm weights are the parameters whose names end in
+    "norm.weight": input_layernorm, post_attention_layernorm, model.norm and Qwen3's per-head
+    self_attn.q_norm / self_attn.k_norm. Parameters are filled in name order from one generator."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
@@ -152,14 +170,21 @@ def make_rope_llama3(root):
     return size
 
 
-def main(root="tests/fixtures"):
+def main(root="tests/fixtures", *names):
+    known = [*FIXTURES, "rope-llama3"]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        sys.exit(f"unknown fixture(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    selected = set(names or known)
     torch.use_deterministic_algorithms(True)
     total = 0
     for i, name in enumerate(FIXTURES):
-        total += make(name, root, seed=1000 + 10 * i)
-    total += make_rope_llama3(root)
+        if name in selected:
+            total += make(name, root, seed=1000 + 10 * i)
+    if "rope-llama3" in selected:
+        total += make_rope_llama3(root)
     print(f"total {total} bytes")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:2])
+    main(*sys.argv[1:])

@@ -5,7 +5,7 @@
 
 #include "lft/ckpt/checkpoint_files.h"
 #include "lft/model/init.h"
-#include "lft/model/llama.h"
+#include "lft/model/families.h"
 #include "lft/model/safetensors.h"
 #include "lft/runtime/error.h"
 
@@ -24,7 +24,7 @@ void copy_file(const std::string& from, const std::string& to) {
 
 void write_initial_model(const config::Config& cfg, const model::ModelConfig& model_config,
                          const std::string& dir, const std::string& tokenizer_dir) {
-  model::LlamaForCausalLM model(model_config);
+  const auto model = model::create_causal_lm(model_config);
   model::init_weights(*model, static_cast<std::uint64_t>(cfg.integer("seed")));
   std::map<std::string, at::Tensor> tensors;
   for (const auto& item : model->named_parameters()) tensors[item.key()] = item.value().detach();

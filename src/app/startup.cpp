@@ -1,11 +1,16 @@
 #include "lft/app/startup.h"
 
 #include <ATen/ATen.h>
+#include <H5public.h>
+#include <mpi.h>
+#include <torch/version.h>
 
 #include <chrono>
 #include <cstdio>
 #include <map>
 
+#include "lft/build_config.h"
+#include "lft/comm/nccl_communicator.h"
 #include "lft/runtime/error.h"
 
 namespace lft::app {
@@ -19,6 +24,26 @@ std::string host_summary(const std::vector<std::string>& hosts) {
     if (count[h]++ == 0) order.push_back(h);
   std::string out;
   for (const auto& h : order) out += (out.empty() ? "" : ", ") + h + " x" + std::to_string(count[h]);
+  return out;
+}
+
+// "LibTorch 2.11.0, Open MPI v4.1.4, HDF5 1.10.8, NCCL 2.28.9" for the startup log.
+std::string library_versions() {
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  MPI_Get_library_version(mpi, &len);
+  std::string mpi_line(mpi);
+  mpi_line = mpi_line.substr(0, mpi_line.find_first_of(",\n"));
+  unsigned major = 0, minor = 0, release = 0;
+  H5get_libversion(&major, &minor, &release);
+  std::string out = std::string("LibTorch ") + TORCH_VERSION + ", " + mpi_line + ", HDF5 " +
+                    std::to_string(major) + "." + std::to_string(minor) + "." +
+                    std::to_string(release);
+#if LFT_HAS_NCCL
+  out += ", NCCL " + nccl_version();
+#else
+  out += ", NCCL not built";
+#endif
   return out;
 }
 

@@ -19,7 +19,7 @@
 #include "lft/ckpt/merge.h"
 #include "lft/config/config.h"
 #include "lft/config/schema.h"
-#include "lft/model/llama.h"
+#include "lft/model/families.h"
 #include "lft/runtime/check.h"
 #include "lft/runtime/error.h"
 #include "merge_internal.h"
@@ -353,7 +353,7 @@ std::map<std::string, std::vector<std::int64_t>> expected_parameter_shapes(
     const model::ModelConfig& config) {
   // The model itself, on the meta device: no memory, and the names and shapes training saves.
   torch::NoGradGuard no_grad;
-  model::LlamaForCausalLM m(config, at::TensorOptions().device(at::kMeta).dtype(at::kFloat));
+  const auto m = model::create_causal_lm(config, at::TensorOptions().device(at::kMeta).dtype(at::kFloat));
   std::map<std::string, std::vector<std::int64_t>> out;
   for (const auto& p : m->named_parameters(/*recurse=*/true))
     out[p.key()] = p.value().sizes().vec();

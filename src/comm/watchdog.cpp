@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "lft/runtime/error.h"
+#include "lft/runtime/signals.h"
 
 namespace lft {
 namespace {
@@ -96,6 +97,7 @@ void Watchdog::start() {
   if (s.running) return;
   s.running = true;
   s.thread = std::thread(watch_loop);
+  set_wait_reporter(&Watchdog::current_wait);
 }
 
 const char* Watchdog::current_wait() {

@@ -2,16 +2,19 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
-#include <torch/nn/module.h>
+
+#include "lft/model/causal_lm.h"
 
 #include <chrono>
+#include <utility>
 
 namespace lft::engine {
 
-DdpEngine::DdpEngine(const EngineContext& ctx)
-    : comm_(ctx.mesh.device_dp()), bucket_bytes_(ctx.cfg.real("ddp_bucket_cap_mb") * 1024.0 * 1024.0) {}
+DdpEngine::DdpEngine(const EngineContext& ctx, std::string name)
+    : name_(std::move(name)),
+      comm_(ctx.mesh.device_dp()), bucket_bytes_(ctx.cfg.real("ddp_bucket_cap_mb") * 1024.0 * 1024.0) {}
 
-void DdpEngine::prepare(torch::nn::Module& model) {
+void DdpEngine::prepare(model::CausalLM& model) {
   for (const auto& item : model.named_parameters()) {
     if (!item.value().requires_grad()) continue;
     names_.push_back(item.key());

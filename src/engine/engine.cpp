@@ -3,20 +3,18 @@
 #include <ATen/ATen.h>
 
 #include "lft/model/autocast.h"
-#include "lft/model/llama.h"
-#include "lft/model/loss.h"
+#include "lft/model/causal_lm.h"
 #include "lft/model/weight_source.h"
 
 namespace lft::engine {
 
-void Engine::prepare_from(torch::nn::Module& model, const model::WeightSource& weights) {
+void Engine::prepare_from(model::CausalLM& model, const model::WeightSource& weights) {
   model::load_weights(model, weights);
   prepare(model);
 }
 
-at::Tensor Engine::run_micro_batches(torch::nn::Module& module, const std::vector<MicroBatch>& batches,
+at::Tensor Engine::run_micro_batches(model::CausalLM& model, const std::vector<MicroBatch>& batches,
                                      const MicroBatchOptions& o) {
-  auto& model = dynamic_cast<model::LlamaForCausalLMImpl&>(module);
   std::vector<at::Tensor> sums;
   for (std::size_t m = 0; m < batches.size(); ++m) {
     const MicroBatch& b = batches[m];
@@ -24,8 +22,7 @@ at::Tensor Engine::run_micro_batches(torch::nn::Module& module, const std::vecto
     at::Tensor losses;
     {
       model::AutocastScope autocast(o.compute, b.input_ids.device().type());
-      losses = model::token_losses(model.forward(b.input_ids, b.segment_ids), b.input_ids, /*ignore_id=*/-100) *
-               b.weights;
+      losses = model.token_losses(b.input_ids, b.segment_ids) * b.weights;
     }
     sums.push_back(losses.detach().to(at::kDouble).sum(1).cpu());
     if (o.backward) (losses.sum() * o.loss_factor).backward();

@@ -4,13 +4,26 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "lft/engine/megatron_internal.h"
 #include "lft/engine/shard_layout.h"
+#include "lft/model/families.h"
 #include "lft/model/parameter_storage.h"
 
 namespace lft::engine {
+namespace {
+
+// The model's parameters and roles without their memory, to validate a layout before the model
+// is built.
+MegatronPlan plan_for(const EngineContext& ctx) {
+  const auto meta = model::create_causal_lm(model::ModelConfig::from_run_config(ctx.cfg),
+                                            at::TensorOptions().device(at::kMeta));
+  return make_megatron_plan(ctx.cfg, *meta, ctx.mesh.shape());
+}
+
+}  // namespace
 
 MegatronEngine::MegatronEngine(const EngineContext& ctx)
     : tp_(ctx.mesh.device_comm(MeshDim::TP)),
@@ -18,32 +31,54 @@ MegatronEngine::MegatronEngine(const EngineContext& ctx)
       dp_(ctx.mesh.device_comm(MeshDim::DPReplicate)),
       stage_(ctx.mesh.coord(MeshDim::PP)),
       // Impossible settings end the job here, before the model is built or loaded.
-      plan_(make_megatron_plan(ctx.cfg, model::ModelConfig::from_run_config(ctx.cfg), ctx.mesh.shape())) {}
+      plan_(plan_for(ctx)) {}
 
 MegatronEngine::~MegatronEngine() = default;
 
 std::unique_ptr<Engine> create_megatron(const EngineContext& ctx) { return std::make_unique<MegatronEngine>(ctx); }
 
-void MegatronEngine::prepare(torch::nn::Module& module) {
-  model_ = dynamic_cast<model::LlamaForCausalLMImpl*>(&module);
-  if (model_ == nullptr) throw std::logic_error("megatron engine: the model is not a LlamaForCausalLM");
+void MegatronEngine::prepare(model::CausalLM& model) {
+  model_ = &model;
+  model.set_parallel_ops(this);
   place_parameters();
   if (plan_.distributed_optimizer) build_optimizer_shards();
 }
 
-void MegatronEngine::prepare_from(torch::nn::Module& module, const model::WeightSource& weights) {
+void MegatronEngine::prepare_from(model::CausalLM& model, const model::WeightSource& weights) {
   weights_ = &weights;
-  prepare(module);
+  prepare(model);
   weights_ = nullptr;
 }
 
-bool MegatronEngine::holds_layer(std::int64_t layer) const {
+std::pair<std::int64_t, std::int64_t> MegatronEngine::chunk_units(int chunk) const {
+  const int g = plan_.virtual_stage(stage_, chunk);
+  const auto& [begin, end] = plan_.stage_layers[static_cast<std::size_t>(g)];
+  // The first virtual stage also runs the embedding, the last one the head.
+  return {g == 0 ? 0 : model::CausalLM::layer_unit(begin),
+          g == plan_.last_virtual_stage() ? model_->num_units() : model::CausalLM::layer_unit(end)};
+}
+
+bool MegatronEngine::holds_unit(std::int64_t unit) const {
   for (int c = 0; c < plan_.virtual_stages; ++c) {
-    const auto& [begin, end] = plan_.stage_layers[static_cast<std::size_t>(plan_.virtual_stage(stage_, c))];
-    if (layer >= begin && layer < end) return true;
+    const auto [first, last] = chunk_units(c);
+    if (unit >= first && unit < last) return true;
   }
   return false;
 }
+
+namespace {
+
+// The pipeline stage that runs `unit` of `model`.
+int stage_of_unit(const MegatronPlan& plan, const model::CausalLM& model, std::int64_t unit) {
+  if (unit == 0) return 0;
+  if (unit == model.head_unit()) return plan.pp - 1;
+  for (std::size_t g = 0; g < plan.stage_layers.size(); ++g)
+    if (unit - 1 >= plan.stage_layers[g].first && unit - 1 < plan.stage_layers[g].second)
+      return static_cast<int>(g) % plan.pp;
+  throw std::logic_error("megatron: unit " + std::to_string(unit) + " is on no stage");
+}
+
+}  // namespace
 
 namespace {
 
@@ -71,20 +106,21 @@ at::Tensor read_box(const model::WeightSource& weights, const std::string& name,
 }  // namespace
 
 void MegatronEngine::place_parameters() {
-  const model::ModelConfig& mc = model_->config();
-  const bool first = stage_ == 0, last = stage_ == plan_.pp - 1;
-  const bool tied_pair = mc.tie_word_embeddings && plan_.pp > 1;  // the embedding on two stages
   const int dp = dp_.size();
   c10::NoGradGuard no_grad;
   for (auto& item : model_->named_parameters()) {
     const std::string& name = item.key();
     at::Tensor& p = item.value();
-    const std::int64_t layer = layer_of_parameter(name);
-    const bool embed = name == "model.embed_tokens.weight";
-    const bool own = layer >= 0 ? holds_layer(layer)
-                     : embed    ? first || (mc.tie_word_embeddings && last)
-                                : last;  // model.norm.weight, lm_head.weight
-    if (!own) {
+    const model::ParameterPlacement placement = model_->placement(name);
+    // The stages that use it: one, or two for an embedding tied to the head.
+    std::vector<int> stages;
+    for (std::int64_t unit : placement.units) {
+      const int s = stage_of_unit(plan_, *model_, unit);
+      if (std::find(stages.begin(), stages.end(), s) == stages.end()) stages.push_back(s);
+    }
+    std::sort(stages.begin(), stages.end());
+    const auto mine = std::find(stages.begin(), stages.end(), stage_);
+    if (mine == stages.end()) {
       p.set_data(at::empty({0}, p.options()));
       p.set_requires_grad(false);
       continue;
@@ -93,20 +129,26 @@ void MegatronEngine::place_parameters() {
     r.name = name;
     r.box.global_shape = p.sizes().vec();
     r.box.offset.assign(r.box.global_shape.size(), 0);
-    const TpSlice slice = tp_slice(name, mc, plan_.tp, tp_.rank());
+    const TpSlice slice = tp_slice(placement.tp, plan_.tp, tp_.rank());
+    if (placement.tp.role == model::TpRole::VocabParallel && slice.dim == 0) vocab_begin_ = slice.begin;
     if (weights_ != nullptr) {
       p.set_data(read_box(*weights_, name, p, slice));
     } else if (slice.dim >= 0) {
       p.set_data(p.narrow(slice.dim, slice.begin, slice.count).clone());
     }
     if (slice.dim >= 0) r.box.offset[static_cast<std::size_t>(slice.dim)] = slice.begin;
-    const int pair = embed && tied_pair ? 2 : 1, pair_index = embed && tied_pair && !first ? 1 : 0;
+    const int pair = static_cast<int>(stages.size()), pair_index = static_cast<int>(mine - stages.begin());
     r.holders = pair * slice.holders;
     r.holder = pair_index * slice.holders + slice.holder;
     r.counted = r.holder == 0;
-    r.tp_partial_grad = plan_.sequence_parallel && slice.dim < 0;
+    // A replicated parameter's gradient is partial over tp when it acts on this rank's heads, or,
+    // with sequence parallelism, on this rank's tokens.
+    r.tp_partial_grad = plan_.tp > 1 && (placement.tp.role == model::TpRole::ReplicatedInsideTp ||
+                                         (plan_.sequence_parallel && slice.dim < 0));
     r.kv_replica = slice.dim >= 0 && slice.holders > 1;
-    r.tied_copy = embed && tied_pair;
+    r.tied_copy = pair > 1;
+    if (pair > 2) throw std::logic_error("megatron: " + name + " is used on more than two pipeline stages");
+    if (r.tied_copy) r.other_stage = stages[static_cast<std::size_t>(1 - pair_index)];
     r.box.replicas = r.holders * dp;
     r.box.replica = r.holder * dp + dp_.rank();
     r.tensor = p;
@@ -159,7 +201,7 @@ void MegatronEngine::sync_replicated_gradients() {
   // Tied embeddings on the first and the last stage: both take the sum.
   for (Param& p : params_) {
     if (!p.tied_copy) continue;
-    const int other = stage_ == 0 ? plan_.pp - 1 : 0;
+    const int other = p.other_stage;
     const at::Tensor mine = grad_or_zeros(p.tensor).to(at::kFloat).contiguous();
     at::Tensor theirs = at::empty_like(mine);
     WorkPtr send = pp_.send_async(mine, other, kTiedEmbeddingTag);

@@ -9,28 +9,25 @@ namespace {
   throw config::ConfigError("config error: " + what + "\n  " + hint);
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::string n(std::int64_t v) { return std::to_string(v); }
 
-void check_tensor_parallel(const config::Config& cfg, const model::ModelConfig& m, int tp) {
+void check_tensor_parallel(const config::Config& cfg, const model::CausalLM& model, int tp) {
   const std::string where = cfg.is_set("mesh.tp") ? cfg.where("mesh.tp") : "[mesh] tp";
-  if (m.num_attention_heads % tp != 0)
-    fail(where + " = " + n(tp) + ": the model's " + n(m.num_attention_heads) +
-             " attention heads do not divide over " + n(tp) + " tensor-parallel ranks",
-         "choose a tp that divides num_attention_heads");
-  const std::int64_t kv = m.num_key_value_heads;
-  if (kv % tp != 0 && tp % kv != 0)
-    fail(where + " = " + n(tp) + ": the model's " + n(kv) + " key/value heads neither divide over " + n(tp) +
-             " ranks nor replicate evenly (tp must divide num_key_value_heads or be a multiple of it)",
-         "choose tp among the divisors or multiples of " + n(kv));
-  if (tp > 1 && (m.attention_out_bias || m.mlp_bias))
-    fail(where + " = " + n(tp) + ": the model has " + (m.mlp_bias ? "MLP" : "o_proj") +
-             " biases, which a row-parallel layer would add tp times; this build splits only "
-             "bias-free o_proj and down_proj",
-         "train this model with tp = 1");
+  for (const auto& item : model.named_parameters()) {
+    const model::TpSplit s = model.placement(item.key()).tp;
+    if (!s.split() || tp == 1) continue;
+    if (s.even && s.groups % tp != 0 && !(s.replicable && tp % s.groups == 0))
+      fail(where + " = " + n(tp) + ": the model's " + n(s.groups) + " " + s.what +
+               (s.replicable ? " neither divide over " + n(tp) +
+                                   " ranks nor replicate evenly (tp must divide them or be a multiple of them)"
+                             : " do not divide over " + n(tp) + " tensor-parallel ranks"),
+           "choose a tp that divides " + n(s.groups) + (s.replicable ? " or is a multiple of it" : ""));
+    if (s.role == model::TpRole::RowParallel && item.value().dim() < 2)
+      fail(where + " = " + n(tp) + ": " + item.key() +
+               " is the bias of a row-parallel layer, which every tensor-parallel rank would add; "
+               "this build splits only bias-free row-parallel layers",
+           "train this model with tp = 1");
+  }
   if (cfg.boolean("dist_config.sequence_parallel") && cfg.integer("cutoff_len") % tp != 0)
     fail(cfg.where("dist_config.sequence_parallel") + ": sequence parallel splits each sequence of cutoff_len = " +
              n(cfg.integer("cutoff_len")) + " tokens over tp = " + n(tp) + " ranks, which does not divide it",
@@ -77,7 +74,8 @@ std::vector<std::pair<std::int64_t, std::int64_t>> split_layers(const config::Co
 
 }  // namespace
 
-MegatronPlan make_megatron_plan(const config::Config& cfg, const model::ModelConfig& model, const MeshShape& mesh) {
+MegatronPlan make_megatron_plan(const config::Config& cfg, const model::CausalLM& lm, const MeshShape& mesh) {
+  const model::ModelConfig& model = lm.config();
   MegatronPlan p;
   p.tp = mesh[MeshDim::TP];
   p.pp = mesh[MeshDim::PP];
@@ -86,7 +84,7 @@ MegatronPlan make_megatron_plan(const config::Config& cfg, const model::ModelCon
   p.distributed_optimizer = cfg.boolean("dist_config.use_distributed_optimizer");
   p.schedule = pipeline_schedule_kind(cfg.string("dist_config.pipeline_schedule"));
   p.micro_batches = cfg.integer("gradient_accumulation_steps");
-  check_tensor_parallel(cfg, model, p.tp);
+  check_tensor_parallel(cfg, lm, p.tp);
   if (p.virtual_stages > 1 && p.schedule != PipelineScheduleKind::Interleaved1F1B)
     fail(cfg.where("dist_config.virtual_pipeline_model_parallel_size") + " = " + n(p.virtual_stages) +
              ": virtual stages need pipeline_schedule = \"interleaved_1f1b\"",
@@ -107,46 +105,26 @@ MegatronPlan make_megatron_plan(const config::Config& cfg, const model::ModelCon
   return p;
 }
 
-std::int64_t layer_of_parameter(const std::string& name) {
-  const std::string prefix = "model.layers.";
-  if (name.compare(0, prefix.size(), prefix) != 0) return -1;
-  return std::stoll(name.substr(prefix.size()));
-}
-
-TpSlice tp_slice(const std::string& name, const model::ModelConfig& m, int tp, int r) {
+TpSlice tp_slice(const model::TpSplit& split, int tp, int r) {
   TpSlice s;
   if (tp == 1) return s;
-  const std::int64_t hd = m.head_dim(), heads = m.num_attention_heads / tp, kv = m.num_key_value_heads;
-  auto rows = [&](int dim, SplitRange range) {
-    s.dim = dim;
-    s.begin = range.begin;
-    s.count = range.count;
-  };
-  if (name == "model.embed_tokens.weight" || name == "lm_head.weight") {
-    rows(0, split_range(m.vocab_size, tp, r));
-  } else if (ends_with(name, "q_proj.weight") || ends_with(name, "q_proj.bias")) {
-    rows(0, {r * heads * hd, heads * hd});
-  } else if (ends_with(name, "k_proj.weight") || ends_with(name, "k_proj.bias") ||
-             ends_with(name, "v_proj.weight") || ends_with(name, "v_proj.bias")) {
-    if (kv % tp == 0) {
-      rows(0, {r * (kv / tp) * hd, (kv / tp) * hd});
-    } else {
-      const int share = tp / static_cast<int>(kv);  // ranks serving one kv head
-      rows(0, {(r / share) * hd, hd});
-      s.holders = share;
-      s.holder = r % share;
-    }
-  } else if (ends_with(name, "o_proj.weight")) {
-    rows(1, {r * heads * hd, heads * hd});
-  } else if (ends_with(name, "gate_proj.weight") || ends_with(name, "up_proj.weight") ||
-             ends_with(name, "gate_proj.bias") || ends_with(name, "up_proj.bias")) {
-    rows(0, split_range(m.intermediate_size, tp, r));
-  } else if (ends_with(name, "down_proj.weight")) {
-    rows(1, split_range(m.intermediate_size, tp, r));
-  } else {
+  if (!split.split()) {
     s.holders = tp;
     s.holder = r;
+    return s;
   }
+  s.dim = split.dim();
+  if (split.replicable && split.groups % tp != 0) {
+    const int share = tp / static_cast<int>(split.groups);  // ranks serving one group
+    s.begin = (r / share) * split.group_size;
+    s.count = split.group_size;
+    s.holders = share;
+    s.holder = r % share;
+    return s;
+  }
+  const SplitRange groups = split_range(split.groups, tp, r);
+  s.begin = groups.begin * split.group_size;
+  s.count = groups.count * split.group_size;
   return s;
 }
 

@@ -1,5 +1,5 @@
-// The megatron engine's step: tensor-parallel forward of a chunk, and the pipeline schedule that
-// runs a step's micro-batches through the stages.
+// The megatron engine's step: the tensor-parallel operations the model calls, and the pipeline
+// schedule that runs a step's micro-batches through the stages' units.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -12,73 +12,48 @@
 #include "lft/engine/megatron_internal.h"
 #include "lft/engine/tensor_parallel.h"
 #include "lft/model/autocast.h"
-#include "lft/model/checkpoint.h"
-#include "lft/model/loss.h"
 #include "lft/runtime/error.h"
 
 namespace lft::engine {
 
-// ---- tensor-parallel forward ----
+// ---- the tensor-parallel operations the model's forward calls ----
 
-at::Tensor MegatronEngine::enter_tp(const at::Tensor& x) {
+at::Tensor MegatronEngine::enter(const at::Tensor& x) {
   if (plan_.tp == 1) return x;
   return plan_.sequence_parallel ? gather_sequence(x, tp_) : copy_to_tp(x, tp_);
 }
 
-at::Tensor MegatronEngine::exit_tp(const at::Tensor& y) {
+at::Tensor MegatronEngine::exit(const at::Tensor& y) {
   if (plan_.tp == 1) return y;
   return plan_.sequence_parallel ? scatter_sequence(y, tp_) : reduce_from_tp(y, tp_);
 }
 
 // Vocab-parallel: this rank looks up the ids in its rows, zeros for the others; the sum over the
 // tensor-parallel ranks (or its sequence slice) is the embedding.
-at::Tensor MegatronEngine::embed(const at::Tensor& ids) {
-  const at::Tensor& weight = model_->model->embed_tokens->weight;
+at::Tensor MegatronEngine::embed(const at::Tensor& weight, const at::Tensor& ids) {
   if (plan_.tp == 1) return at::embedding(weight, ids);
-  const std::int64_t begin = split_range(model_->config().vocab_size, plan_.tp, tp_.rank()).begin;
   const std::int64_t rows = weight.size(0);
-  const at::Tensor outside = ids.lt(begin).logical_or(ids.ge(begin + rows));
+  const at::Tensor outside = ids.lt(vocab_begin_).logical_or(ids.ge(vocab_begin_ + rows));
   at::Tensor partial;
   if (rows == 0) {
     partial = at::zeros({ids.size(0), ids.size(1), weight.size(1)}, weight.options()) * weight.sum();
   } else {
-    partial = at::embedding(weight, (ids - begin).masked_fill(outside, 0)).masked_fill(outside.unsqueeze(-1), 0);
+    partial = at::embedding(weight, (ids - vocab_begin_).masked_fill(outside, 0)).masked_fill(outside.unsqueeze(-1), 0);
   }
-  return exit_tp(partial);
+  return exit(partial);
 }
 
-// Llama's pre-norm block (LlamaDecoderLayerImpl::forward) with the tensor-parallel operators
-// around attention and MLP.
-at::Tensor MegatronEngine::decoder_layer(std::int64_t index, const at::Tensor& x, const model::AttentionInputs& in) {
-  auto& layer = model_->model->layer_list[static_cast<std::size_t>(index)];
-  const at::Tensor h = x + exit_tp(layer->self_attn(enter_tp(layer->input_layernorm(x)), in.cos, in.sin, in.mask));
-  return h + exit_tp(layer->mlp(enter_tp(layer->post_attention_layernorm(h))));
-}
-
-at::Tensor MegatronEngine::token_losses(const at::Tensor& hidden, const at::Tensor& ids) {
-  const at::Tensor h = enter_tp(model_->model->norm(hidden));
-  const at::Tensor logits = model_->logits(h);  // [B, T, this rank's vocabulary rows]
-  if (plan_.tp == 1) return model::token_losses(logits, ids, /*ignore_id=*/-100);
-  const std::int64_t begin = split_range(model_->config().vocab_size, plan_.tp, tp_.rank()).begin;
-  return vocab_parallel_token_losses(logits, ids, begin, tp_);
+at::Tensor MegatronEngine::token_losses(const at::Tensor& logits, const at::Tensor& ids) {
+  if (plan_.tp == 1) return model::ParallelOps::token_losses(logits, ids);
+  return vocab_parallel_token_losses(logits, ids, vocab_begin_, tp_);
 }
 
 at::Tensor MegatronEngine::forward_chunk(int chunk, const MicroBatch& batch, const at::Tensor& input,
                                          double loss_factor, at::Tensor& sequence_sums) {
-  const int g = plan_.virtual_stage(stage_, chunk);
-  at::Tensor h = g == 0 ? embed(batch.input_ids) : input;
-  const model::AttentionInputs in =
-      model_->model->attention_inputs(batch.input_ids, batch.segment_ids, h.options());
-  const bool recompute = model_->gradient_checkpointing() && at::GradMode::is_enabled();
-  const auto& [begin, end] = plan_.stage_layers[static_cast<std::size_t>(g)];
-  for (std::int64_t layer = begin; layer < end; ++layer) {
-    if (recompute)
-      h = model::checkpoint([this, layer, in](const at::Tensor& x) { return decoder_layer(layer, x, in); }, h);
-    else
-      h = decoder_layer(layer, h, in);
-  }
-  if (g != plan_.last_virtual_stage()) return h;
-  const at::Tensor losses = token_losses(h, batch.input_ids) * batch.weights;
+  const auto [first, last] = chunk_units(chunk);
+  const at::Tensor out = model_->forward_units(first, last, batch.input_ids, batch.segment_ids, input);
+  if (last != model_->num_units()) return out;
+  const at::Tensor losses = out * batch.weights;
   sequence_sums = losses.detach().to(at::kDouble).sum(1).cpu();
   return losses.sum() * loss_factor;
 }
@@ -98,7 +73,7 @@ struct Live {
 
 }  // namespace
 
-at::Tensor MegatronEngine::run_micro_batches(torch::nn::Module&, const std::vector<MicroBatch>& batches,
+at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector<MicroBatch>& batches,
                                              const MicroBatchOptions& o) {
   const auto m = static_cast<std::int64_t>(batches.size());
   const int pp = plan_.pp, v = plan_.virtual_stages, last = plan_.last_virtual_stage();

@@ -1,12 +1,12 @@
 #include "lft/engine/none.h"
 
-#include <torch/nn/module.h>
+#include "lft/model/causal_lm.h"
 
 namespace lft::engine {
 
 NoneEngine::NoneEngine(const EngineContext&) {}
 
-void NoneEngine::prepare(torch::nn::Module& model) {
+void NoneEngine::prepare(model::CausalLM& model) {
   for (const auto& item : model.named_parameters()) {
     if (!item.value().requires_grad()) continue;
     names_.push_back(item.key());

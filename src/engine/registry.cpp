@@ -19,7 +19,10 @@ std::unique_ptr<Engine> make(const EngineContext& ctx) {
 
 const std::vector<EngineInfo>& registry() {
   static const std::vector<EngineInfo> engines = {
-      // name -> src/engine/<name>.cpp -> <Name>Engine: one line per engine.
+      // One line per engine: its `distributed` name, what it does, its mesh dims, and its factory.
+      // none, ddp and megatron are classes of their own (src/engine/<name>.cpp); fsdp2, fsdp and
+      // deepspeed are plans of the ShardedEngine (sharded.cpp), made in sharded_engines.cpp, and
+      // fsdp NO_SHARD / ZeRO-0 are the DdpEngine under their own name.
       {"none", "one rank, no communication", {}, MeshDim::DPReplicate, 1, "nothing",
        make<NoneEngine>},
       {"ddp", "data parallel: every rank holds the whole model, gradients are all-reduced",

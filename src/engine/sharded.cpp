@@ -4,13 +4,11 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
-#include <torch/nn/module.h>
 
 #include <chrono>
 
 #include "lft/model/parameter_storage.h"
 #include "lft/model/weight_source.h"
-#include <stdexcept>
 
 namespace lft::engine {
 namespace {
@@ -24,13 +22,6 @@ Shape piece_shape(const Shape& global, std::int64_t rows) {
   if (s.empty()) return {rows};
   s[0] = rows;
   return s;
-}
-
-// Layer index of "model.layers.<i>.<rest>", or -1.
-long layer_of(const std::string& name) {
-  const std::string prefix = "model.layers.";
-  if (name.compare(0, prefix.size(), prefix) != 0) return -1;
-  return std::stol(name.substr(prefix.size()));
 }
 
 }  // namespace
@@ -67,10 +58,8 @@ ShardedEngine::ShardedEngine(const EngineContext& ctx, ShardingPlan plan)
 
 ShardedEngine::~ShardedEngine() = default;
 
-void ShardedEngine::prepare(torch::nn::Module& module) {
-  auto* model = dynamic_cast<model::LlamaForCausalLMImpl*>(&module);
-  if (model == nullptr) throw std::logic_error(plan_.name + " engine: the model is not a LlamaForCausalLM");
-  build_units(module);
+void ShardedEngine::prepare(model::CausalLM& model) {
+  build_units(model);
   if (plan_.shard_parameters) {
     c10::NoGradGuard no_grad;
     for (auto& p : params_) {
@@ -79,7 +68,7 @@ void ShardedEngine::prepare(torch::nn::Module& module) {
       p.set_data(model::storage_allocated(p) ? p.to(options) : model::unallocated_tensor(p.sizes().vec(), options));
     }
     for (auto& u : units_) free_parameters(*u);
-    model->set_layer_hooks(this);
+    model.set_layer_hooks(this);
   }
   if (plan_.reduce_during_backward)
     for (std::size_t k = 0; k < params_.size(); ++k)
@@ -87,22 +76,23 @@ void ShardedEngine::prepare(torch::nn::Module& module) {
   after_forward_.assign(units_.size() - 1, 0);
 }
 
-void ShardedEngine::prepare_from(torch::nn::Module& module, const model::WeightSource& weights) {
-  if (!plan_.shard_parameters) return Engine::prepare_from(module, weights);
+void ShardedEngine::prepare_from(model::CausalLM& model, const model::WeightSource& weights) {
+  if (!plan_.shard_parameters) return Engine::prepare_from(model, weights);
   weights_ = &weights;
-  prepare(module);
+  prepare(model);
   weights_ = nullptr;
 }
 
-void ShardedEngine::build_units(torch::nn::Module& module) {
+void ShardedEngine::build_units(model::CausalLM& model) {
   std::vector<std::string> param_names;
-  for (const auto& item : module.named_parameters()) {
+  for (const auto& item : model.named_parameters()) {
     if (!item.value().requires_grad()) continue;
     param_names.push_back(item.key());
     params_.push_back(item.value());
     shapes_.push_back(item.value().sizes().vec());
-    const long layer = layer_of(item.key());
-    unit_of_.push_back(layer < 0 ? 0 : static_cast<std::size_t>(layer) + 1);
+    // A decoder layer is a unit of its own; everything else goes in the root unit 0.
+    const std::int64_t unit = model.placement(item.key()).units.front();
+    unit_of_.push_back(model.is_layer_unit(unit) ? static_cast<std::size_t>(unit) : 0);
     while (units_.size() <= unit_of_.back()) units_.push_back(std::make_unique<Unit>());
   }
   c10::NoGradGuard no_grad;
@@ -215,13 +205,13 @@ void ShardedEngine::free_parameters(Unit& u) {
 }
 
 void ShardedEngine::before_layer(std::int64_t index) {
-  const auto unit = static_cast<std::size_t>(index) + 1;
+  const auto unit = static_cast<std::size_t>(model::CausalLM::layer_unit(index));
   ensure_gathered(*units_[unit]);
   prefetch(unit + 1);
 }
 
 void ShardedEngine::after_layer(std::int64_t index, const at::Tensor& output) {
-  const auto unit = static_cast<std::size_t>(index) + 1;
+  const auto unit = static_cast<std::size_t>(model::CausalLM::layer_unit(index));
   if (plan_.reshard_after_forward) {
     free_parameters(*units_[unit]);
     // Before this layer's backward: gather it again, and prefetch the layer before it.
@@ -233,7 +223,7 @@ void ShardedEngine::after_layer(std::int64_t index, const at::Tensor& output) {
   }
   std::int64_t held = 0;
   for (std::size_t k : units_[unit]->params) held += static_cast<std::int64_t>(params_[k].storage().nbytes());
-  after_forward_[unit - 1] = held;
+  after_forward_[static_cast<std::size_t>(index)] = held;
 }
 
 // ---- reducing gradients ----

@@ -94,7 +94,7 @@ std::unique_ptr<Engine> create_fsdp(const EngineContext& ctx) {
          "use sharding_strategy = \"HYBRID_SHARD\" for replicated groups, or dp_replicate = 1");
   const at::ScalarType dtype = mixed_precision(cfg);
   if (strategy == "NO_SHARD") {
-    return std::make_unique<DdpEngine>(ctx);
+    return std::make_unique<DdpEngine>(ctx, "fsdp");
   }
   ShardingPlan plan;
   plan.name = "fsdp";
@@ -111,7 +111,7 @@ std::unique_ptr<Engine> create_deepspeed(const EngineContext& ctx) {
   for (const auto& note : ds.notes) log0(note);
   check_offload(ctx, ds.path + ": zero_optimization.offload_optimizer", ds.offload_optimizer);
   check_offload(ctx, ds.path + ": zero_optimization.offload_param", ds.offload_param);
-  if (ds.zero_stage == 0) return std::make_unique<DdpEngine>(ctx);
+  if (ds.zero_stage == 0) return std::make_unique<DdpEngine>(ctx, "deepspeed");
   ShardingPlan plan;
   plan.name = "deepspeed";
   plan.per_parameter_cut = false;

@@ -1,147 +1,60 @@
-// The Llama-family decoder: layers (Linear, Embedding, RMSNorm), RoPE, attention, MLP, model.
+// The Llama family: attention, MLP, the pre-norm decoder block and LlamaForCausalLM.
 #include "lft/model/llama.h"
 
-#include <algorithm>
-#include <cmath>
 #include <optional>
 #include <string>
-#include <tuple>
-#include <vector>
 
 #include <ATen/ATen.h>
-
-#include "lft/model/checkpoint.h"
-#include "lft/model/parameter_storage.h"
-#include "lft/model/segments.h"
 
 namespace lft::model {
 
 namespace {
 
-constexpr double kPi = 3.141592653589793;  // Python's math.pi
-
-c10::TensorOptions param_options(const c10::TensorOptions& options) {
-  return options.dtype(options.dtype_opt().value_or(caffe2::TypeMeta::Make<float>()))
-      .requires_grad(false);
+TpSplit split(TpRole role, std::int64_t groups, std::int64_t group_size, bool even, bool replicable,
+              const std::string& what) {
+  TpSplit s;
+  s.role = role;
+  s.groups = groups;
+  s.group_size = group_size;
+  s.even = even;
+  s.replicable = replicable;
+  s.what = what;
+  return s;
 }
 
-// Filled with `value`, or without memory inside an UnallocatedParameters scope.
-at::Tensor new_parameter(const std::vector<std::int64_t>& shape, const c10::TensorOptions& options,
-                         double value) {
-  if (UnallocatedParameters::active()) return unallocated_tensor(shape, param_options(options));
-  return at::full(shape, value, param_options(options));
+// `name` without its first component "<prefix>." when it starts with it, else "".
+std::string inside(const std::string& name, const std::string& prefix) {
+  return name.rfind(prefix + ".", 0) == 0 ? name.substr(prefix.size() + 1) : "";
 }
 
 }  // namespace
 
-// ---- Linear, Embedding, RMSNorm ----
-
-LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias,
-                       const c10::TensorOptions& options)
-    : in_features(in), out_features(out) {
-  weight = register_parameter("weight", new_parameter({out, in}, options, 0.0));
-  if (with_bias) bias = register_parameter("bias", new_parameter({out}, options, 0.0));
-}
-
-at::Tensor LinearImpl::forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
-
-EmbeddingImpl::EmbeddingImpl(std::int64_t num_embeddings, std::int64_t dim,
-                             const c10::TensorOptions& options) {
-  weight = register_parameter("weight", new_parameter({num_embeddings, dim}, options, 0.0));
-}
-
-at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) { return at::embedding(weight, ids); }
-
-RMSNormImpl::RMSNormImpl(std::int64_t dim, double epsilon, const c10::TensorOptions& options)
-    : eps(epsilon) {
-  weight = register_parameter("weight", new_parameter({dim}, options, 1.0));
-}
-
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
-  const at::Tensor x32 = x.to(at::kFloat);
-  const at::Tensor variance = x32.pow(2).mean(-1, /*keepdim=*/true);
-  const at::Tensor y = x32 * at::rsqrt(variance + eps);
-  return weight * y.to(x.scalar_type());
-}
-
-// ---- RoPE ----
-
-RotaryEmbedding::RotaryEmbedding(const ModelConfig& config) {
-  // Written with the same tensor operations, in the same order, as transformers'
-  // _compute_default_rope_parameters / _compute_llama3_parameters, so the fp32 values agree bit
-  // for bit (Python's `1.0 / t` is reciprocal(t) * 1.0).
-  const std::int64_t dim = config.head_dim();
-  const at::Tensor exponent =
-      at::arange(0, dim, 2, at::TensorOptions().dtype(at::kLong)).to(at::kFloat) /
-      static_cast<double>(dim);
-  at::Tensor inv = at::reciprocal(at::pow(config.rope_theta, exponent)) * 1.0;
-  if (config.rope_type == "linear") {
-    inv = inv / config.rope_factor;
-  } else if (config.rope_type == "llama3") {
-    const double factor = config.rope_factor, low = config.rope_low_freq_factor,
-                 high = config.rope_high_freq_factor;
-    const double old_len = static_cast<double>(config.rope_original_max_position_embeddings > 0
-                                                   ? config.rope_original_max_position_embeddings
-                                                   : config.max_position_embeddings);
-    const double low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
-    const at::Tensor wavelen = at::reciprocal(inv) * (2.0 * kPi);
-    at::Tensor inv_llama = at::where(wavelen > low_freq_wavelen, inv / factor, inv);
-    const at::Tensor smooth = (at::reciprocal(wavelen) * old_len - low) / (high - low);
-    const at::Tensor smoothed = (1.0 - smooth) * inv_llama / factor + smooth * inv_llama;
-    const at::Tensor medium = (wavelen < high_freq_wavelen).logical_not() *
-                              (wavelen > low_freq_wavelen).logical_not();
-    inv_llama = at::where(medium, smoothed, inv_llama);
-    inv = inv_llama;
-  }
-  inv_freq_ = inv.contiguous();
-}
-
-std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(
-    std::int64_t seq_len, const c10::TensorOptions& options) const {
-  const auto dtype = options.dtype_opt().value_or(caffe2::TypeMeta::Make<float>());
-  const c10::Device device = options.device();
-  if (!cos_cache_.defined() || cos_cache_.size(0) < seq_len || cos_cache_.device() != device ||
-      cos_cache_.dtype() != dtype) {
-    const std::int64_t len =
-        std::max(seq_len, cos_cache_.defined() && cos_cache_.device() == device &&
-                                  cos_cache_.dtype() == dtype
-                              ? cos_cache_.size(0)
-                              : std::int64_t{0});
-    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
-    const at::Tensor positions = at::arange(len, f32.dtype(at::kLong)).to(at::kFloat);
-    const at::Tensor freqs = at::outer(positions, inv_freq_.to(device));  // [T, d/2]
-    const at::Tensor emb = at::cat({freqs, freqs}, -1);                   // [T, d]
-    cos_cache_ = emb.cos().to(dtype);
-    sin_cache_ = emb.sin().to(dtype);
-  }
-  return {cos_cache_.narrow(0, 0, seq_len), sin_cache_.narrow(0, 0, seq_len)};
-}
-
-at::Tensor rotate_half(const at::Tensor& x) {
-  const std::int64_t half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
-at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  return x * cos + rotate_half(x) * sin;
-}
-
-// ---- attention, MLP, decoder layer ----
+// ---- attention ----
 
 LlamaAttentionImpl::LlamaAttentionImpl(const ModelConfig& config, std::int64_t layer_index,
                                        const c10::TensorOptions& options)
-    : head_dim_(config.head_dim()),
+    : config_(config),
+      head_dim_(config.head_dim()),
       sliding_window_(config.uses_sliding_window(layer_index) ? config.sliding_window : 0) {
   const std::int64_t h = config.hidden_size, heads = config.num_attention_heads,
                      kv_heads = config.num_key_value_heads;
-  q_proj = register_module("q_proj", Linear(h, heads * head_dim_, config.attention_bias,
-                                            options));
-  k_proj = register_module("k_proj", Linear(h, kv_heads * head_dim_, config.attention_bias,
-                                            options));
-  v_proj = register_module("v_proj", Linear(h, kv_heads * head_dim_, config.attention_bias,
-                                            options));
-  o_proj = register_module("o_proj", Linear(heads * head_dim_, h, config.attention_out_bias,
-                                            options));
+  q_proj = register_module("q_proj", Linear(h, heads * head_dim_, config.attention_bias, options));
+  k_proj = register_module("k_proj", Linear(h, kv_heads * head_dim_, config.attention_bias, options));
+  v_proj = register_module("v_proj", Linear(h, kv_heads * head_dim_, config.attention_bias, options));
+  o_proj = register_module("o_proj", Linear(heads * head_dim_, h, config.attention_out_bias, options));
+}
+
+void LlamaAttentionImpl::normalize_qk(at::Tensor&, at::Tensor&) {}
+
+TpSplit LlamaAttentionImpl::tp_split(const std::string& name) const {
+  const std::int64_t heads = config_.num_attention_heads, kv = config_.num_key_value_heads;
+  if (name.rfind("q_proj.", 0) == 0)
+    return split(TpRole::ColumnParallel, heads, head_dim_, true, false, "attention heads");
+  if (name.rfind("k_proj.", 0) == 0 || name.rfind("v_proj.", 0) == 0)
+    return split(TpRole::ColumnParallel, kv, head_dim_, true, true, "key/value heads");
+  if (name.rfind("o_proj.", 0) == 0)
+    return split(TpRole::RowParallel, heads, head_dim_, true, false, "attention heads");
+  return {};
 }
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
@@ -149,11 +62,12 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   const std::int64_t b = x.size(0), t = x.size(1);
   // Head counts from the weights: a tensor-parallel rank holds some of the heads.
   const std::int64_t heads = q_proj->weight.size(0) / head_dim_, kv_heads = k_proj->weight.size(0) / head_dim_;
-  at::Tensor q = q_proj(x).view({b, t, heads, head_dim_}).transpose(1, 2);
-  at::Tensor k = k_proj(x).view({b, t, kv_heads, head_dim_}).transpose(1, 2);
+  at::Tensor q = q_proj(x).view({b, t, heads, head_dim_});
+  at::Tensor k = k_proj(x).view({b, t, kv_heads, head_dim_});
   at::Tensor v = v_proj(x).view({b, t, kv_heads, head_dim_}).transpose(1, 2);
-  q = apply_rotary(q, cos, sin);
-  k = apply_rotary(k, cos, sin);
+  normalize_qk(q, k);
+  q = apply_rotary(q.transpose(1, 2), cos, sin);
+  k = apply_rotary(k.transpose(1, 2), cos, sin);
 
   std::optional<at::Tensor> mask;
   bool causal = true;
@@ -178,7 +92,10 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   return o_proj(o);
 }
 
-LlamaMLPImpl::LlamaMLPImpl(const ModelConfig& config, const c10::TensorOptions& options) {
+// ---- MLP ----
+
+LlamaMLPImpl::LlamaMLPImpl(const ModelConfig& config, const c10::TensorOptions& options)
+    : intermediate_size_(config.intermediate_size) {
   const std::int64_t h = config.hidden_size, f = config.intermediate_size;
   gate_proj = register_module("gate_proj", Linear(h, f, config.mlp_bias, options));
   up_proj = register_module("up_proj", Linear(h, f, config.mlp_bias, options));
@@ -189,92 +106,49 @@ at::Tensor LlamaMLPImpl::forward(const at::Tensor& x) {
   return down_proj(at::silu(gate_proj(x)) * up_proj(x));
 }
 
+TpSplit LlamaMLPImpl::tp_split(const std::string& name) const {
+  if (name.rfind("gate_proj.", 0) == 0 || name.rfind("up_proj.", 0) == 0)
+    return split(TpRole::ColumnParallel, intermediate_size_, 1, false, false, "MLP rows");
+  if (name.rfind("down_proj.", 0) == 0)
+    return split(TpRole::RowParallel, intermediate_size_, 1, false, false, "MLP rows");
+  return {};
+}
+
+// ---- decoder layer ----
+
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const ModelConfig& config, std::int64_t layer_index,
-                                             const c10::TensorOptions& options) {
-  input_layernorm = register_module(
-      "input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
-  self_attn = register_module("self_attn", LlamaAttention(config, layer_index, options));
-  post_attention_layernorm = register_module(
-      "post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
+                                             const c10::TensorOptions& options,
+                                             std::shared_ptr<LlamaAttentionImpl> attention) {
+  if (!attention) attention = std::make_shared<LlamaAttentionImpl>(config, layer_index, options);
+  input_layernorm = register_module("input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
+  self_attn = register_module("self_attn", LlamaAttention(std::move(attention)));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
   mlp = register_module("mlp", LlamaMLP(config, options));
 }
 
-at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos,
-                                          const at::Tensor& sin, const at::Tensor& segment_mask) {
-  const at::Tensor h = x + self_attn(input_layernorm(x), cos, sin, segment_mask);
-  return h + mlp(post_attention_layernorm(h));
+at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x, const AttentionInputs& in, ParallelOps& ops) {
+  const at::Tensor h = x + ops.exit(self_attn(ops.enter(input_layernorm(x)), in.cos, in.sin, in.mask));
+  return h + ops.exit(mlp(ops.enter(post_attention_layernorm(h))));
+}
+
+at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                          const at::Tensor& segment_mask) {
+  ParallelOps one_rank;
+  return forward(x, AttentionInputs{cos, sin, segment_mask}, one_rank);
+}
+
+TpSplit LlamaDecoderLayerImpl::tp_split(const std::string& name) const {
+  if (const std::string rest = inside(name, "self_attn"); !rest.empty()) return self_attn->tp_split(rest);
+  if (const std::string rest = inside(name, "mlp"); !rest.empty()) return mlp->tp_split(rest);
+  return {};  // the norms
 }
 
 // ---- model ----
 
-LlamaModelImpl::LlamaModelImpl(const ModelConfig& config, const c10::TensorOptions& options)
-    : rotary_(config) {
-  embed_tokens =
-      register_module("embed_tokens", Embedding(config.vocab_size, config.hidden_size, options));
-  layers = register_module("layers", torch::nn::ModuleList());
-  for (std::int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    LlamaDecoderLayer layer(config, i, options);
-    layers->push_back(layer);
-    layer_list.push_back(layer);
-  }
-  norm = register_module("norm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
-}
-
-AttentionInputs LlamaModelImpl::attention_inputs(const at::Tensor& input_ids, const at::Tensor& segment_ids,
-                                                 const c10::TensorOptions& options) const {
-  AttentionInputs in;
-  std::tie(in.cos, in.sin) = rotary_.cos_sin(input_ids.size(1), options);
-  if (segment_ids.defined()) {
-    TORCH_CHECK(segment_ids.sizes() == input_ids.sizes(), "LlamaModel: segment_ids ",
-                segment_ids.sizes(), " do not match input_ids ", input_ids.sizes());
-    const at::Tensor positions = segment_positions(segment_ids);
-    const std::vector<std::int64_t> shape{positions.size(0), 1, positions.size(1), -1};
-    in.cos = in.cos.index_select(0, positions.reshape({-1})).view(shape);
-    in.sin = in.sin.index_select(0, positions.reshape({-1})).view(shape);
-    in.mask = segment_causal_mask(segment_ids);
-  }
-  return in;
-}
-
-at::Tensor LlamaModelImpl::forward(const at::Tensor& input_ids, const at::Tensor& segment_ids) {
-  TORCH_CHECK(input_ids.dim() == 2, "LlamaModel: input_ids must be [batch, seq], got ",
-              input_ids.sizes());
-  at::Tensor h = embed_tokens(input_ids);
-  const auto [cos, sin, mask] = attention_inputs(input_ids, segment_ids, h.options());
-  const bool recompute = gradient_checkpointing && at::GradMode::is_enabled();
-  for (std::size_t i = 0; i < layer_list.size(); ++i) {
-    auto& layer = layer_list[i];
-    if (layer_hooks) layer_hooks->before_layer(static_cast<std::int64_t>(i));
-    if (recompute) {
-      auto block = layer.ptr();  // the lambda owns references to the layer and cos/sin
-      at::Tensor c = cos, s = sin, m = mask;
-      h = checkpoint([block, c, s, m](const at::Tensor& x) { return block->forward(x, c, s, m); }, h);
-    } else {
-      h = layer->forward(h, cos, sin, mask);
-    }
-    if (layer_hooks) layer_hooks->after_layer(static_cast<std::int64_t>(i), h);
-  }
-  return norm(h);
-}
-
-LlamaForCausalLMImpl::LlamaForCausalLMImpl(const ModelConfig& config,
-                                           const c10::TensorOptions& options)
-    : config_(config) {
-  config_.validate("model config");
-  model = register_module("model", LlamaModel(config_, options));
-  if (!config_.tie_word_embeddings) {
-    lm_head = register_module("lm_head",
-                              Linear(config_.hidden_size, config_.vocab_size, false, options));
-  }
-}
-
-at::Tensor LlamaForCausalLMImpl::logits(const at::Tensor& hidden) {
-  if (lm_head) return lm_head->forward(hidden);
-  return at::linear(hidden, model->embed_tokens->weight);
-}
-
-at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& input_ids, const at::Tensor& segment_ids) {
-  return logits(model->forward(input_ids, segment_ids));
-}
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const ModelConfig& config, const c10::TensorOptions& options)
+    : CausalLM(config, options, [&config, &options](std::int64_t layer) -> std::shared_ptr<DecoderBlock> {
+        return std::make_shared<LlamaDecoderLayerImpl>(config, layer, options);
+      }) {}
 
 }  // namespace lft::model

@@ -140,11 +140,12 @@ ModelConfig ModelConfig::from_hf_json(const std::string& json_text, const std::s
 
   ModelConfig c;
   const Json* type = r.find(root, "model_type");
-  if (type == nullptr) fail(file_name, "model_type", "missing (llama, qwen2 or mistral)");
+  if (type == nullptr) fail(file_name, "model_type", "missing (llama, qwen2, qwen3 or mistral)");
   c.model_type = r.string("model_type", "");
-  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "mistral") {
+  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
+      c.model_type != "mistral") {
     fail(file_name, "model_type",
-         "'" + c.model_type + "' is not supported; lftrain trains llama, qwen2 and mistral models");
+         "'" + c.model_type + "' is not supported; lftrain trains llama, qwen2, qwen3 and mistral models");
   }
   if (r.find(root, "quantization_config") != nullptr) {
     fail(file_name, "quantization_config",
@@ -160,11 +161,11 @@ ModelConfig ModelConfig::from_hf_json(const std::string& json_text, const std::s
   c.num_attention_heads = r.integer("num_attention_heads");
   c.num_key_value_heads = r.integer("num_key_value_heads", c.num_attention_heads);
   const std::int64_t default_positions =
-      c.model_type == "llama" ? 2048 : (c.model_type == "qwen2" ? 32768 : 131072);
+      c.model_type == "llama" ? 2048 : c.model_type == "qwen2" ? 32768 : c.model_type == "qwen3" ? 40960 : 131072;
   c.max_position_embeddings = r.integer("max_position_embeddings", default_positions);
   c.rms_norm_eps = r.real("rms_norm_eps", 1e-6);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
-  c.explicit_head_dim = r.integer("head_dim", 0);
+  c.explicit_head_dim = r.integer("head_dim", c.model_type == "qwen3" ? 128 : 0);
   c.dtype = r.string("dtype", r.string("torch_dtype", ""));
 
   if (c.model_type == "llama") {
@@ -173,6 +174,10 @@ ModelConfig ModelConfig::from_hf_json(const std::string& json_text, const std::s
     c.mlp_bias = r.boolean("mlp_bias", false);
   } else if (c.model_type == "qwen2") {
     c.attention_bias = true;
+  } else if (c.model_type == "qwen3") {
+    c.attention_bias = r.boolean("attention_bias", false);
+    c.attention_out_bias = c.attention_bias;
+    c.qk_norm = true;
   }
 
   // RoPE: transformers 5 writes one `rope_parameters` object; 4.x wrote `rope_theta` plus
@@ -214,7 +219,7 @@ ModelConfig ModelConfig::from_hf_json(const std::string& json_text, const std::s
   if (c.model_type == "mistral") {
     c.sliding_window = r.integer("sliding_window", 0);
     c.sliding_window_first_layer = 0;
-  } else if (c.model_type == "qwen2" && r.boolean("use_sliding_window", false)) {
+  } else if ((c.model_type == "qwen2" || c.model_type == "qwen3") && r.boolean("use_sliding_window", false)) {
     c.sliding_window = r.integer("sliding_window", 4096);
     c.sliding_window_first_layer = r.integer("max_window_layers", 28);
   }
@@ -298,6 +303,7 @@ void ModelConfig::validate(const std::string& where) const {
 std::string ModelConfig::to_hf_json() const {
   nlohmann::ordered_json j;
   const char* arch = model_type == "qwen2"     ? "Qwen2ForCausalLM"
+                     : model_type == "qwen3"   ? "Qwen3ForCausalLM"
                      : model_type == "mistral" ? "MistralForCausalLM"
                                                : "LlamaForCausalLM";
   j["architectures"] = {arch};
@@ -316,6 +322,8 @@ std::string ModelConfig::to_hf_json() const {
   if (model_type == "llama") {
     j["attention_bias"] = attention_bias;
     j["mlp_bias"] = mlp_bias;
+  } else if (model_type == "qwen3") {
+    j["attention_bias"] = attention_bias;
   }
   nlohmann::ordered_json rope;
   rope["rope_theta"] = rope_theta;
@@ -337,7 +345,7 @@ std::string ModelConfig::to_hf_json() const {
   }
   if (model_type == "mistral") {
     j["sliding_window"] = sliding_window > 0 ? nlohmann::ordered_json(sliding_window) : nullptr;
-  } else if (model_type == "qwen2") {
+  } else if (model_type == "qwen2" || model_type == "qwen3") {
     j["use_sliding_window"] = sliding_window > 0;
     j["sliding_window"] = sliding_window > 0 ? nlohmann::ordered_json(sliding_window) : nullptr;
     j["max_window_layers"] = sliding_window > 0 ? sliding_window_first_layer : num_hidden_layers;
@@ -360,6 +368,7 @@ std::int64_t ModelConfig::num_non_embedding_parameters() const {
   if (attention_bias) layer += q + 2 * kv;
   if (attention_out_bias) layer += h;
   if (mlp_bias) layer += 2 * ffn + h;
+  if (qk_norm) layer += 2 * head_dim();
   return num_hidden_layers * layer + h;  // + final norm
 }
 

@@ -1,15 +1,10 @@
 #include "lft/runtime/device.h"
 
-#include <H5public.h>
-#include <mpi.h>
-#include <torch/version.h>
-
 #include "lft/build_config.h"
 
 #if LFT_HAS_CUDA
 #include <cuda_runtime_api.h>
 
-#include "lft/comm/nccl_communicator.h"
 #include "lft/runtime/cuda_check.h"
 #endif
 
@@ -43,25 +38,6 @@ DeviceChoice select_device(int local_rank, int local_size) {
   d.cpu_reason = "this build has no CUDA (LFT_ENABLE_CUDA)";
 #endif
   return d;
-}
-
-std::string library_versions() {
-  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
-  int len = 0;
-  MPI_Get_library_version(mpi, &len);
-  std::string mpi_line(mpi);
-  mpi_line = mpi_line.substr(0, mpi_line.find_first_of(",\n"));
-  unsigned major = 0, minor = 0, release = 0;
-  H5get_libversion(&major, &minor, &release);
-  std::string out = std::string("LibTorch ") + TORCH_VERSION + ", " + mpi_line + ", HDF5 " +
-                    std::to_string(major) + "." + std::to_string(minor) + "." +
-                    std::to_string(release);
-#if LFT_HAS_NCCL
-  out += ", NCCL " + nccl_version();
-#else
-  out += ", NCCL not built";
-#endif
-  return out;
 }
 
 }  // namespace lft

@@ -1,8 +1,12 @@
 #include "lft/runtime/memory.h"
 
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/alignment.h>
+#include <c10/core/impl/alloc_cpu.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 
 namespace lft {
 namespace {
@@ -21,34 +25,35 @@ void note_allocation(std::int64_t bytes) {
   }
 }
 
-// What a counted allocation keeps: the underlying allocation and its size.
-struct Counted {
-  c10::DataPtr inner;
-  std::int64_t bytes;
-};
+// Each allocation carries its size in a header just before the data. The header is one alignment
+// unit long, so the data keeps c10's alignment. The DataPtr's context is the data pointer itself:
+// LibTorch's contract for raw_allocate()/raw_deallocate() (oneDNN's bf16 kernels use them), which
+// an allocator wrapping another allocation's DataPtr in a separate context breaks.
+constexpr std::size_t kHeader = std::max<std::size_t>(c10::gAlignment, sizeof(std::int64_t));
 
-void release(void* ctx) {
-  auto* counted = static_cast<Counted*>(ctx);
-  in_use.fetch_sub(counted->bytes);
-  delete counted;  // frees the inner allocation with its own deleter
+void release(void* data) {
+  if (data == nullptr) return;
+  char* base = static_cast<char*>(data) - kHeader;
+  std::int64_t bytes = 0;
+  std::memcpy(&bytes, base, sizeof bytes);
+  in_use.fetch_sub(bytes);
+  c10::free_cpu(base);
 }
 
 class CountingAllocator final : public c10::Allocator {
  public:
-  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
   c10::DataPtr allocate(size_t n) override {
-    c10::DataPtr inner = base_->allocate(n);
-    void* data = inner.get();
-    const c10::Device device = inner.device();
-    note_allocation(static_cast<std::int64_t>(n));
-    return {data, new Counted{std::move(inner), static_cast<std::int64_t>(n)}, &release, device};
+    char* base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
+    const auto bytes = static_cast<std::int64_t>(n);
+    std::memcpy(base, &bytes, sizeof bytes);
+    note_allocation(bytes);
+    void* data = base + kHeader;
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    base_->copy_data(dest, src, count);
+    default_copy_data(dest, src, count);
   }
-
- private:
-  c10::Allocator* base_;
 };
 
 std::atomic<bool> installed{false};
@@ -57,7 +62,7 @@ std::atomic<bool> installed{false};
 
 void install_cpu_memory_counter() {
   if (installed.exchange(true)) return;
-  static CountingAllocator counter(c10::GetCPUAllocator());
+  static CountingAllocator counter;
   c10::SetCPUAllocator(&counter, /*priority=*/100);
 }
 

@@ -7,13 +7,13 @@
 #include <cstdio>
 #include <ctime>
 
-#include "lft/comm/watchdog.h"
 #include "lft/runtime/error.h"
 
 namespace lft {
 namespace {
 
 std::atomic<bool> g_graceful{false};
+std::atomic<WaitReporter> g_reporter{nullptr};
 std::atomic<int> g_received{0};
 std::atomic<long long> g_first_ms{0};  // when the graceful stop was asked for (CLOCK_MONOTONIC)
 
@@ -32,7 +32,8 @@ void write_line(const char* text, int n) {
 
 // Only async-signal-safe calls in here.
 void on_signal(int sig) {
-  const char* waiting = Watchdog::current_wait();
+  const WaitReporter reporter = g_reporter.load();
+  const char* waiting = reporter != nullptr ? reporter() : nullptr;
   const char* what = waiting ? waiting : "no collective (computing or idle)";
   char line[768];
   const int rank = world_rank_or_minus_one();
@@ -69,6 +70,8 @@ void install_signal_handlers() {
 }
 
 void set_graceful_stop(bool on) { g_graceful.store(on); }
+
+void set_wait_reporter(WaitReporter reporter) { g_reporter.store(reporter); }
 
 int stop_signal_received() { return g_received.load(); }
 

@@ -18,8 +18,7 @@
 #include "lft/engine/registry.h"
 #include "lft/model/hf_checkpoint.h"
 #include "lft/model/init.h"
-#include "lft/model/llama.h"
-#include "lft/model/loss.h"
+#include "lft/model/families.h"
 #include "lft/model/model_config.h"
 #include "lft/model/parameter_storage.h"
 #include "lft/optim/adamw.h"
@@ -63,7 +62,7 @@ struct Trainer::State {
   DeviceMesh& mesh;
   DeviceChoice device;
   model::ModelConfig model_config;
-  model::LlamaForCausalLM model{nullptr};
+  std::shared_ptr<model::CausalLM> model;
   std::unique_ptr<TrainingData> data;
   std::unique_ptr<data::GlobalSampler> sampler;
   std::unique_ptr<engine::Engine> engine;
@@ -119,7 +118,7 @@ Trainer::Trainer(const config::Config& cfg, DeviceMesh& mesh, const DeviceChoice
   {
     std::optional<model::UnallocatedParameters> unallocated;
     if (s.engine->reads_weight_shards()) unallocated.emplace();
-    s.model = model::LlamaForCausalLM(s.model_config, at::TensorOptions().device(s.torch_device()));
+    s.model = model::create_causal_lm(s.model_config, at::TensorOptions().device(s.torch_device()));
   }
   s.model->set_gradient_checkpointing(cfg.boolean("gradient_checkpointing"));
   if (cfg.is_set("model_name_or_path")) {

@@ -5,8 +5,8 @@
 
 #include <cstdio>
 
+#include "lft/model/families.h"
 #include "lft/model/hf_checkpoint.h"
-#include "lft/model/llama.h"
 #include "lft/model/model_config.h"
 #include "lft/model/safetensors.h"
 
@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto config = lft::model::ModelConfig::from_hf_folder(argv[1]);
-  lft::model::LlamaForCausalLM model(config);
+  const auto model = lft::model::create_causal_lm(config);
   lft::model::load_hf_checkpoint(*model, argv[1]);
   const at::Tensor ids = (at::arange(32, at::kLong) * 7 + 3).remainder(config.vocab_size).view({2, 16});
   c10::NoGradGuard no_grad;

@@ -18,6 +18,7 @@
 #include "lft/engine/megatron.h"
 #include "lft/engine/mesh_plan.h"
 #include "lft/engine/registry.h"
+#include "lft/model/families.h"
 #include "lft/model/init.h"
 #include "lft/model/parameter_storage.h"
 #include "lft/runtime/memory.h"
@@ -288,7 +289,7 @@ TEST(MegatronMemory, SetUpHoldsTheRanksShareNotTheModel) {
   const std::int64_t base = cpu_bytes_in_use();
   auto engine = info.create(engine::EngineContext{cfg, mesh});
   std::optional<model::UnallocatedParameters> unallocated(std::in_place);
-  model::LlamaForCausalLM m(model_config);
+  const auto m = model::create_causal_lm(model_config);
   unallocated.reset();
   engine->prepare_from(*m, model::InitWeights(*m, 7));
   const double peak = static_cast<double>(cpu_peak_bytes_in_use() - base);

@@ -6,6 +6,7 @@
 
 #include "lft/config/config.h"
 #include "lft/engine/megatron_plan.h"
+#include "lft/model/families.h"
 #include "test_util.h"
 
 namespace lft::engine {
@@ -37,8 +38,12 @@ MeshShape mesh(int pp, int tp) {
   return m;
 }
 
+std::shared_ptr<model::CausalLM> meta_model(const config::Config& cfg) {
+  return model::create_causal_lm(model::ModelConfig::from_run_config(cfg), at::TensorOptions().device(at::kMeta));
+}
+
 MegatronPlan plan(const config::Config& cfg, int pp, int tp) {
-  return make_megatron_plan(cfg, model::ModelConfig::from_run_config(cfg), mesh(pp, tp));
+  return make_megatron_plan(cfg, *meta_model(cfg), mesh(pp, tp));
 }
 
 using Layers = std::vector<std::pair<std::int64_t, std::int64_t>>;
@@ -59,26 +64,29 @@ TEST(MegatronPlan, LayersBalancedOrGivenForTheFirstAndLastStage) {
 
 TEST(MegatronPlan, TensorParallelBoxes) {
   const config::Config cfg = run("");
-  const auto mc = model::ModelConfig::from_run_config(cfg);  // head_dim 8, 2 kv heads, ffn 66
-  TpSlice q = tp_slice("model.layers.0.self_attn.q_proj.weight", mc, 2, 1);
+  const auto m = meta_model(cfg);  // head_dim 8, 2 kv heads, ffn 66
+  auto tp_slice = [&m](const std::string& name, int tp, int rank) {
+    return engine::tp_slice(m->placement(name).tp, tp, rank);
+  };
+  TpSlice q = tp_slice("model.layers.0.self_attn.q_proj.weight", 2, 1);
   EXPECT_EQ(q.dim, 0);
   EXPECT_EQ(q.begin, 16);
   EXPECT_EQ(q.count, 16);
-  TpSlice o = tp_slice("model.layers.0.self_attn.o_proj.weight", mc, 2, 1);
+  TpSlice o = tp_slice("model.layers.0.self_attn.o_proj.weight", 2, 1);
   EXPECT_EQ(o.dim, 1);
   EXPECT_EQ(o.begin, 16);
   // tp 4 > 2 kv heads: ranks 2 and 3 share kv head 1
-  TpSlice k = tp_slice("model.layers.0.self_attn.k_proj.weight", mc, 4, 3);
+  TpSlice k = tp_slice("model.layers.0.self_attn.k_proj.weight", 4, 3);
   EXPECT_EQ(k.begin, 8);
   EXPECT_EQ(k.count, 8);
   EXPECT_EQ(k.holders, 2);
   EXPECT_EQ(k.holder, 1);
   // 66 rows over 4 ranks: 17, 17, 17, 15; 259 vocabulary rows: 65, 65, 65, 64
-  EXPECT_EQ(tp_slice("model.layers.0.mlp.up_proj.weight", mc, 4, 3).count, 15);
-  EXPECT_EQ(tp_slice("model.layers.0.mlp.down_proj.weight", mc, 4, 3).dim, 1);
-  EXPECT_EQ(tp_slice("lm_head.weight", mc, 4, 3).begin, 195);
-  EXPECT_EQ(tp_slice("lm_head.weight", mc, 4, 3).count, 64);
-  TpSlice norm = tp_slice("model.norm.weight", mc, 4, 2);
+  EXPECT_EQ(tp_slice("model.layers.0.mlp.up_proj.weight", 4, 3).count, 15);
+  EXPECT_EQ(tp_slice("model.layers.0.mlp.down_proj.weight", 4, 3).dim, 1);
+  EXPECT_EQ(tp_slice("lm_head.weight", 4, 3).begin, 195);
+  EXPECT_EQ(tp_slice("lm_head.weight", 4, 3).count, 64);
+  TpSlice norm = tp_slice("model.norm.weight", 4, 2);
   EXPECT_EQ(norm.dim, -1);
   EXPECT_EQ(norm.holders, 4);
 }

@@ -1,6 +1,7 @@
 // The main proof that the C++ Llama is the Hugging Face model: tiny models made by transformers
 // (tools/make-model-fixture.py: Llama untied, Llama tied, Qwen2 with q/k/v biases, Mistral with
-// a sliding window of 4 over 9 tokens), loaded by name from their model.safetensors, must
+// a sliding window of 4 over 9 tokens, Qwen3 with per-head q/k norms and an explicit head_dim),
+// built through the family registry (model::create_causal_lm) and loaded by name from their model.safetensors, must
 // reproduce transformers' logits and the gradient of the summed next-token loss for every
 // parameter. No Python or network at test time.
 //
@@ -16,6 +17,7 @@
 
 #include <ATen/ATen.h>
 
+#include "lft/model/families.h"
 #include "lft/model/hf_checkpoint.h"
 #include "lft/model/llama.h"
 #include "lft/model/loss.h"
@@ -48,7 +50,12 @@ TEST_P(ModelVsTransformers, LogitsAndGradientsMatch) {
     EXPECT_TRUE(config.uses_sliding_window(config.num_hidden_layers - 1));
   }
 
-  LlamaForCausalLM model(config);
+  if (name == "qwen3-tiny") {
+    EXPECT_EQ(config.model_type, "qwen3");
+    EXPECT_TRUE(config.qk_norm);
+    EXPECT_EQ(config.head_dim(), 16);  // not hidden_size / heads = 8
+  }
+  const std::shared_ptr<CausalLM> model = create_causal_lm(config);
   // Every HF tensor matches a C++ parameter of the same shape, and vice versa.
   const auto weights = read_safetensors(dir + "/model.safetensors");
   auto params = model->named_parameters();
@@ -72,7 +79,7 @@ TEST_P(ModelVsTransformers, LogitsAndGradientsMatch) {
 
   model->set_gradient_checkpointing(checkpointing);
   model->zero_grad();
-  const at::Tensor logits = model(ids);
+  const at::Tensor logits = model->forward(ids);
   const double logits_diff = max_abs_diff(logits, io.at("logits"));
   EXPECT_LE(logits_diff, 1e-5);
 
@@ -106,7 +113,7 @@ TEST_P(ModelVsTransformers, LogitsAndGradientsMatch) {
 
 INSTANTIATE_TEST_SUITE_P(ModelFixtures, ModelVsTransformers,
                          ::testing::Combine(::testing::Values("llama-tiny", "llama-tiny-tied",
-                                                              "qwen2-tiny", "mistral-tiny"),
+                                                              "qwen2-tiny", "mistral-tiny", "qwen3-tiny"),
                                             ::testing::Bool()),
                          [](const auto& info) {
                            std::string n = std::get<0>(info.param);

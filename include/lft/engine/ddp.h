@@ -4,15 +4,18 @@
 // micro-batch of an accumulation (no_sync for the others).
 #pragma once
 
+#include <string>
+
 #include "lft/engine/engine.h"
 
 namespace lft::engine {
 
 class DdpEngine final : public Engine {
  public:
-  explicit DdpEngine(const EngineContext& ctx);
-  const char* name() const override { return "ddp"; }
-  void prepare(torch::nn::Module& model) override;
+  // `name`: the engine the config asked for (ddp, or fsdp NO_SHARD and ZeRO-0, which are this).
+  explicit DdpEngine(const EngineContext& ctx, std::string name = "ddp");
+  const char* name() const override { return name_.c_str(); }
+  void prepare(model::CausalLM& model) override;
   void begin_micro_batch(bool sync) override { sync_ = sync; }
   void finish_gradients() override;
   std::vector<at::Tensor> parameters() override { return params_; }
@@ -24,6 +27,7 @@ class DdpEngine final : public Engine {
   std::size_t bucket_count() const { return buckets_.size(); }
 
  private:
+  std::string name_;
   struct Bucket {
     at::Tensor buffer;                // flat fp32/params' dtype, the gradients being reduced
     std::vector<std::size_t> params;  // indices into params_

@@ -16,10 +16,8 @@
 #include "lft/config/config.h"
 #include "lft/mesh/device_mesh.h"
 
-namespace torch::nn {
-class Module;
-}
 namespace lft::model {
+class CausalLM;
 class WeightSource;
 }
 
@@ -61,11 +59,11 @@ class Engine {
   virtual const char* name() const = 0;
 
   // Takes charge of `model`'s parameters (hooks, sharding). Collective.
-  virtual void prepare(torch::nn::Module& model) = 0;
+  virtual void prepare(model::CausalLM& model) = 0;
   // prepare() with the model's starting weights read from `weights`. The default reads them
   // whole into the model first; an engine that reads_weight_shards() reads only the rows this
   // rank keeps, into a model built without parameter memory (model::UnallocatedParameters).
-  virtual void prepare_from(torch::nn::Module& model, const model::WeightSource& weights);
+  virtual void prepare_from(model::CausalLM& model, const model::WeightSource& weights);
   virtual bool reads_weight_shards() const { return false; }
   // Before each micro-batch's forward: `sync` is true for the last micro-batch of a step, the one
   // whose backward must synchronise gradients (no_sync for the others).
@@ -74,7 +72,7 @@ class Engine {
   // per-sequence sums of weighted token losses, concatenated ([sum of B], double, CPU), on every
   // rank. The default runs them one after another on the whole model, with begin_micro_batch()
   // before each (sync on the last when training). Collective for engines that communicate in forward.
-  virtual at::Tensor run_micro_batches(torch::nn::Module& model, const std::vector<MicroBatch>& batches,
+  virtual at::Tensor run_micro_batches(model::CausalLM& model, const std::vector<MicroBatch>& batches,
                                        const MicroBatchOptions& options);
   // After the last backward of a step: every gradient of parameters() is final. Collective.
   virtual void finish_gradients() = 0;

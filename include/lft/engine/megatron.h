@@ -1,11 +1,12 @@
 // "megatron": tensor, sequence and pipeline parallelism with data parallelism on top, on the
 // pp x dp_replicate x tp mesh (megatron_plan.h lays the model out; docs/engines.md).
 //
-//   tensor parallel   each rank keeps its box of every split parameter; a layer's input goes
-//                     through copy_to_tp (or gather_sequence) before the column-parallel
-//                     projections and its output through reduce_from_tp (or scatter_sequence)
-//                     after the row-parallel ones; the vocabulary is split for the embedding
-//                     and for the loss (vocab_parallel_token_losses).
+//   tensor parallel   each rank keeps its box of every split parameter (by the role the model
+//                     declares for it) and runs the model's own forward, which calls this
+//                     engine's ParallelOps where its roles put them: copy_to_tp (or
+//                     gather_sequence) entering a column-parallel region, reduce_from_tp (or
+//                     scatter_sequence) leaving a row-parallel one, and the vocabulary split for
+//                     the embedding and the loss (vocab_parallel_token_losses).
 //   pipeline          stage s runs chunks c = 0..v-1, global virtual stage c * pp + s; the step's
 //                     micro-batches run in the order pipeline_actions() gives, activations and
 //                     their gradients sent point to point ([B, T(/tp), hidden] fp32).
@@ -22,23 +23,23 @@
 #include "lft/engine/engine.h"
 #include "lft/engine/megatron_plan.h"
 #include "lft/engine/shard_layout.h"
-#include "lft/model/llama.h"
+#include "lft/model/causal_lm.h"
 #include "lft/model/weight_source.h"
 
 namespace lft::engine {
 
-class MegatronEngine final : public Engine {
+class MegatronEngine final : public Engine, private model::ParallelOps {
  public:
   explicit MegatronEngine(const EngineContext& ctx);
   ~MegatronEngine() override;
   const char* name() const override { return "megatron"; }
-  void prepare(torch::nn::Module& model) override;
+  void prepare(model::CausalLM& model) override;
   // Reads only this rank's boxes (rows, or the columns of whole rows for row-parallel weights)
   // into a model built without parameter memory.
-  void prepare_from(torch::nn::Module& model, const model::WeightSource& weights) override;
+  void prepare_from(model::CausalLM& model, const model::WeightSource& weights) override;
   bool reads_weight_shards() const override { return true; }
   void begin_micro_batch(bool) override {}
-  at::Tensor run_micro_batches(torch::nn::Module& model, const std::vector<MicroBatch>& batches,
+  at::Tensor run_micro_batches(model::CausalLM& model, const std::vector<MicroBatch>& batches,
                                const MicroBatchOptions& options) override;
   void finish_gradients() override;
   void parameters_updated() override;
@@ -60,19 +61,21 @@ class MegatronEngine final : public Engine {
  private:
   struct Param;
 
-  bool holds_layer(std::int64_t layer) const;
+  // The model units of this stage's chunk `chunk`: [first, second).
+  std::pair<std::int64_t, std::int64_t> chunk_units(int chunk) const;
+  bool holds_unit(std::int64_t unit) const;
   void place_parameters();
   void build_optimizer_shards();
-  // One chunk's forward: from the embedding (virtual stage 0) or `input`, through its layers,
-  // to the loss (last virtual stage: returns sum(weighted losses) * loss_factor and sets
+  // One chunk's forward: the model's units of the chunk, from input_ids (virtual stage 0) or
+  // `input`, to the loss (last virtual stage: returns sum(weighted losses) * loss_factor and sets
   // `sequence_sums`) or to the activation it hands on.
   at::Tensor forward_chunk(int chunk, const MicroBatch& batch, const at::Tensor& input,
                            double loss_factor, at::Tensor& sequence_sums);
-  at::Tensor embed(const at::Tensor& input_ids);
-  at::Tensor decoder_layer(std::int64_t layer, const at::Tensor& x, const model::AttentionInputs& in);
-  at::Tensor token_losses(const at::Tensor& hidden, const at::Tensor& input_ids);
-  at::Tensor enter_tp(const at::Tensor& x);  // before column-parallel layers
-  at::Tensor exit_tp(const at::Tensor& y);   // after row-parallel layers
+  // model::ParallelOps: the tensor-parallel communication the model's forward calls.
+  at::Tensor enter(const at::Tensor& x) override;
+  at::Tensor exit(const at::Tensor& y) override;
+  at::Tensor embed(const at::Tensor& weight, const at::Tensor& input_ids) override;
+  at::Tensor token_losses(const at::Tensor& logits, const at::Tensor& input_ids) override;
   void sync_replicated_gradients();
 
   Communicator& tp_;
@@ -80,7 +83,8 @@ class MegatronEngine final : public Engine {
   Communicator& dp_;
   int stage_ = 0;
   MegatronPlan plan_;
-  model::LlamaForCausalLMImpl* model_ = nullptr;
+  model::CausalLM* model_ = nullptr;
+  std::int64_t vocab_begin_ = 0;  // the first vocabulary row this tensor-parallel rank holds
   std::vector<Param> params_;
   const model::WeightSource* weights_ = nullptr;  // during prepare_from
   std::vector<PipelineAction> executed_;

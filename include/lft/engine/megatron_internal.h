@@ -16,7 +16,8 @@ struct MegatronEngine::Param {
   bool counted = true;           // adds to the gradient norm (holder 0 of its box)
   bool tp_partial_grad = false;  // replicated over tp; with sequence parallel each rank has a part
   bool kv_replica = false;       // a kv head held by tp / kv ranks
-  bool tied_copy = false;        // the tied embedding, on the first and the last stage
+  bool tied_copy = false;        // used on two stages (an embedding tied to the head): gradients summed
+  int other_stage = -1;          // with tied_copy: the other stage that holds it
 };
 
 // Point-to-point tags on the pipeline communicator: activations to global virtual stage g for

@@ -1,16 +1,13 @@
 // How the megatron engine lays a model over a pipeline x data x tensor mesh: which decoder layers
 // each (virtual) pipeline stage runs, and which box of each parameter a tensor-parallel rank holds.
 //
-// Tensor parallel (Megatron's layers, in Hugging Face parameter names):
-//   q_proj, k_proj, v_proj   column-parallel: rows of whole heads (dim 0); k/v heads are split
-//                            when tp divides num_key_value_heads, else each of the tp / kv ranks
-//                            that serve the same query heads holds a replica of its kv head
-//   o_proj                   row-parallel: the columns (dim 1) of this rank's query heads
-//   gate_proj, up_proj       column-parallel over the intermediate dim (ceil split: the last
-//                            ranks may hold fewer rows when tp does not divide it)
-//   down_proj                row-parallel over the intermediate dim
-//   embed_tokens, lm_head    vocab-parallel: rows of the vocabulary (ceil split)
-//   norms                    replicated
+// Tensor parallel follows each parameter's role, as the model declares it (model::TpSplit):
+//   column-parallel    rows (dim 0) of whole groups (heads; single rows of the MLP); a group
+//                      count that tp is a multiple of (kv heads) is shared: each of the
+//                      tp / groups ranks serving the same query heads holds a replica
+//   row-parallel       the columns (dim 1) of this rank's groups
+//   vocab-parallel     rows of the vocabulary (ceil split: the last ranks may hold fewer rows)
+//   replicated         whole on every rank
 // An uneven split needs no padding: every collective moves [tokens, hidden] or [tokens] values,
 // whatever the local width, so nothing padded can reach the loss.
 #pragma once
@@ -23,7 +20,7 @@
 #include "lft/config/config.h"
 #include "lft/engine/pipeline_schedule.h"
 #include "lft/mesh/device_mesh.h"
-#include "lft/model/model_config.h"
+#include "lft/model/causal_lm.h"
 
 namespace lft::engine {
 
@@ -42,10 +39,10 @@ struct MegatronPlan {
   int last_virtual_stage() const { return pp * virtual_stages - 1; }
 };
 
-// Validates the run configuration against the model and the mesh; an impossible setting is a
+// Validates the run configuration against the model (its layers and its parameters' roles; a
+// model built on the meta device will do) and the mesh; an impossible setting is a
 // config::ConfigError naming the key and the numbers.
-MegatronPlan make_megatron_plan(const config::Config& cfg, const model::ModelConfig& model,
-                                const MeshShape& mesh);
+MegatronPlan make_megatron_plan(const config::Config& cfg, const model::CausalLM& model, const MeshShape& mesh);
 
 // The box a tensor-parallel rank holds of a parameter.
 struct TpSlice {
@@ -55,9 +52,6 @@ struct TpSlice {
   int holders = 1;  // tensor-parallel ranks that hold this same box (norms: tp)
   int holder = 0;   // which of them this rank is
 };
-TpSlice tp_slice(const std::string& name, const model::ModelConfig& model, int tp, int tp_rank);
-
-// Decoder layer index of "model.layers.<i>.<rest>", or -1.
-std::int64_t layer_of_parameter(const std::string& name);
+TpSlice tp_slice(const model::TpSplit& split, int tp, int tp_rank);
 
 }  // namespace lft::engine

@@ -9,7 +9,7 @@ class NoneEngine final : public Engine {
  public:
   explicit NoneEngine(const EngineContext& ctx);
   const char* name() const override { return "none"; }
-  void prepare(torch::nn::Module& model) override;
+  void prepare(model::CausalLM& model) override;
   void begin_micro_batch(bool) override {}
   void finish_gradients() override {}
   std::vector<at::Tensor> parameters() override { return params_; }

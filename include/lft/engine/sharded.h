@@ -1,6 +1,6 @@
 // Sharded data parallel: the engine behind fsdp2, fsdp and deepspeed ZeRO 1-3 (ARCHITECTURE.md,
-// "Engine"; docs/engines.md). Parameters are grouped in units: one per decoder layer, and a root
-// unit (embedding, final norm, lm_head). Each rank keeps an fp32 shard of every unit
+// "Engine"; docs/engines.md). Parameters are grouped in units: one per decoder layer (the model's layer units), and a
+// root unit for the rest (embedding, final norm, head). Each rank keeps an fp32 shard of every unit
 // (shard_layout.h) and updates only that; the optimizer's tensors are views of it.
 //
 //   shard_parameters (fsdp, fsdp2, ZeRO-3): a unit's parameters exist whole only while it runs:
@@ -24,7 +24,7 @@
 
 #include "lft/engine/engine.h"
 #include "lft/engine/shard_layout.h"
-#include "lft/model/llama.h"
+#include "lft/model/causal_lm.h"
 
 namespace lft::engine {
 
@@ -43,8 +43,8 @@ class ShardedEngine final : public Engine, private model::LayerHooks {
   ShardedEngine(const EngineContext& ctx, ShardingPlan plan);
   ~ShardedEngine() override;
   const char* name() const override { return plan_.name.c_str(); }
-  void prepare(torch::nn::Module& model) override;
-  void prepare_from(torch::nn::Module& model, const model::WeightSource& weights) override;
+  void prepare(model::CausalLM& model) override;
+  void prepare_from(model::CausalLM& model, const model::WeightSource& weights) override;
   bool reads_weight_shards() const override { return plan_.shard_parameters; }
   void begin_micro_batch(bool sync) override;
   void finish_gradients() override;
@@ -69,7 +69,7 @@ class ShardedEngine final : public Engine, private model::LayerHooks {
 
   void before_layer(std::int64_t index) override;
   void after_layer(std::int64_t index, const at::Tensor& output) override;
-  void build_units(torch::nn::Module& model);
+  void build_units(model::CausalLM& model);
   void launch_gather(Unit& u);
   void finish_gather(Unit& u);
   void ensure_gathered(Unit& u);

@@ -1,4 +1,4 @@
-// The shape of a Llama-family model (Llama, Qwen2, Mistral), with the Hugging Face config.json
+// The shape of a decoder model (Llama, Qwen2, Qwen3, Mistral), with the Hugging Face config.json
 // field names. Built from the run configuration: an inline [model] table (training from scratch)
 // or <model_name_or_path>/config.json (fine-tuning). Pure: every rank reads the same file and
 // reaches the same verdict, so a bad field is a lft::config::ConfigError (an every-rank error).
@@ -14,7 +14,7 @@ class Config;
 namespace lft::model {
 
 struct ModelConfig {
-  std::string model_type = "llama";  // llama, qwen2 or mistral
+  std::string model_type = "llama";  // llama, qwen2, qwen3 or mistral
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
@@ -31,6 +31,8 @@ struct ModelConfig {
   bool attention_bias = false;      // q_proj, k_proj, v_proj
   bool attention_out_bias = false;  // o_proj
   bool mlp_bias = false;            // gate_proj, up_proj, down_proj
+  // Qwen3: RMSNorm over each head's q and k (q_norm, k_norm [head_dim]) before RoPE.
+  bool qk_norm = false;
 
   // config.json `head_dim` when it is given and differs from hidden_size / num_attention_heads
   // (e.g. Mistral-Nemo); 0: hidden_size / num_attention_heads. Use head_dim().
@@ -67,7 +69,7 @@ struct ModelConfig {
   // <model_name_or_path>/config.json. Throws lft::config::ConfigError.
   static ModelConfig from_run_config(const lft::config::Config& cfg);
   // From the text of a Hugging Face config.json; file_name is used in error messages. Accepts
-  // model_type llama, qwen2 and mistral. Throws lft::config::ConfigError naming the file and the
+  // model_type llama, qwen2, qwen3 and mistral. Throws lft::config::ConfigError naming the file and the
   // field for a missing or wrong field or an unsupported model type / RoPE scaling.
   static ModelConfig from_hf_json(const std::string& json_text, const std::string& file_name);
   // Reads <folder>/config.json (POSIX path; no std::filesystem).

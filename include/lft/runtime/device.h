@@ -16,7 +16,4 @@ struct DeviceChoice {
 // Picks and (for CUDA) activates the device of a rank with `local_rank` of `local_size`.
 DeviceChoice select_device(int local_rank, int local_size);
 
-// "LibTorch 2.11.0, Open MPI v4.1.4, HDF5 1.10.8, NCCL 2.28.9 (built in)" for the startup log.
-std::string library_versions();
-
 }  // namespace lft

@@ -14,6 +14,11 @@ constexpr int kCheckpointedExitCode = 75;
 
 // Installs the handlers (idempotent).
 void install_signal_handlers();
+// What the handlers name as the wait a signal interrupted: `reporter` returns it (or null) and
+// must be async-signal-safe. The communication layer registers its watchdog's (this layer knows
+// nothing of collectives).
+using WaitReporter = const char* (*)();
+void set_wait_reporter(WaitReporter reporter);
 // Graceful mode on/off (the trainer turns it on for its loop).
 void set_graceful_stop(bool on);
 // The signal received in graceful mode, or 0. Local to this rank: agree before acting.

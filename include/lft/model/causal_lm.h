@@ -1,0 +1,168 @@
+// The seam between engines and models. An engine programs against CausalLM: the ordered units
+// (0: token embedding; 1..L: decoder layers; L+1: final norm, head and loss), a forward over a
+// range of units (what a pipeline stage runs), and each parameter's placement (its units and its
+// tensor-parallel role). A model family supplies its decoder block (DecoderBlock) and the roles
+// of the block's parameters; the engine supplies the communication (ParallelOps) that the
+// model's own forward calls at the points those roles define.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/TensorOptions.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+
+#include "lft/model/layers.h"
+#include "lft/model/model_config.h"
+
+namespace lft::model {
+
+// How tensor parallelism (Megatron-LM) treats a parameter.
+enum class TpRole {
+  Replicated,          // whole on every rank, used outside the tensor-parallel regions (norms)
+  ReplicatedInsideTp,  // whole on every rank, applied to this rank's heads only: its gradient is
+                       // the sum over the tensor-parallel ranks (Qwen3's per-head q/k norms)
+  ColumnParallel,      // dim 0 (output features) split: q/k/v, gate/up and their biases
+  RowParallel,         // dim 1 (input features) split: o_proj, down_proj
+  VocabParallel,       // dim 0 (vocabulary rows) split: the embedding and the head
+};
+
+struct TpSplit {
+  TpRole role = TpRole::Replicated;
+  // The split dimension holds `groups` indivisible groups of `group_size` (heads of head_dim;
+  // single rows). Ranks take ceil(groups / tp) groups each, the last ones fewer or none.
+  std::int64_t groups = 0;
+  std::int64_t group_size = 1;
+  bool even = false;        // the groups must divide over tp (heads)
+  bool replicable = false;  // tp may also be a multiple of groups: tp / groups ranks share one
+  std::string what;         // for messages: "attention heads"
+
+  bool split() const { return role != TpRole::Replicated && role != TpRole::ReplicatedInsideTp; }
+  int dim() const { return role == TpRole::RowParallel ? 1 : 0; }
+};
+
+struct ParameterPlacement {
+  // The units whose forward uses the parameter, ascending: one, or two for a tied embedding
+  // (the embedding unit and the head).
+  std::vector<std::int64_t> units;
+  TpSplit tp;
+};
+
+// What a layer's attention takes besides its input: RoPE tables ([T, head_dim], or
+// [B, 1, T, head_dim] per segment position with neat packing) and the segment mask (undefined:
+// causal).
+struct AttentionInputs {
+  at::Tensor cos, sin, mask;
+};
+
+// The communication a model's forward calls at its tensor-parallel points. The defaults are one
+// rank's arithmetic: identities, a plain lookup and a plain cross-entropy.
+class ParallelOps {
+ public:
+  virtual ~ParallelOps() = default;
+  // Before a region that starts with column-parallel layers: every rank needs the whole input.
+  virtual at::Tensor enter(const at::Tensor& x) { return x; }
+  // After a region that ends with a row-parallel layer: the ranks' partial outputs are summed.
+  virtual at::Tensor exit(const at::Tensor& y) { return y; }
+  // Token embedding from a vocab-parallel table (this rank's rows of it).
+  virtual at::Tensor embed(const at::Tensor& weight, const at::Tensor& input_ids);
+  // Per-token losses [B, T-1] fp32 from logits over this rank's vocabulary rows.
+  virtual at::Tensor token_losses(const at::Tensor& logits, const at::Tensor& input_ids);
+};
+
+// Called around each decoder layer's forward: sharded engines gather a layer's parameters before
+// it runs, free them after, and hook its output's gradient to gather them again for backward.
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  virtual void before_layer(std::int64_t index) = 0;
+  virtual void after_layer(std::int64_t index, const at::Tensor& output) = 0;
+};
+
+// One decoder layer of a family.
+class DecoderBlock : public torch::nn::Module {
+ public:
+  // x [B, T, hidden] (T / tp tokens under sequence parallelism) -> the same shape.
+  virtual at::Tensor forward(const at::Tensor& x, const AttentionInputs& in, ParallelOps& ops) = 0;
+  // The role of the block's parameter `name` ("self_attn.q_proj.weight").
+  virtual TpSplit tp_split(const std::string& name) const = 0;
+};
+
+// HF's inner model: embed_tokens, layers.{i}, norm (the parameter names "model.<...>").
+class DecoderStackImpl : public torch::nn::Module {
+ public:
+  Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+  std::vector<std::shared_ptr<DecoderBlock>> blocks;  // the same modules as `layers`, typed
+};
+TORCH_MODULE(DecoderStack);
+
+// A decoder-only causal language model whose named_parameters() are exactly the Hugging Face
+// names (model.embed_tokens.weight, model.layers.0.<block's names>, model.norm.weight,
+// lm_head.weight), so loading, checkpoints and export are copies, not renames.
+class CausalLM : public torch::nn::Module {
+ public:
+  using BlockFactory = std::function<std::shared_ptr<DecoderBlock>(std::int64_t layer)>;
+  // Builds embed_tokens, config.num_hidden_layers blocks from `make_block`, the final norm, and
+  // lm_head unless the embeddings are tied. Parameters are created with `options` (device,
+  // dtype; default CPU float32), zero-filled (norm weights one) until weights are loaded.
+  CausalLM(const ModelConfig& config, const c10::TensorOptions& options, const BlockFactory& make_block);
+
+  const ModelConfig& config() const { return config_; }
+  std::int64_t num_layers() const { return static_cast<std::int64_t>(model->blocks.size()); }
+  std::int64_t num_units() const { return num_layers() + 2; }
+  std::int64_t head_unit() const { return num_layers() + 1; }
+  static std::int64_t layer_unit(std::int64_t layer) { return layer + 1; }
+  bool is_layer_unit(std::int64_t unit) const { return unit >= 1 && unit <= num_layers(); }
+
+  // Where parameter `name` (of named_parameters()) is used, and its tensor-parallel role.
+  ParameterPlacement placement(const std::string& name) const;
+
+  // Units [begin, end): from input_ids (begin == 0) or from `hidden` (the previous unit's
+  // output), to hidden states [B, T, hidden], or, when end == num_units(), to the per-token
+  // losses [B, T-1] fp32 of predicting input_ids[:, 1:] (targets -100 count 0). segment_ids
+  // [B, T] (neat packing): positions restart and attention stays within each segment.
+  at::Tensor forward_units(std::int64_t begin, std::int64_t end, const at::Tensor& input_ids,
+                           const at::Tensor& segment_ids, const at::Tensor& hidden = {});
+  // The whole model to per-token losses.
+  at::Tensor token_losses(const at::Tensor& input_ids, const at::Tensor& segment_ids = {}) {
+    return forward_units(0, num_units(), input_ids, segment_ids);
+  }
+  // input_ids [B, T] int64 -> logits [B, T, vocab] in the parameters' dtype.
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& segment_ids = {});
+  // Final hidden states [B, T, hidden] -> logits (lm_head, or the embedding when tied).
+  at::Tensor logits(const at::Tensor& hidden);
+  // The attention inputs of input_ids (segment_ids as above), in `options`' dtype and device.
+  AttentionInputs attention_inputs(const at::Tensor& input_ids, const at::Tensor& segment_ids,
+                                   const c10::TensorOptions& options) const;
+
+  // On: each decoder layer keeps only its input in forward and is recomputed in backward
+  // (lft::model::checkpoint). Only has an effect while grad mode is on.
+  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
+  void set_layer_hooks(LayerHooks* hooks) { layer_hooks_ = hooks; }  // not owned
+  void set_parallel_ops(ParallelOps* ops) { ops_ = ops != nullptr ? ops : &one_rank_; }  // not owned
+
+  DecoderStack model{nullptr};
+  Linear lm_head{nullptr};  // null (and no lm_head.weight parameter) when tie_word_embeddings
+
+ private:
+  at::Tensor run_layers(std::int64_t first, std::int64_t last, at::Tensor h, const AttentionInputs& in);
+  at::Tensor head_losses(const at::Tensor& hidden, const at::Tensor& input_ids);
+
+  ModelConfig config_;
+  RotaryEmbedding rotary_;
+  bool gradient_checkpointing_ = false;
+  LayerHooks* layer_hooks_ = nullptr;
+  ParallelOps one_rank_;
+  ParallelOps* ops_ = &one_rank_;
+};
+
+}  // namespace lft::model

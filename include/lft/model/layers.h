@@ -1,0 +1,84 @@
+// The layers every Llama-style family is built from: Linear, Embedding, RMSNorm and rotary
+// position embeddings, with transformers' numerics (hf-formats notes, section 3).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/TensorOptions.h>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include "lft/model/model_config.h"
+
+namespace lft::model {
+
+// Every constructor below creates its parameters with `options` (device, dtype; default CPU
+// float32): weights are zero-filled (norm weights one) until init_weights() or a checkpoint load
+// gives them values; inside an UnallocatedParameters scope they get no memory.
+
+// y = x W^T (+ b). Parameters: "weight" [out, in], and "bias" [out] when `bias`. A small holder
+// rather than torch::nn::Linear, so construction does no random init and a LoRA adapter can later
+// be added here as submodules without changing the parameter names.
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(std::int64_t in_features, std::int64_t out_features, bool bias,
+             const c10::TensorOptions& options = {});
+  at::Tensor forward(const at::Tensor& x);
+
+  std::int64_t in_features;
+  std::int64_t out_features;
+  at::Tensor weight;
+  at::Tensor bias;  // undefined without bias
+};
+TORCH_MODULE(Linear);
+
+// Token embedding. Parameter "weight" [num_embeddings, dim].
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(std::int64_t num_embeddings, std::int64_t dim,
+                const c10::TensorOptions& options = {});
+  at::Tensor forward(const at::Tensor& ids);
+
+  at::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
+// HF LlamaRMSNorm: x32 = x.float(); y = x32 * rsqrt(mean(x32^2, -1) + eps); weight * y.to(x's
+// dtype). Parameter "weight" [dim].
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(std::int64_t dim, double eps, const c10::TensorOptions& options = {});
+  at::Tensor forward(const at::Tensor& x);
+
+  double eps;
+  at::Tensor weight;
+};
+TORCH_MODULE(RMSNorm);
+
+// Rotary position embedding in HF's rotate-half convention (dimension i pairs with i + d/2).
+class RotaryEmbedding {
+ public:
+  explicit RotaryEmbedding(const ModelConfig& config);
+  // inv_freq[i] = 1 / theta^(2i/d), i < d/2, fp32 on the CPU, with the config's rope scaling
+  // (linear, llama3) applied.
+  const at::Tensor& inv_freq() const { return inv_freq_; }
+  // cos, sin of shape [seq_len, head_dim] for positions 0..seq_len-1, computed in fp32 and cast
+  // to `options`' dtype on `options`' device. The last table is cached (per device and dtype) and
+  // narrowed for shorter sequences: each row depends only on its position, so this is exact.
+  // Not thread-safe (one model per thread).
+  std::pair<at::Tensor, at::Tensor> cos_sin(std::int64_t seq_len,
+                                            const c10::TensorOptions& options) const;
+
+ private:
+  at::Tensor inv_freq_;
+  mutable at::Tensor cos_cache_, sin_cache_;
+};
+
+// rotate_half(x) = cat(-x[..., d/2:], x[..., :d/2]).
+at::Tensor rotate_half(const at::Tensor& x);
+// x * cos + rotate_half(x) * sin; x [B, heads, T, d], cos/sin [T, d].
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+}  // namespace lft::model

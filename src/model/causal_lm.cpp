@@ -1,0 +1,129 @@
+// CausalLM: the units (embedding, decoder layers, head + loss), their forward over a range, and
+// where each parameter is used.
+#include "lft/model/causal_lm.h"
+
+#include <tuple>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "lft/model/checkpoint.h"
+#include "lft/model/loss.h"
+#include "lft/model/segments.h"
+
+namespace lft::model {
+
+at::Tensor ParallelOps::embed(const at::Tensor& weight, const at::Tensor& input_ids) {
+  return at::embedding(weight, input_ids);
+}
+
+at::Tensor ParallelOps::token_losses(const at::Tensor& logits, const at::Tensor& input_ids) {
+  return model::token_losses(logits, input_ids, /*ignore_id=*/-100);
+}
+
+CausalLM::CausalLM(const ModelConfig& config, const c10::TensorOptions& options, const BlockFactory& make_block)
+    : config_(config), rotary_((config.validate("model config"), config)) {
+  model = register_module("model", DecoderStack());
+  model->embed_tokens =
+      model->register_module("embed_tokens", Embedding(config_.vocab_size, config_.hidden_size, options));
+  model->layers = model->register_module("layers", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    std::shared_ptr<DecoderBlock> block = make_block(i);
+    model->layers->push_back(block);
+    model->blocks.push_back(std::move(block));
+  }
+  model->norm = model->register_module("norm", RMSNorm(config_.hidden_size, config_.rms_norm_eps, options));
+  if (!config_.tie_word_embeddings)
+    lm_head = register_module("lm_head", Linear(config_.hidden_size, config_.vocab_size, false, options));
+}
+
+ParameterPlacement CausalLM::placement(const std::string& name) const {
+  ParameterPlacement p;
+  TpSplit vocab;
+  vocab.role = TpRole::VocabParallel;
+  vocab.groups = config_.vocab_size;
+  vocab.what = "vocabulary rows";
+  if (name == "model.embed_tokens.weight") {
+    p.units = {0};
+    if (config_.tie_word_embeddings) p.units.push_back(head_unit());
+    p.tp = vocab;
+    return p;
+  }
+  if (name == "lm_head.weight") {
+    p.units = {head_unit()};
+    p.tp = vocab;
+    return p;
+  }
+  if (name == "model.norm.weight") {
+    p.units = {head_unit()};
+    return p;
+  }
+  const std::string prefix = "model.layers.";
+  TORCH_CHECK(name.rfind(prefix, 0) == 0, "CausalLM: '", name, "' is not a parameter of this model");
+  const std::size_t dot = name.find('.', prefix.size());
+  const std::int64_t layer = std::stoll(name.substr(prefix.size(), dot - prefix.size()));
+  TORCH_CHECK(layer >= 0 && layer < num_layers() && dot != std::string::npos, "CausalLM: '", name,
+              "' is not a parameter of this model");
+  p.units = {layer_unit(layer)};
+  p.tp = model->blocks[static_cast<std::size_t>(layer)]->tp_split(name.substr(dot + 1));
+  return p;
+}
+
+AttentionInputs CausalLM::attention_inputs(const at::Tensor& input_ids, const at::Tensor& segment_ids,
+                                           const c10::TensorOptions& options) const {
+  AttentionInputs in;
+  std::tie(in.cos, in.sin) = rotary_.cos_sin(input_ids.size(1), options);
+  if (segment_ids.defined()) {
+    TORCH_CHECK(segment_ids.sizes() == input_ids.sizes(), "CausalLM: segment_ids ", segment_ids.sizes(),
+                " do not match input_ids ", input_ids.sizes());
+    const at::Tensor positions = segment_positions(segment_ids);
+    const std::vector<std::int64_t> shape{positions.size(0), 1, positions.size(1), -1};
+    in.cos = in.cos.index_select(0, positions.reshape({-1})).view(shape);
+    in.sin = in.sin.index_select(0, positions.reshape({-1})).view(shape);
+    in.mask = segment_causal_mask(segment_ids);
+  }
+  return in;
+}
+
+at::Tensor CausalLM::run_layers(std::int64_t first, std::int64_t last, at::Tensor h, const AttentionInputs& in) {
+  const bool recompute = gradient_checkpointing_ && at::GradMode::is_enabled();
+  for (std::int64_t i = first; i < last; ++i) {
+    const std::shared_ptr<DecoderBlock>& block = model->blocks[static_cast<std::size_t>(i)];
+    if (layer_hooks_) layer_hooks_->before_layer(i);
+    if (recompute) {
+      ParallelOps* ops = ops_;  // the lambda owns references to the block and the inputs
+      h = checkpoint([block, in, ops](const at::Tensor& x) { return block->forward(x, in, *ops); }, h);
+    } else {
+      h = block->forward(h, in, *ops_);
+    }
+    if (layer_hooks_) layer_hooks_->after_layer(i, h);
+  }
+  return h;
+}
+
+at::Tensor CausalLM::head_losses(const at::Tensor& hidden, const at::Tensor& input_ids) {
+  return ops_->token_losses(logits(ops_->enter(model->norm(hidden))), input_ids);
+}
+
+at::Tensor CausalLM::forward_units(std::int64_t begin, std::int64_t end, const at::Tensor& input_ids,
+                                   const at::Tensor& segment_ids, const at::Tensor& hidden) {
+  TORCH_CHECK(input_ids.dim() == 2, "CausalLM: input_ids must be [batch, seq], got ", input_ids.sizes());
+  TORCH_CHECK(0 <= begin && begin < end && end <= num_units(), "CausalLM: no units [", begin, ", ", end, ")");
+  at::Tensor h = begin == 0 ? ops_->embed(model->embed_tokens->weight, input_ids) : hidden;
+  const std::int64_t first = std::max<std::int64_t>(begin, 1) - 1;
+  const std::int64_t last = std::min(end, head_unit()) - 1;
+  if (first < last) h = run_layers(first, last, h, attention_inputs(input_ids, segment_ids, h.options()));
+  return end == num_units() ? head_losses(h, input_ids) : h;
+}
+
+at::Tensor CausalLM::logits(const at::Tensor& hidden) {
+  if (lm_head) return lm_head->forward(hidden);
+  return at::linear(hidden, model->embed_tokens->weight);
+}
+
+at::Tensor CausalLM::forward(const at::Tensor& input_ids, const at::Tensor& segment_ids) {
+  const at::Tensor h = forward_units(0, head_unit(), input_ids, segment_ids);
+  return logits(model->norm(h));
+}
+
+}  // namespace lft::model

@@ -1,0 +1,123 @@
+// Linear, Embedding, RMSNorm and rotary position embeddings.
+#include "lft/model/layers.h"
+
+#include <algorithm>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "lft/model/parameter_storage.h"
+
+namespace lft::model {
+
+namespace {
+
+constexpr double kPi = 3.141592653589793;  // Python's math.pi
+
+c10::TensorOptions param_options(const c10::TensorOptions& options) {
+  return options.dtype(options.dtype_opt().value_or(caffe2::TypeMeta::Make<float>()))
+      .requires_grad(false);
+}
+
+// Filled with `value`, or without memory inside an UnallocatedParameters scope.
+at::Tensor new_parameter(const std::vector<std::int64_t>& shape, const c10::TensorOptions& options,
+                         double value) {
+  if (UnallocatedParameters::active()) return unallocated_tensor(shape, param_options(options));
+  return at::full(shape, value, param_options(options));
+}
+
+}  // namespace
+
+// ---- Linear, Embedding, RMSNorm ----
+
+LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias,
+                       const c10::TensorOptions& options)
+    : in_features(in), out_features(out) {
+  weight = register_parameter("weight", new_parameter({out, in}, options, 0.0));
+  if (with_bias) bias = register_parameter("bias", new_parameter({out}, options, 0.0));
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
+
+EmbeddingImpl::EmbeddingImpl(std::int64_t num_embeddings, std::int64_t dim,
+                             const c10::TensorOptions& options) {
+  weight = register_parameter("weight", new_parameter({num_embeddings, dim}, options, 0.0));
+}
+
+at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) { return at::embedding(weight, ids); }
+
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double epsilon, const c10::TensorOptions& options)
+    : eps(epsilon) {
+  weight = register_parameter("weight", new_parameter({dim}, options, 1.0));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  const at::Tensor x32 = x.to(at::kFloat);
+  const at::Tensor variance = x32.pow(2).mean(-1, /*keepdim=*/true);
+  const at::Tensor y = x32 * at::rsqrt(variance + eps);
+  return weight * y.to(x.scalar_type());
+}
+
+// ---- RoPE ----
+
+RotaryEmbedding::RotaryEmbedding(const ModelConfig& config) {
+  // Written with the same tensor operations, in the same order, as transformers'
+  // _compute_default_rope_parameters / _compute_llama3_parameters, so the fp32 values agree bit
+  // for bit (Python's `1.0 / t` is reciprocal(t) * 1.0).
+  const std::int64_t dim = config.head_dim();
+  const at::Tensor exponent =
+      at::arange(0, dim, 2, at::TensorOptions().dtype(at::kLong)).to(at::kFloat) /
+      static_cast<double>(dim);
+  at::Tensor inv = at::reciprocal(at::pow(config.rope_theta, exponent)) * 1.0;
+  if (config.rope_type == "linear") {
+    inv = inv / config.rope_factor;
+  } else if (config.rope_type == "llama3") {
+    const double factor = config.rope_factor, low = config.rope_low_freq_factor,
+                 high = config.rope_high_freq_factor;
+    const double old_len = static_cast<double>(config.rope_original_max_position_embeddings > 0
+                                                   ? config.rope_original_max_position_embeddings
+                                                   : config.max_position_embeddings);
+    const double low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
+    const at::Tensor wavelen = at::reciprocal(inv) * (2.0 * kPi);
+    at::Tensor inv_llama = at::where(wavelen > low_freq_wavelen, inv / factor, inv);
+    const at::Tensor smooth = (at::reciprocal(wavelen) * old_len - low) / (high - low);
+    const at::Tensor smoothed = (1.0 - smooth) * inv_llama / factor + smooth * inv_llama;
+    const at::Tensor medium = (wavelen < high_freq_wavelen).logical_not() *
+                              (wavelen > low_freq_wavelen).logical_not();
+    inv_llama = at::where(medium, smoothed, inv_llama);
+    inv = inv_llama;
+  }
+  inv_freq_ = inv.contiguous();
+}
+
+std::pair<at::Tensor, at::Tensor> RotaryEmbedding::cos_sin(
+    std::int64_t seq_len, const c10::TensorOptions& options) const {
+  const auto dtype = options.dtype_opt().value_or(caffe2::TypeMeta::Make<float>());
+  const c10::Device device = options.device();
+  if (!cos_cache_.defined() || cos_cache_.size(0) < seq_len || cos_cache_.device() != device ||
+      cos_cache_.dtype() != dtype) {
+    const std::int64_t len =
+        std::max(seq_len, cos_cache_.defined() && cos_cache_.device() == device &&
+                                  cos_cache_.dtype() == dtype
+                              ? cos_cache_.size(0)
+                              : std::int64_t{0});
+    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+    const at::Tensor positions = at::arange(len, f32.dtype(at::kLong)).to(at::kFloat);
+    const at::Tensor freqs = at::outer(positions, inv_freq_.to(device));  // [T, d/2]
+    const at::Tensor emb = at::cat({freqs, freqs}, -1);                   // [T, d]
+    cos_cache_ = emb.cos().to(dtype);
+    sin_cache_ = emb.sin().to(dtype);
+  }
+  return {cos_cache_.narrow(0, 0, seq_len), sin_cache_.narrow(0, 0, seq_len)};
+}
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  const std::int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  return x * cos + rotate_half(x) * sin;
+}
+
+}  // namespace lft::model

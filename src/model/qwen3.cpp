@@ -1,0 +1,35 @@
+// Qwen3: per-head q/k RMSNorm on Llama's block.
+#include "lft/model/qwen3.h"
+
+#include <memory>
+
+namespace lft::model {
+
+Qwen3AttentionImpl::Qwen3AttentionImpl(const ModelConfig& config, std::int64_t layer_index,
+                                       const c10::TensorOptions& options)
+    : LlamaAttentionImpl(config, layer_index, options) {
+  q_norm = register_module("q_norm", RMSNorm(config.head_dim(), config.rms_norm_eps, options));
+  k_norm = register_module("k_norm", RMSNorm(config.head_dim(), config.rms_norm_eps, options));
+}
+
+void Qwen3AttentionImpl::normalize_qk(at::Tensor& q, at::Tensor& k) {
+  q = q_norm(q);
+  k = k_norm(k);
+}
+
+TpSplit Qwen3AttentionImpl::tp_split(const std::string& name) const {
+  if (name == "q_norm.weight" || name == "k_norm.weight") {
+    TpSplit s;
+    s.role = TpRole::ReplicatedInsideTp;
+    return s;
+  }
+  return LlamaAttentionImpl::tp_split(name);
+}
+
+Qwen3ForCausalLMImpl::Qwen3ForCausalLMImpl(const ModelConfig& config, const c10::TensorOptions& options)
+    : CausalLM(config, options, [&config, &options](std::int64_t layer) -> std::shared_ptr<DecoderBlock> {
+        auto attention = std::make_shared<Qwen3AttentionImpl>(config, layer, options);
+        return std::make_shared<LlamaDecoderLayerImpl>(config, layer, options, attention);
+      }) {}
+
+}  // namespace lft::model
