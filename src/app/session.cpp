@@ -13,7 +13,7 @@
 #include "lft/config/config.h"
 #include "lft/engine/mesh_plan.h"
 #include "lft/engine/registry.h"
-#include "lft/model/model_config.h"
+#include "lft/engine/run_plan.h"
 #include "lft/train/trainer.h"
 #include "lft/runtime/device.h"
 #include "lft/runtime/log.h"
@@ -43,25 +43,25 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   MpiCommunicator world(MPI_COMM_WORLD, "world", false);
   DeviceMesh mesh(world, shape, device.cuda);
   log0(check_communication(world, mesh));
-  std::optional<model::ModelConfig> model_config;
-  run_agreed([&] { model_config = model::ModelConfig::from_run_config(cfg); });
-  log0(plan_report(cfg, shape, *model_config));
+  std::optional<engine::RunPlan> plan;
+  run_agreed([&] { plan = engine::resolve_run_plan(cfg, shape); });
+  log0(engine::plan_report(cfg, *plan));
 
   if (!opts.init_model_dir.empty()) {
     run_agreed([&] {
-      if (rt.rank() == 0) write_initial_model(cfg, *model_config, opts.init_model_dir, opts.tokenizer_dir);
+      if (rt.rank() == 0) write_initial_model(cfg, plan->model, opts.init_model_dir, opts.tokenizer_dir);
     });
     log0("init-model: wrote " + opts.init_model_dir + " (nothing was trained)");
     return 0;
   }
   if (opts.mode == Mode::Check) {
     // The engine validates its layout against the model (megatron: heads, stages, micro-batches).
-    run_agreed([&] { engine->create(engine::EngineContext{cfg, mesh}); });
+    run_agreed([&] { engine->create(engine::EngineContext{cfg, mesh, *plan}); });
     log0("check: ok (nothing was trained: --check)");
     return 0;
   }
   std::unique_ptr<train::Trainer> trainer;
-  run_agreed([&] { trainer = std::make_unique<train::Trainer>(cfg, mesh, device); });
+  run_agreed([&] { trainer = std::make_unique<train::Trainer>(cfg, *plan, mesh, device); });
   return trainer->run();
 }
 

@@ -111,34 +111,4 @@ std::string check_communication(MpiCommunicator& world, DeviceMesh& mesh) {
   return out;
 }
 
-std::string plan_report(const config::Config& cfg, const MeshShape& shape,
-                        const model::ModelConfig& model) {
-  const int64_t micro = cfg.integer("per_device_train_batch_size");
-  const int64_t accum = cfg.integer("gradient_accumulation_steps");
-  const int64_t global = micro * accum * shape.dp_size();
-  std::string out = "plan:\n";
-  out += "  batch      " + std::to_string(micro) + " per rank x " + std::to_string(accum) +
-         " accumulation x " + std::to_string(shape.dp_size()) + " data-parallel = " +
-         std::to_string(global) + " sequences of " + std::to_string(cfg.integer("cutoff_len")) +
-         " tokens per step\n";
-  const int64_t max_steps = cfg.integer("max_steps");
-  out += "  steps      " + (max_steps > 0 ? std::to_string(max_steps) + " (max_steps)"
-                                         : fmt("%g", cfg.real("num_train_epochs")) +
-                                               " epoch(s) (num_train_epochs)");
-  // none and ddp keep everything on every rank: fp32 weights and gradients, AdamW's two moments,
-  // and (ddp) one more gradient copy in the all-reduce buckets.
-  // megatron keeps 1 / (tp x pp) of them, and with the distributed optimizer 1 / dp of the moments.
-  double params = static_cast<double>(model.num_parameters());
-  double per_param = cfg.string("distributed") == "ddp" ? 20.0 : 16.0;
-  if (cfg.string("distributed") == "megatron") {
-    params /= shape[MeshDim::TP] * shape[MeshDim::PP];
-    if (cfg.boolean("dist_config.use_distributed_optimizer")) per_param = 8.0 + 8.0 / shape.dp_size();
-  }
-  out += "\n  model      " + model.summary();
-  out += "\n  memory     " + format_bytes(params * per_param) +
-         " per rank for weights, gradients and optimizer state (" + fmt("%g", per_param) +
-         " bytes per parameter), plus activations";
-  return out;
-}
-
 }  // namespace lft::app

@@ -12,7 +12,7 @@
 #include "lft/ckpt/tensor_store.h"
 #include "lft/comm/mpi_util.h"
 #include "lft/comm/watchdog.h"
-#include "lft/optim/adamw.h"
+#include "lft/optim/optimizer.h"
 #include "lft/runtime/check.h"
 #include "lft/runtime/log.h"
 
@@ -21,10 +21,10 @@ namespace {
 
 // The part of `t`'s box this rank writes: all of it, or its holder's share of dim 0.
 Slice slice_of(const std::string& store_name, const HeldTensor& t, const at::Tensor& local) {
-  Slice s{store_name, t.global_shape, t.offset, local.contiguous()};
-  if (t.replicas <= 1 || local.dim() == 0) return s;
+  Slice s{store_name, t.box.global_shape, t.box.offset, local.contiguous()};
+  if (t.box.replicas <= 1 || local.dim() == 0) return s;
   const int64_t rows = local.size(0);
-  const int64_t begin = rows * t.replica / t.replicas, end = rows * (t.replica + 1) / t.replicas;
+  const int64_t begin = rows * t.box.replica / t.box.replicas, end = rows * (t.box.replica + 1) / t.box.replicas;
   s.local = local.narrow(0, begin, end - begin).contiguous();
   s.offset[0] += begin;
   return s;
@@ -117,7 +117,7 @@ void check_format(const StoreReader& store, const std::string& folder) {
 
 std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
                             const RunInfo& run, const Progress& progress,
-                            const std::vector<HeldTensor>& params, const optim::AdamW& optimizer) {
+                            const std::vector<HeldTensor>& params, const optim::Optimizer& optimizer) {
   const std::string name = checkpoint_name(progress.step);
   const std::string folder = options.output_dir + "/" + name;
   const std::string state = folder + (options.per_rank ? "/state" : "/state.h5");
@@ -133,11 +133,12 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
   Watchdog::Scope scope("saving " + folder, Watchdog::setup_timeout(), "setup_timeout");
   StoreWriter writer(world, state, options.per_rank ? StoreMode::PerRank : StoreMode::SharedFile);
   std::vector<Slice> slices;
+  const std::vector<std::string> states = optimizer.state_names();
   for (std::size_t i = 0; i < params.size(); ++i) {
     const HeldTensor& t = params[i];
     slices.push_back(slice_of("model/" + t.name, t, t.local.detach()));
-    slices.push_back(slice_of("optim/" + t.name + "/exp_avg", t, optimizer.exp_avg(i)));
-    slices.push_back(slice_of("optim/" + t.name + "/exp_avg_sq", t, optimizer.exp_avg_sq(i)));
+    for (std::size_t k = 0; k < states.size(); ++k)
+      slices.push_back(slice_of("optim/" + t.name + "/" + states[k], t, optimizer.state(i, k)));
   }
   writer.write(with_every_ranks_tensors(world, std::move(slices)));
   writer.set_attribute("/", "format", std::string(kFormatName));
@@ -152,12 +153,8 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
   writer.set_attribute("/", "config", run.config_text);
   writer.set_attribute("/", "global_batch", run.global_batch);
   writer.set_attribute("/", "seed", run.seed);
-  const optim::AdamWOptions& o = optimizer.options();
   writer.set_attribute("/optim", "step", optimizer.steps());
-  writer.set_attribute("/optim", "beta1", o.beta1);
-  writer.set_attribute("/optim", "beta2", o.beta2);
-  writer.set_attribute("/optim", "eps", o.eps);
-  writer.set_attribute("/optim", "weight_decay", o.weight_decay);
+  for (const auto& [key, value] : optimizer.hyperparameters()) writer.set_attribute("/optim", key, value);
   writer.set_attribute("/", "data_epoch", progress.sampler.epoch);
   writer.set_attribute("/", "data_step_in_epoch", progress.sampler.step_in_epoch);
   writer.set_attribute("/", "data_seed", static_cast<int64_t>(progress.sampler.seed));
@@ -205,7 +202,7 @@ std::optional<std::string> find_checkpoint(MPI_Comm world, const std::string& ou
 }
 
 Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInfo& run,
-                         const std::vector<HeldTensor>& params, optim::AdamW& optimizer) {
+                         const std::vector<HeldTensor>& params, optim::Optimizer& optimizer) {
   Watchdog::Scope scope("loading " + folder, Watchdog::setup_timeout(), "setup_timeout");
   StoreReader store(world, state_path(folder));
   check_format(store, folder);
@@ -218,24 +215,25 @@ Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInf
         "resume with the same global batch");
   const auto stored = store.tensors("model");
   std::vector<Slice> held;  // every rank's tensor names, to count the model's tensors
-  for (const HeldTensor& t : params) held.push_back({"model/" + t.name, t.global_shape, t.offset, t.local});
+  for (const HeldTensor& t : params) held.push_back({"model/" + t.name, t.box.global_shape, t.box.offset, t.local});
   const std::size_t model_tensors = with_every_ranks_tensors(world, std::move(held)).size();
   if (stored.size() != model_tensors)
     throw CheckpointMismatch("checkpoint error: " + folder + " holds " + std::to_string(stored.size()) +
                              " model tensors, this model has " + std::to_string(model_tensors) +
                              ": it is another model");
   c10::NoGradGuard no_grad;
+  const std::vector<std::string> states = optimizer.state_names();
   for (std::size_t i = 0; i < params.size(); ++i) {
     const HeldTensor& t = params[i];
     const std::string key = "model/" + t.name;
-    if (!store.has_tensor(key) || store.info(key).shape != t.global_shape)
+    if (!store.has_tensor(key) || store.info(key).shape != t.box.global_shape)
       throw CheckpointMismatch("checkpoint error: " + folder + ": " + t.name + " is " +
                                (store.has_tensor(key) ? shape_text(store.info(key).shape) : "missing") +
-                               " there, " + shape_text(t.global_shape) + " in this model");
+                               " there, " + shape_text(t.box.global_shape) + " in this model");
     const std::vector<int64_t> box(t.local.sizes().begin(), t.local.sizes().end());
-    t.local.copy_(store.read(key, t.offset, box));
-    optimizer.load_state(i, store.read("optim/" + t.name + "/exp_avg", t.offset, box),
-                         store.read("optim/" + t.name + "/exp_avg_sq", t.offset, box));
+    t.local.copy_(store.read(key, t.box.offset, box));
+    for (std::size_t k = 0; k < states.size(); ++k)
+      optimizer.load_state(i, k, store.read("optim/" + t.name + "/" + states[k], t.box.offset, box));
   }
   optimizer.set_steps(store.int_attribute("/optim", "step"));
   Progress p;

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "lft/engine/megatron_internal.h"
+#include "lft/engine/run_plan.h"
 #include "lft/engine/shard_layout.h"
 #include "lft/model/families.h"
 #include "lft/model/parameter_storage.h"
@@ -18,8 +19,7 @@ namespace {
 // The model's parameters and roles without their memory, to validate a layout before the model
 // is built.
 MegatronPlan plan_for(const EngineContext& ctx) {
-  const auto meta = model::create_causal_lm(model::ModelConfig::from_run_config(ctx.cfg),
-                                            at::TensorOptions().device(at::kMeta));
+  const auto meta = model::create_causal_lm(ctx.plan.model, at::TensorOptions().device(at::kMeta));
   return make_megatron_plan(ctx.cfg, *meta, ctx.mesh.shape());
 }
 

@@ -4,6 +4,7 @@
 
 #include "lft/engine/ddp.h"
 #include "lft/engine/megatron.h"
+#include "lft/engine/memory_estimate.h"
 #include "lft/engine/none.h"
 #include "lft/engine/sharded_engines.h"
 
@@ -15,6 +16,11 @@ std::unique_ptr<Engine> make(const EngineContext& ctx) {
   return std::make_unique<E>(ctx);
 }
 
+MemoryEstimate whole_model(const config::Config&, const RunPlan& plan) { return estimate_replicated(plan, false); }
+MemoryEstimate whole_model_with_buckets(const config::Config&, const RunPlan& plan) {
+  return estimate_replicated(plan, true);
+}
+
 }  // namespace
 
 const std::vector<EngineInfo>& registry() {
@@ -24,20 +30,22 @@ const std::vector<EngineInfo>& registry() {
       // deepspeed are plans of the ShardedEngine (sharded.cpp), made in sharded_engines.cpp, and
       // fsdp NO_SHARD / ZeRO-0 are the DdpEngine under their own name.
       {"none", "one rank, no communication", {}, MeshDim::DPReplicate, 1, "nothing",
-       make<NoneEngine>},
+       make<NoneEngine>, whole_model},
       {"ddp", "data parallel: every rank holds the whole model, gradients are all-reduced",
-       {MeshDim::DPReplicate}, MeshDim::DPReplicate, 0, "MPI (CPU) or NCCL (GPU)", make<DdpEngine>},
+       {MeshDim::DPReplicate}, MeshDim::DPReplicate, 0, "MPI (CPU) or NCCL (GPU)", make<DdpEngine>,
+       whole_model_with_buckets},
       {"fsdp2", "per-parameter sharding (FSDP2); HSDP with [mesh] dp_replicate > 1",
        {MeshDim::DPReplicate, MeshDim::DPShard}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)",
-       create_fsdp2},
+       create_sharded, estimate_sharded_engine},
       {"fsdp", "flat-buffer sharding (FSDP v1), dist_config.sharding_strategy",
        {MeshDim::DPReplicate, MeshDim::DPShard}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)",
-       create_fsdp},
+       create_sharded, estimate_sharded_engine},
       {"deepspeed", "ZeRO stages 0-3 from a DeepSpeed JSON file (key `deepspeed`)",
-       {MeshDim::DPShard}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)", create_deepspeed},
+       {MeshDim::DPShard}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)", create_sharded,
+       estimate_sharded_engine},
       {"megatron", "tensor (+ sequence) and pipeline parallel (1f1b, interleaved, gpipe) with data parallel on top",
        {MeshDim::PP, MeshDim::DPReplicate, MeshDim::TP}, MeshDim::DPReplicate, 0, "MPI (CPU) or NCCL (GPU)",
-       create_megatron},
+       create_megatron, estimate_megatron},
   };
   return engines;
 }

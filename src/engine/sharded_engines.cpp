@@ -1,6 +1,9 @@
 #include "lft/engine/sharded_engines.h"
 
+#include <optional>
+
 #include "lft/config/deepspeed.h"
+#include "lft/engine/memory_estimate.h"
 #include "lft/engine/ddp.h"
 #include "lft/engine/sharded.h"
 #include "lft/runtime/log.h"
@@ -57,70 +60,79 @@ std::string precision_word(at::ScalarType t) {
 
 }  // namespace
 
-std::unique_ptr<Engine> create_fsdp2(const EngineContext& ctx) {
-  const config::Config& cfg = ctx.cfg;
-  if (cfg.boolean("dist_config.fp8_enable_fsdp_float8_all_gather"))
-    fail(cfg.where("dist_config.fp8_enable_fsdp_float8_all_gather") +
-             ": FP8 all-gather is not implemented yet in lftrain",
-         "set fp8_enable_fsdp_float8_all_gather = false (parameters are gathered in the "
-         "mixed_precision dtype)");
+std::optional<ShardingPlan> sharding_plan(const config::Config& cfg, const RunPlan& run) {
+  const std::string engine = cfg.string("distributed");
   ShardingPlan plan;
-  plan.name = "fsdp2";
-  plan.per_parameter_cut = true;
-  plan.compute_dtype = mixed_precision(cfg);
-  plan.reshard_after_forward = cfg.boolean("dist_config.reshard_after_forward");
-  check_offload(ctx, cfg.where("dist_config.offload_params") + ": offload_params = true",
-                cfg.boolean("dist_config.offload_params"));
-  check_offload(ctx, cfg.where("dist_config.pin_memory") + ": pin_memory = true",
-                cfg.boolean("dist_config.pin_memory"));
-  plan.description = "per-parameter dim-0 shards over dp_shard, gathered in " +
-                     precision_word(plan.compute_dtype) + ", reshard_after_forward = " +
-                     (plan.reshard_after_forward ? "true" : "false");
-  return std::make_unique<ShardedEngine>(ctx, plan);
-}
-
-std::unique_ptr<Engine> create_fsdp(const EngineContext& ctx) {
-  const config::Config& cfg = ctx.cfg;
-  const std::string strategy = cfg.string("dist_config.sharding_strategy");
-  const int replicas = ctx.mesh.shape()[MeshDim::DPReplicate];
-  const std::string where = cfg.where("dist_config.sharding_strategy");
-  if (strategy == "HYBRID_SHARD" && replicas == 1)
-    fail(where + ": HYBRID_SHARD shards within a group and replicates across groups, but "
-                 "[mesh] dp_replicate is 1",
-         "set [mesh] dp_replicate = R and dp_shard = S with R x S = the rank count (R > 1)");
-  if (strategy != "HYBRID_SHARD" && strategy != "NO_SHARD" && replicas > 1)
-    fail(where + ": " + strategy + " shards over every rank, but [mesh] dp_replicate = " +
-             std::to_string(replicas),
-         "use sharding_strategy = \"HYBRID_SHARD\" for replicated groups, or dp_replicate = 1");
-  const at::ScalarType dtype = mixed_precision(cfg);
-  if (strategy == "NO_SHARD") {
-    return std::make_unique<DdpEngine>(ctx, "fsdp");
+  plan.name = engine;
+  if (engine == "fsdp2") {
+    if (cfg.boolean("dist_config.fp8_enable_fsdp_float8_all_gather"))
+      fail(cfg.where("dist_config.fp8_enable_fsdp_float8_all_gather") +
+               ": FP8 all-gather is not implemented yet in lftrain",
+           "set fp8_enable_fsdp_float8_all_gather = false (parameters are gathered in the "
+           "mixed_precision dtype)");
+    plan.per_parameter_cut = true;
+    plan.compute_dtype = mixed_precision(cfg);
+    plan.reshard_after_forward = cfg.boolean("dist_config.reshard_after_forward");
+    plan.description = "per-parameter dim-0 shards over dp_shard, gathered in " +
+                       precision_word(plan.compute_dtype) + ", reshard_after_forward = " +
+                       (plan.reshard_after_forward ? "true" : "false");
+    return plan;
   }
-  ShardingPlan plan;
-  plan.name = "fsdp";
-  plan.per_parameter_cut = false;
-  plan.compute_dtype = dtype;
-  plan.reshard_after_forward = strategy != "SHARD_GRAD_OP";
-  plan.description = strategy + ": one flat buffer per unit over dp_shard, gathered in " +
-                     precision_word(dtype);
-  return std::make_unique<ShardedEngine>(ctx, plan);
-}
-
-std::unique_ptr<Engine> create_deepspeed(const EngineContext& ctx) {
-  const config::DeepSpeedConfig ds = config::read_deepspeed_config(ctx.cfg, ctx.mesh.shape().dp_size());
-  for (const auto& note : ds.notes) log0(note);
-  check_offload(ctx, ds.path + ": zero_optimization.offload_optimizer", ds.offload_optimizer);
-  check_offload(ctx, ds.path + ": zero_optimization.offload_param", ds.offload_param);
-  if (ds.zero_stage == 0) return std::make_unique<DdpEngine>(ctx, "deepspeed");
-  ShardingPlan plan;
-  plan.name = "deepspeed";
+  if (engine == "fsdp") {
+    const std::string strategy = cfg.string("dist_config.sharding_strategy");
+    const int replicas = run.mesh[MeshDim::DPReplicate];
+    const std::string where = cfg.where("dist_config.sharding_strategy");
+    if (strategy == "HYBRID_SHARD" && replicas == 1)
+      fail(where + ": HYBRID_SHARD shards within a group and replicates across groups, but "
+                   "[mesh] dp_replicate is 1",
+           "set [mesh] dp_replicate = R and dp_shard = S with R x S = the rank count (R > 1)");
+    if (strategy != "HYBRID_SHARD" && strategy != "NO_SHARD" && replicas > 1)
+      fail(where + ": " + strategy + " shards over every rank, but [mesh] dp_replicate = " +
+               std::to_string(replicas),
+           "use sharding_strategy = \"HYBRID_SHARD\" for replicated groups, or dp_replicate = 1");
+    const at::ScalarType dtype = mixed_precision(cfg);
+    if (strategy == "NO_SHARD") return std::nullopt;
+    plan.per_parameter_cut = false;
+    plan.compute_dtype = dtype;
+    plan.reshard_after_forward = strategy != "SHARD_GRAD_OP";
+    plan.description = strategy + ": one flat buffer per unit over dp_shard, gathered in " +
+                       precision_word(dtype);
+    return plan;
+  }
+  const config::DeepSpeedConfig& ds = *run.deepspeed;
+  if (ds.zero_stage == 0) return std::nullopt;
   plan.per_parameter_cut = false;
   plan.shard_parameters = ds.zero_stage == 3;
   plan.reduce_during_backward = ds.zero_stage >= 2;
   plan.reshard_after_forward = true;
   plan.compute_dtype = ds.bf16 ? at::kBFloat16 : ds.fp16 ? at::kHalf : at::kFloat;
   plan.description = "ZeRO stage " + std::to_string(ds.zero_stage) + " from " + ds.path;
-  return std::make_unique<ShardedEngine>(ctx, plan);
+  return plan;
+}
+
+std::unique_ptr<Engine> create_sharded(const EngineContext& ctx) {
+  const config::Config& cfg = ctx.cfg;
+  const std::optional<ShardingPlan> plan = sharding_plan(cfg, ctx.plan);
+  const std::string engine = cfg.string("distributed");
+  if (engine == "fsdp2") {
+    check_offload(ctx, cfg.where("dist_config.offload_params") + ": offload_params = true",
+                  cfg.boolean("dist_config.offload_params"));
+    check_offload(ctx, cfg.where("dist_config.pin_memory") + ": pin_memory = true",
+                  cfg.boolean("dist_config.pin_memory"));
+  } else if (engine == "deepspeed") {
+    const config::DeepSpeedConfig& ds = *ctx.plan.deepspeed;
+    for (const auto& note : ds.notes) log0(note);
+    check_offload(ctx, ds.path + ": zero_optimization.offload_optimizer", ds.offload_optimizer);
+    check_offload(ctx, ds.path + ": zero_optimization.offload_param", ds.offload_param);
+  }
+  if (!plan) return std::make_unique<DdpEngine>(ctx, engine);  // fsdp NO_SHARD, ZeRO-0: all-reduce
+  return std::make_unique<ShardedEngine>(ctx, *plan);
+}
+
+MemoryEstimate estimate_sharded_engine(const config::Config& cfg, const RunPlan& run) {
+  const std::optional<ShardingPlan> plan = sharding_plan(cfg, run);
+  if (!plan) return estimate_replicated(run, /*buckets=*/true);
+  return estimate_sharded(run, *plan);
 }
 
 }  // namespace lft::engine

@@ -2,6 +2,7 @@
 // where each parameter is used.
 #include "lft/model/causal_lm.h"
 
+#include <algorithm>
 #include <tuple>
 
 #include <ATen/ATen.h>
@@ -67,6 +68,16 @@ ParameterPlacement CausalLM::placement(const std::string& name) const {
   p.units = {layer_unit(layer)};
   p.tp = model->blocks[static_cast<std::size_t>(layer)]->tp_split(name.substr(dot + 1));
   return p;
+}
+
+double CausalLM::layer_saved_elements_per_token(int tp, bool sequence_parallel) const {
+  double most = 0;
+  for (const auto& block : model->blocks) most = std::max(most, block->saved_elements_per_token(tp, sequence_parallel));
+  return most;
+}
+
+double CausalLM::head_saved_elements_per_token(int tp) const {
+  return 2.0 * static_cast<double>(config_.hidden_size) + static_cast<double>((config_.vocab_size + tp - 1) / tp);
 }
 
 AttentionInputs CausalLM::attention_inputs(const at::Tensor& input_ids, const at::Tensor& segment_ids,

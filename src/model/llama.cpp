@@ -57,6 +57,17 @@ TpSplit LlamaAttentionImpl::tp_split(const std::string& name) const {
   return {};
 }
 
+double LlamaAttentionImpl::q_width(int tp) const {
+  return static_cast<double>(config_.num_attention_heads / tp * head_dim_);
+}
+
+double LlamaAttentionImpl::kv_width(int tp) const {
+  const std::int64_t kv = config_.num_key_value_heads;
+  return static_cast<double>((kv % tp == 0 ? kv / tp : 1) * head_dim_);
+}
+
+double LlamaAttentionImpl::saved_elements_per_token(int tp) const { return 3 * q_width(tp) + 2 * kv_width(tp); }
+
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
                                        const at::Tensor& sin, const at::Tensor& segment_mask) {
   const std::int64_t b = x.size(0), t = x.size(1);
@@ -106,6 +117,10 @@ at::Tensor LlamaMLPImpl::forward(const at::Tensor& x) {
   return down_proj(at::silu(gate_proj(x)) * up_proj(x));
 }
 
+double LlamaMLPImpl::saved_elements_per_token(int tp) const {
+  return 4.0 * static_cast<double>((intermediate_size_ + tp - 1) / tp);
+}
+
 TpSplit LlamaMLPImpl::tp_split(const std::string& name) const {
   if (name.rfind("gate_proj.", 0) == 0 || name.rfind("up_proj.", 0) == 0)
     return split(TpRole::ColumnParallel, intermediate_size_, 1, false, false, "MLP rows");
@@ -136,6 +151,13 @@ at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor&
                                           const at::Tensor& segment_mask) {
   ParallelOps one_rank;
   return forward(x, AttentionInputs{cos, sin, segment_mask}, one_rank);
+}
+
+double LlamaDecoderLayerImpl::saved_elements_per_token(int tp, bool sequence_parallel) const {
+  const double hidden = static_cast<double>(input_layernorm->weight.size(0));
+  const double stream = sequence_parallel ? hidden / tp : hidden;
+  return 6 * stream + (sequence_parallel ? 2 * hidden : 0.0) + self_attn->saved_elements_per_token(tp) +
+         mlp->saved_elements_per_token(tp);
 }
 
 TpSplit LlamaDecoderLayerImpl::tp_split(const std::string& name) const {

@@ -17,6 +17,10 @@ void Qwen3AttentionImpl::normalize_qk(at::Tensor& q, at::Tensor& k) {
   k = k_norm(k);
 }
 
+double Qwen3AttentionImpl::saved_elements_per_token(int tp) const {
+  return LlamaAttentionImpl::saved_elements_per_token(tp) + 2 * q_width(tp) + 2 * kv_width(tp);
+}
+
 TpSplit Qwen3AttentionImpl::tp_split(const std::string& name) const {
   if (name == "q_norm.weight" || name == "k_norm.weight") {
     TpSplit s;

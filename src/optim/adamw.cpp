@@ -44,10 +44,14 @@ void AdamW::step_group(const std::vector<std::size_t>& group, double lr, double 
                     weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
 }
 
-void AdamW::load_state(std::size_t i, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq) {
+void AdamW::load_state(std::size_t param, std::size_t k, const at::Tensor& value) {
   c10::NoGradGuard no_grad;
-  exp_avg_.at(i).copy_(exp_avg);
-  exp_avg_sq_.at(i).copy_(exp_avg_sq);
+  (k == 0 ? exp_avg_ : exp_avg_sq_).at(param).copy_(value);
+}
+
+std::vector<std::pair<std::string, double>> AdamW::hyperparameters() const {
+  return {{"beta1", options_.beta1}, {"beta2", options_.beta2}, {"eps", options_.eps},
+          {"weight_decay", options_.weight_decay}};
 }
 
 void AdamW::set_steps(std::int64_t steps) {

@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 
 #include "lft/config/config.h"
+#include "lft/engine/run_plan.h"
 #include "lft/train/trainer.h"
 #include "mpi_test_util.h"
 #include "tiny_run.h"
@@ -18,7 +19,8 @@ using test::world;
 std::vector<double> losses_of(const std::string& toml, MpiCommunicator& comm, int steps) {
   const config::Config cfg = config::parse_config(toml, "parity.toml");
   DeviceMesh mesh(comm, MeshShape{{1, comm.size(), 1, 1}});
-  train::Trainer trainer(cfg, mesh, DeviceChoice{});
+  const engine::RunPlan plan = engine::resolve_run_plan(cfg, mesh.shape());
+  train::Trainer trainer(cfg, plan, mesh, DeviceChoice{});
   std::vector<double> losses;
   for (int i = 0; i < steps; ++i) losses.push_back(trainer.step().loss);
   return losses;

@@ -18,6 +18,7 @@
 #include "lft/engine/megatron.h"
 #include "lft/engine/mesh_plan.h"
 #include "lft/engine/registry.h"
+#include "lft/engine/run_plan.h"
 #include "lft/model/families.h"
 #include "lft/model/init.h"
 #include "lft/model/parameter_storage.h"
@@ -287,7 +288,8 @@ TEST(MegatronMemory, SetUpHoldsTheRanksShareNotTheModel) {
   const double largest = 4.0 * 512 * 128;  // embed_tokens and lm_head, whole
   reset_cpu_peak_bytes();
   const std::int64_t base = cpu_bytes_in_use();
-  auto engine = info.create(engine::EngineContext{cfg, mesh});
+  const engine::RunPlan plan = engine::resolve_run_plan(cfg, mesh.shape());
+  auto engine = info.create(engine::EngineContext{cfg, mesh, plan});
   std::optional<model::UnallocatedParameters> unallocated(std::in_place);
   const auto m = model::create_causal_lm(model_config);
   unallocated.reset();

@@ -263,7 +263,7 @@ TEST_P(MergeTest, ExportsWhatSaveCheckpointWrote) {
   for (const auto& [name, t] : weights) {
     params.push_back(t);
     names.push_back(name);
-    held.push_back(HeldTensor{name, t, t.sizes().vec(), std::vector<int64_t>(t.dim(), 0), size_of(MPI_COMM_WORLD), rank_of(MPI_COMM_WORLD)});
+    held.push_back(HeldTensor{name, t, TensorBox{t.sizes().vec(), std::vector<int64_t>(t.dim(), 0), size_of(MPI_COMM_WORLD), rank_of(MPI_COMM_WORLD)}});
   }
   const optim::AdamW optimizer(params, names, optim::AdamWOptions{});
   RunInfo run;

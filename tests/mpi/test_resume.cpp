@@ -6,6 +6,7 @@
 #include "lft/ckpt/checkpoint.h"
 #include "lft/ckpt/checkpoint_files.h"
 #include "lft/config/config.h"
+#include "lft/engine/run_plan.h"
 #include "lft/train/trainer.h"
 #include "mpi_test_util.h"
 #include "tiny_run.h"
@@ -33,7 +34,8 @@ struct Run {
 Run train(const std::string& toml, MpiCommunicator& comm, int save_at = 0) {
   const config::Config cfg = config::parse_config(toml, "resume.toml");
   DeviceMesh mesh(comm, MeshShape{{1, comm.size(), 1, 1}});
-  train::Trainer trainer(cfg, mesh, DeviceChoice{});
+  const engine::RunPlan plan = engine::resolve_run_plan(cfg, mesh.shape());
+  train::Trainer trainer(cfg, plan, mesh, DeviceChoice{});
   Run run;
   run.first_step = trainer.current_step();
   while (trainer.current_step() < trainer.total_steps()) {

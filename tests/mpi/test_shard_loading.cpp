@@ -18,6 +18,7 @@
 #include "lft/config/config.h"
 #include "lft/engine/mesh_plan.h"
 #include "lft/engine/registry.h"
+#include "lft/engine/run_plan.h"
 #include "lft/model/hf_checkpoint.h"
 #include "lft/model/init.h"
 #include "lft/model/llama.h"
@@ -149,7 +150,8 @@ TEST(ShardLoading, MemoryWhileLoadingIsTheShardsNotTheModel) {
   const config::Config cfg = config::parse_config(run_toml("fsdp2", folder, 2, 1), "load.toml");
   const engine::EngineInfo& info = engine::engine_for(cfg);
   DeviceMesh mesh(world(), engine::plan_mesh(cfg, info, n));
-  const engine::EngineContext ctx{cfg, mesh};
+  const engine::RunPlan plan = engine::resolve_run_plan(cfg, mesh.shape());
+  const engine::EngineContext ctx{cfg, mesh, plan};
   for (const bool shards : {true, false}) {
     reset_cpu_peak_bytes();
     const std::int64_t base = cpu_bytes_in_use();

@@ -9,6 +9,7 @@
 #include "lft/config/config.h"
 #include "lft/engine/mesh_plan.h"
 #include "lft/engine/registry.h"
+#include "lft/engine/run_plan.h"
 #include "lft/train/trainer.h"
 
 namespace lft::test {
@@ -17,11 +18,14 @@ namespace lft::test {
 // which must outlive the trainer.
 inline std::unique_ptr<train::Trainer> make_trainer(const std::string& toml, MpiCommunicator& comm,
                                                     std::unique_ptr<DeviceMesh>& mesh) {
-  static std::list<config::Config> keep;  // a trainer keeps a reference to its config
+  // A trainer keeps references to its config and plan.
+  static std::list<config::Config> keep;
+  static std::list<engine::RunPlan> plans;
   keep.push_back(config::parse_config(toml, "test.toml"));
   const engine::EngineInfo& info = engine::engine_for(keep.back());
   mesh = std::make_unique<DeviceMesh>(comm, engine::plan_mesh(keep.back(), info, comm.size()));
-  return std::make_unique<train::Trainer>(keep.back(), *mesh, DeviceChoice{});
+  plans.push_back(engine::resolve_run_plan(keep.back(), mesh->shape()));
+  return std::make_unique<train::Trainer>(keep.back(), plans.back(), *mesh, DeviceChoice{});
 }
 
 }  // namespace lft::test

@@ -23,8 +23,4 @@ std::string startup_report(const Runtime& rt, const config::Config& cfg,
 // predict from its coordinates. A wrong sum is a one-rank error (the rank that sees it aborts).
 std::string check_communication(MpiCommunicator& world, DeviceMesh& mesh);
 
-// Batch sizes, step counts, model size and a per-rank memory estimate.
-std::string plan_report(const config::Config& cfg, const MeshShape& shape,
-                        const model::ModelConfig& model);
-
 }  // namespace lft::app

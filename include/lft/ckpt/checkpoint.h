@@ -17,10 +17,11 @@
 #include <vector>
 
 #include "lft/data/sampler.h"
+#include "lft/mesh/tensor_box.h"
 #include "lft/runtime/error.h"
 
 namespace lft::optim {
-class AdamW;
+class Optimizer;
 }
 
 namespace lft::ckpt {
@@ -28,15 +29,12 @@ namespace lft::ckpt {
 inline constexpr const char* kFormatName = "lftrain-checkpoint";
 inline constexpr std::int64_t kFormatVersion = 1;
 
-// A tensor this rank updates: the box [offset, offset + local.sizes()) of a global tensor.
-// `replicas` ranks hold the same box; this rank is holder `replica` (the save splits the writing).
+// A tensor this rank updates: the box [offset, offset + local.sizes()) of a global tensor, held
+// by box.replicas ranks (the save splits the writing among them).
 struct HeldTensor {
   std::string name;  // Hugging Face parameter name
   at::Tensor local;
-  std::vector<std::int64_t> global_shape;
-  std::vector<std::int64_t> offset;
-  int replicas = 1;
-  int replica = 0;
+  TensorBox box;
 };
 
 // What describes the run (root attributes).
@@ -75,7 +73,7 @@ struct SaveOptions {
 // Returns the checkpoint folder.
 std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
                             const RunInfo& run, const Progress& progress,
-                            const std::vector<HeldTensor>& params, const optim::AdamW& optimizer);
+                            const std::vector<HeldTensor>& params, const optim::Optimizer& optimizer);
 
 // The checkpoint folder to resume from: `spec` "auto" -> the newest complete one in output_dir
 // (broken ones are skipped with a warning on rank 0), nullopt when there is none; any other
@@ -86,6 +84,6 @@ std::optional<std::string> find_checkpoint(MPI_Comm world, const std::string& ou
 // Loads `folder` into `params` (each rank reads its boxes) and `optimizer`; checks the format,
 // the model's names and shapes and the global batch. Returns the progress to continue from.
 Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInfo& run,
-                         const std::vector<HeldTensor>& params, optim::AdamW& optimizer);
+                         const std::vector<HeldTensor>& params, optim::Optimizer& optimizer);
 
 }  // namespace lft::ckpt

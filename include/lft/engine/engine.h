@@ -15,6 +15,7 @@
 #include "lft/comm/communicator.h"
 #include "lft/config/config.h"
 #include "lft/mesh/device_mesh.h"
+#include "lft/mesh/tensor_box.h"
 
 namespace lft::model {
 class CausalLM;
@@ -22,16 +23,6 @@ class WeightSource;
 }
 
 namespace lft::engine {
-
-// Where a tensor of parameters() sits in its global (logical) tensor.
-struct TensorBox {
-  std::vector<std::int64_t> global_shape;
-  std::vector<std::int64_t> offset;
-  // How many data-parallel ranks hold this same box, and which of them this rank is (a save
-  // splits the writing of a box among its holders).
-  int replicas = 1;
-  int replica = 0;
-};
 
 // One micro-batch of a step, on the compute device.
 struct MicroBatch {
@@ -48,9 +39,12 @@ struct MicroBatchOptions {
   double loss_factor = 1.0;
 };
 
+struct RunPlan;
+
 struct EngineContext {
   const config::Config& cfg;
   DeviceMesh& mesh;
+  const RunPlan& plan;  // the model, batch and precision, resolved once (run_plan.h)
 };
 
 class Engine {

@@ -9,6 +9,7 @@
 
 #include "lft/config/config.h"
 #include "lft/engine/engine.h"
+#include "lft/engine/run_plan.h"
 #include "lft/mesh/device_mesh.h"
 
 namespace lft::engine {
@@ -21,6 +22,8 @@ struct EngineInfo {
   int max_ranks = 0;                // 0: any
   std::string needs;                // e.g. "NCCL for GPUs; MPI for CPU tensors"
   std::unique_ptr<Engine> (*create)(const EngineContext& ctx);
+  // Per-rank tensor memory of the run (memory_estimate.h); throws ConfigError like create.
+  MemoryEstimate (*estimate_memory)(const config::Config& cfg, const RunPlan& plan);
 };
 
 // The engines this build has, in registry order.

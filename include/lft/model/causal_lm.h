@@ -92,6 +92,9 @@ class DecoderBlock : public torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& x, const AttentionInputs& in, ParallelOps& ops) = 0;
   // The role of the block's parameter `name` ("self_attn.q_proj.weight").
   virtual TpSplit tp_split(const std::string& name) const = 0;
+  // Elements per token its forward keeps for backward (memory estimates), on a rank of `tp`
+  // tensor-parallel ranks (the residual stream split over them too with sequence parallelism).
+  virtual double saved_elements_per_token(int tp, bool sequence_parallel) const = 0;
 };
 
 // HF's inner model: embed_tokens, layers.{i}, norm (the parameter names "model.<...>").
@@ -124,6 +127,10 @@ class CausalLM : public torch::nn::Module {
 
   // Where parameter `name` (of named_parameters()) is used, and its tensor-parallel role.
   ParameterPlacement placement(const std::string& name) const;
+  // Elements per token that backward keeps (memory estimates): the largest decoder layer's, and
+  // the head's (its normed input and the log-softmax of this rank's vocabulary rows).
+  double layer_saved_elements_per_token(int tp, bool sequence_parallel) const;
+  double head_saved_elements_per_token(int tp) const;
 
   // Units [begin, end): from input_ids (begin == 0) or from `hidden` (the previous unit's
   // output), to hidden states [B, T, hidden], or, when end == num_units(), to the per-token

@@ -33,12 +33,18 @@ class LlamaAttentionImpl : public torch::nn::Module {
                      const at::Tensor& segment_mask = {});
   // The tensor-parallel role of parameter `name` ("q_proj.weight").
   virtual TpSplit tp_split(const std::string& name) const;
+  // Saved for backward per token on one of `tp` ranks: rotated q, k and v, the attention output
+  // and its re-laid copy.
+  virtual double saved_elements_per_token(int tp) const;
 
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  protected:
   // Between the projections and RoPE: q [B, T, heads, d], k [B, T, kv_heads, d]. Llama: nothing.
   virtual void normalize_qk(at::Tensor& q, at::Tensor& k);
+  // Widths of q and of k (or v) on one of `tp` tensor-parallel ranks (a replicated kv head: one).
+  double q_width(int tp) const;
+  double kv_width(int tp) const;
 
   ModelConfig config_;
   std::int64_t head_dim_, sliding_window_;
@@ -51,6 +57,8 @@ class LlamaMLPImpl : public torch::nn::Module {
   explicit LlamaMLPImpl(const ModelConfig& config, const c10::TensorOptions& options = {});
   at::Tensor forward(const at::Tensor& x);
   TpSplit tp_split(const std::string& name) const;
+  // Saved for backward per token: gate, up, silu(gate) and their product.
+  double saved_elements_per_token(int tp) const;
 
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 
@@ -71,6 +79,9 @@ class LlamaDecoderLayerImpl : public DecoderBlock {
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                      const at::Tensor& segment_mask = {});
   TpSplit tp_split(const std::string& name) const override;
+  // The two norms' normalized values and outputs and the two residual sums (the gathered
+  // inputs of the column-parallel projections too with sequence parallelism), and the above.
+  double saved_elements_per_token(int tp, bool sequence_parallel) const override;
 
   RMSNorm input_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};

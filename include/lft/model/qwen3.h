@@ -16,6 +16,8 @@ class Qwen3AttentionImpl : public LlamaAttentionImpl {
   Qwen3AttentionImpl(const ModelConfig& config, std::int64_t layer_index, const c10::TensorOptions& options = {});
   // q_norm and k_norm act on this rank's heads: replicated, their gradient summed over tp.
   TpSplit tp_split(const std::string& name) const override;
+  // Llama's, and each q/k norm's input and normalized value.
+  double saved_elements_per_token(int tp) const override;
 
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "lft/optim/optimizer.h"
+
 namespace lft::optim {
 
 struct AdamWOptions {
@@ -18,25 +20,27 @@ struct AdamWOptions {
   double weight_decay = 0.0;
 };
 
-class AdamW {
+class AdamW final : public Optimizer {
  public:
   // `params[i]` is updated from `params[i].grad()`; `names[i]` is its name (for state and decay).
   AdamW(std::vector<at::Tensor> params, std::vector<std::string> names, AdamWOptions options);
 
-  // One update with learning rate `lr`. Parameters without a gradient are skipped.
-  void step(double lr);
-  std::int64_t steps() const { return steps_; }
+  void step(double lr) override;
+  std::int64_t steps() const override { return steps_; }
+  void set_steps(std::int64_t steps) override;
+  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  const at::Tensor& state(std::size_t param, std::size_t k) const override {
+    return k == 0 ? exp_avg_[param] : exp_avg_sq_[param];
+  }
+  void load_state(std::size_t param, std::size_t k, const at::Tensor& value) override;
+  std::vector<std::pair<std::string, double>> hyperparameters() const override;
+  std::int64_t state_bytes() const override;
 
   // State per parameter, by index: exp_avg, exp_avg_sq (same shape and dtype as the parameter).
   const at::Tensor& exp_avg(std::size_t i) const { return exp_avg_[i]; }
   const at::Tensor& exp_avg_sq(std::size_t i) const { return exp_avg_sq_[i]; }
   std::size_t size() const { return params_.size(); }
-  // Restores parameter i's moments (copied in) and the step count of every parameter (resume).
-  void load_state(std::size_t i, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq);
-  void set_steps(std::int64_t steps);
   const AdamWOptions& options() const { return options_; }
-  // Bytes of optimizer state held by this rank.
-  std::int64_t state_bytes() const;
 
  private:
   void step_group(const std::vector<std::size_t>& group, double lr, double weight_decay);

@@ -1,11 +1,12 @@
 // The training loop: global batch -> micro-batches -> forward/backward through the engine ->
 // global-norm clipping -> AdamW -> LR schedule, with the loss as the mean over every target
 // token of the global batch (not a mean of micro-batch means), so any split of the same global
-// batch trains the same step.
+// batch trains the same step. One concern a file: trainer.cpp builds it and runs the loop,
+// train_step.cpp is a step, evaluation.cpp the held-out loss, trainer_checkpoint.cpp the save and
+// resume hand-off, run_summary.cpp the closing report; training_log.h writes trainer_log.jsonl.
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "lft/ckpt/checkpoint.h"
 #include "lft/config/config.h"
 #include "lft/engine/engine.h"
+#include "lft/engine/run_plan.h"
 #include "lft/mesh/device_mesh.h"
 #include "lft/runtime/device.h"
 
@@ -30,8 +32,9 @@ struct StepResult {
 
 class Trainer {
  public:
-  // Builds the model, data, engine and optimizer from `cfg`, over `mesh`. Collective.
-  Trainer(const config::Config& cfg, DeviceMesh& mesh, const DeviceChoice& device);
+  // Builds the model, data, engine and optimizer of `plan` (resolved from `cfg`; both must outlive
+  // the trainer), over `mesh`. Collective.
+  Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceMesh& mesh, const DeviceChoice& device);
   ~Trainer();
 
   // The whole run: total_steps() steps with logging (rank 0 prints; trainer_log.jsonl),
@@ -55,7 +58,8 @@ class Trainer {
 
  private:
   void resume_if_asked();
-  void log_eval(std::ofstream& log_file);
+  // Agreed over every rank at a step boundary: did any rank get a stop signal? Collective.
+  bool stop_requested();
   std::vector<ckpt::HeldTensor> held_tensors();
   ckpt::RunInfo run_info() const;
 

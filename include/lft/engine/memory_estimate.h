@@ -1,0 +1,19 @@
+// Per-rank tensor memory of a run, from the plan alone (no tensor is allocated): what each
+// engine's layout keeps, what it gathers, and what backward keeps of the forward. The engines'
+// registry entries point at these; tests hold them to the measured peak.
+#pragma once
+
+#include "lft/engine/run_plan.h"
+#include "lft/engine/sharded.h"
+
+namespace lft::engine {
+
+// none (buckets false) and ddp / fsdp NO_SHARD / ZeRO-0 (the all-reduce buckets): every rank
+// keeps the whole model, its gradients and AdamW's moments.
+MemoryEstimate estimate_replicated(const RunPlan& run, bool buckets);
+// fsdp2, fsdp, ZeRO 1-3 on the dp_shard ranks (ShardingPlan).
+MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan);
+// megatron: this rank's tensor-parallel boxes of its pipeline stage's units.
+MemoryEstimate estimate_megatron(const config::Config& cfg, const RunPlan& run);
+
+}  // namespace lft::engine

@@ -1,0 +1,59 @@
+// The run, resolved once in the session from the config, the model folder and the DeepSpeed JSON:
+// the model, the batch arithmetic, the precision and a per-rank memory estimate that knows the
+// engine's sharding. The trainer, the engines and `lftrain --check` read it; none re-derives it.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "lft/config/config.h"
+#include "lft/config/deepspeed.h"
+#include "lft/mesh/device_mesh.h"
+#include "lft/model/model_config.h"
+
+namespace lft::engine {
+
+// Tensor bytes one rank holds at its peak, by what they are.
+struct MemoryEstimate {
+  double weights = 0;      // the parameters this rank keeps whole or as shards (fp32 masters)
+  double gradients = 0;    // their gradients, and the engine's gradient buffers
+  double optimizer = 0;    // AdamW's two moments of what this rank updates
+  double gathered = 0;     // whole parameters gathered for compute, copies cast for compute, and
+                           // gradient buffers kept for communication (ddp's buckets)
+  double activations = 0;  // what backward keeps of the forward, and the forward's working set
+  double buffers = 0;      // gradients flattened for a reduction after backward, when activations are gone
+  // Whether the gradients of earlier micro-batches are held while a forward's activations are
+  // (gradient accumulation, or a pipeline with more micro-batches than it keeps in flight).
+  bool gradients_during_forward = true;
+  double total() const {
+    const double forward = activations + (gradients_during_forward ? gradients : 0.0);
+    return weights + optimizer + gathered + std::max(forward, gradients + buffers);
+  }
+  std::string str() const;  // "41.2 MiB per rank: weights 3.1 MiB, ..."
+};
+
+struct RunPlan {
+  model::ModelConfig model;
+  MeshShape mesh;
+  std::int64_t micro_batch = 1;   // sequences per rank per micro-batch
+  std::int64_t accumulation = 1;  // micro-batches per step
+  std::int64_t global_batch = 1;  // sequences per step over every data-parallel rank
+  std::int64_t seq_len = 1;       // cutoff_len
+  at::ScalarType compute = at::kFloat;  // bf16 / fp16: autocast over fp32 weights
+  bool gradient_checkpointing = false;
+  std::optional<config::DeepSpeedConfig> deepspeed;  // distributed = "deepspeed"
+  MemoryEstimate memory;                             // from the engine (EngineInfo::estimate_memory)
+};
+
+// Resolves the plan of `cfg` on `mesh` (collective-free; every rank reaches the same plan).
+// Throws config::ConfigError for a model or DeepSpeed file that does not fit.
+RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh);
+
+// Batch sizes, steps, model, precision and the memory estimate, for the start-up log.
+std::string plan_report(const config::Config& cfg, const RunPlan& plan);
+
+}  // namespace lft::engine

@@ -1,0 +1,189 @@
+// Per-rank memory from the plan: the model is built on the meta device (names, shapes and roles,
+// no memory), laid out as each engine lays it out, and the activations are counted per token.
+#include "lft/engine/memory_estimate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "lft/engine/megatron_plan.h"
+#include "lft/engine/pipeline_schedule.h"
+#include "lft/engine/shard_layout.h"
+#include "lft/model/families.h"
+
+namespace lft::engine {
+namespace {
+
+std::shared_ptr<model::CausalLM> meta_model(const RunPlan& run) {
+  return model::create_causal_lm(run.model, at::TensorOptions().device(at::kMeta));
+}
+
+double element_bytes(at::ScalarType t) { return static_cast<double>(c10::elementSize(t)); }
+
+// Parameter shapes grouped as the sharded engine groups them: the root unit (everything that is
+// not a decoder layer) first, then one unit per layer.
+std::vector<std::vector<Shape>> sharding_units(const model::CausalLM& m) {
+  std::map<std::int64_t, std::vector<Shape>> by_unit;
+  for (const auto& item : m.named_parameters()) {
+    const std::int64_t unit = m.placement(item.key()).units.front();
+    by_unit[m.is_layer_unit(unit) ? unit : 0].push_back(item.value().sizes().vec());
+  }
+  std::vector<std::vector<Shape>> out;
+  for (auto& [unit, shapes] : by_unit) out.push_back(std::move(shapes));
+  return out;
+}
+
+double numel(const std::vector<Shape>& shapes) {
+  double n = 0;
+  for (const Shape& s : shapes) {
+    double k = 1;
+    for (std::int64_t d : s) k *= static_cast<double>(d);
+    n += k;
+  }
+  return n;
+}
+
+// The widths that activations are counted in, on one of `tp` tensor-parallel ranks: elements per
+// token that the model says a layer and its head keep for backward, and the residual stream's,
+// the MLP's and the vocabulary's widths for the forward's transient peak.
+struct Widths {
+  double layer, head, stream, ffn, vocab;
+};
+
+Widths model_widths(const model::CausalLM& m, int tp, bool sequence_parallel) {
+  const model::ModelConfig& c = m.config();
+  return {m.layer_saved_elements_per_token(tp, sequence_parallel), m.head_saved_elements_per_token(tp),
+          static_cast<double>(c.hidden_size) / (sequence_parallel ? tp : 1),
+          static_cast<double>((c.intermediate_size + tp - 1) / tp), static_cast<double>((c.vocab_size + tp - 1) / tp)};
+}
+
+// Activations one micro-batch keeps through `layers` decoder layers, with the embedding's output
+// (`embed`) and the head's (`head`), plus the forward's transient peak (the logits beside their
+// log-softmax at the head; one MLP row elsewhere): bytes.
+double activation_bytes(const RunPlan& run, double layers, const Widths& w, bool embed, bool head) {
+  const double tokens = static_cast<double>(run.micro_batch * run.seq_len);
+  const double bytes = run.compute == at::kFloat ? 4.0 : 2.5;  // 16-bit projections, fp32 norms
+  // With checkpointing a layer keeps its input; backward recomputes one layer at a time.
+  double kept = run.gradient_checkpointing ? layers * w.stream + w.layer : layers * w.layer;
+  if (embed) kept += w.stream;
+  if (head) kept += w.head;
+  const double transient = head ? 2 * w.vocab : w.ffn;
+  return tokens * (kept + transient) * bytes;
+}
+
+}  // namespace
+
+std::string MemoryEstimate::str() const {
+  auto mib = [](double b) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f MiB", b / (1024.0 * 1024.0));
+    return std::string(text);
+  };
+  return mib(total()) + " per rank at the peak: weights " + mib(weights) + ", gradients " + mib(gradients) +
+         ", optimizer " + mib(optimizer) + ", gathered " + mib(gathered) + ", activations " + mib(activations) +
+         (buffers > 0 ? ", reduction buffers " + mib(buffers) : "");
+}
+
+MemoryEstimate estimate_replicated(const RunPlan& run, bool buckets) {
+  const double p = static_cast<double>(run.model.num_parameters());
+  MemoryEstimate e;
+  e.weights = 4 * p;
+  e.gradients = 4 * p;
+  e.optimizer = 8 * p;
+  // ddp keeps a flat bucket copy of every gradient for its all-reduce; autocast keeps a 16-bit
+  // copy of every weight it casts for the forward.
+  e.gathered = (buckets ? 4 * p : 0.0) + (run.compute != at::kFloat ? 2 * p : 0.0);
+  e.activations = activation_bytes(run, static_cast<double>(run.model.num_hidden_layers),
+                                   model_widths(*meta_model(run), 1, false), true, true);
+  e.gradients_during_forward = run.accumulation > 1;
+  return e;
+}
+
+MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
+  const int n = run.mesh[MeshDim::DPShard];
+  const auto model = meta_model(run);
+  const auto units = sharding_units(*model);
+  double shard = 0, whole = 0, largest_layer = 0;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const UnitLayout layout = plan.per_parameter_cut ? per_parameter_layout(units[u], n) : flat_layout(units[u], n);
+    shard += static_cast<double>(layout.shard_numel);
+    whole += numel(units[u]);
+    if (u > 0) largest_layer = std::max(largest_layer, numel(units[u]));
+  }
+  const double root = numel(units.front());
+  const double cb = element_bytes(plan.compute_dtype);
+  MemoryEstimate e;
+  e.weights = 4 * shard;    // fp32 masters
+  e.gradients = 4 * shard;  // reduced gradient shards, summed over micro-batches
+  e.optimizer = 8 * whole / n;
+  // A unit's whole gradients (or its reduce-scatter buffer) while backward reaches the next.
+  const double unit_gradients = 4 * std::max(root, largest_layer);
+  if (plan.shard_parameters) {
+    // The root unit stays gathered through the step, with the layer running and the one
+    // prefetched beside it; without resharding every layer stays gathered until its backward.
+    e.gathered = cb * (plan.reshard_after_forward ? root + 2 * largest_layer : whole) + unit_gradients;
+  } else {
+    // ZeRO-1/2: whole fp32 parameters on every rank; ZeRO-1 also keeps whole gradients over the
+    // micro-batches, ZeRO-2 one unit's at a time.
+    e.weights += 4 * whole;
+    e.gathered = plan.reduce_during_backward ? unit_gradients : 4 * whole;
+  }
+  e.activations = activation_bytes(run, static_cast<double>(run.model.num_hidden_layers),
+                                   model_widths(*model, 1, false), true, true);
+  return e;
+}
+
+MemoryEstimate estimate_megatron(const config::Config& cfg, const RunPlan& run) {
+  const auto m = meta_model(run);
+  const MegatronPlan plan = make_megatron_plan(cfg, *m, run.mesh);
+  const int dp = run.mesh[MeshDim::DPReplicate];
+  const Widths widths = model_widths(*m, plan.tp, plan.sequence_parallel);
+  // Chunks whose activations a stage holds at once, from the schedule itself.
+  std::vector<int> live(static_cast<std::size_t>(plan.pp), 1);
+  if (plan.pp > 1)
+    live = simulate_pipeline(plan.schedule, plan.pp, plan.micro_batches, plan.virtual_stages, 1.0, 2.0).peak_live;
+  MemoryEstimate worst;
+  for (int stage = 0; stage < plan.pp; ++stage) {
+    // This stage's units: its chunks' layers, the embedding on the first virtual stage, the head
+    // on the last.
+    auto runs_unit = [&](std::int64_t unit) {
+      for (int c = 0; c < plan.virtual_stages; ++c) {
+        const int g = plan.virtual_stage(stage, c);
+        const auto& [begin, end] = plan.stage_layers[static_cast<std::size_t>(g)];
+        if ((g == 0 && unit == 0) || (g == plan.last_virtual_stage() && unit == m->head_unit()) ||
+            (m->is_layer_unit(unit) && unit - 1 >= begin && unit - 1 < end))
+          return true;
+      }
+      return false;
+    };
+    double local = 0, layers = 0;
+    for (const auto& item : m->named_parameters()) {
+      const model::ParameterPlacement placement = m->placement(item.key());
+      if (std::none_of(placement.units.begin(), placement.units.end(), runs_unit)) continue;
+      const TpSlice slice = tp_slice(placement.tp, plan.tp, 0);
+      double elements = static_cast<double>(item.value().numel());
+      if (slice.dim >= 0)
+        elements = elements / static_cast<double>(item.value().size(slice.dim)) * static_cast<double>(slice.count);
+      local += elements;
+    }
+    for (std::int64_t layer = 0; layer < run.model.num_hidden_layers; ++layer)
+      if (runs_unit(model::CausalLM::layer_unit(layer))) layers += 1;
+    MemoryEstimate e;
+    e.weights = 4 * local;
+    e.gradients = 4 * local;
+    e.optimizer = 8 * local / (plan.distributed_optimizer ? dp : 1);
+    if (run.compute != at::kFloat) e.gathered = 2 * local;
+    // The data-parallel reduction flattens every gradient (and receives its share back).
+    if (dp > 1) e.buffers = 4 * local * (1.0 + (plan.distributed_optimizer ? 1.0 / dp : 1.0));
+    const bool first = stage == 0, last = stage == plan.pp - 1;
+    const int in_flight = live[static_cast<std::size_t>(stage)];
+    e.activations = in_flight * activation_bytes(run, layers / plan.virtual_stages, widths, first, last);
+    // A stage whose every micro-batch is in flight at once runs its first backward (and makes
+    // its gradients) only after the last forward.
+    e.gradients_during_forward = plan.micro_batches * plan.virtual_stages > in_flight;
+    if (e.total() > worst.total()) worst = e;
+  }
+  return worst;
+}
+
+}  // namespace lft::engine

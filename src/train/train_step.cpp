@@ -1,0 +1,97 @@
+// One optimizer step: the global batch's micro-batches through the engine, the loss over every
+// target of the global batch, fp16 loss scaling, clipping, the update.
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "lft/runtime/error.h"
+#include "lft/runtime/log.h"
+#include "trainer_state.h"
+
+namespace lft::train {
+namespace {
+
+void scale_gradients(engine::Engine& engine, double factor) {
+  c10::NoGradGuard no_grad;
+  for (auto& t : engine.parameters())
+    if (t.grad().defined()) t.mutable_grad().mul_(factor);
+}
+
+void unscale_gradients(engine::Engine& engine, double scale) {
+  c10::NoGradGuard no_grad;
+  for (auto& t : engine.parameters())
+    if (t.grad().defined()) t.mutable_grad().div_(scale);
+}
+
+void drop_gradients(engine::Engine& engine) {
+  for (auto& t : engine.parameters()) t.mutable_grad().reset();
+}
+
+}  // namespace
+
+StepResult Trainer::step() {
+  State& s = *s_;
+  const auto start = Clock::now();
+  const auto indices = s.sampler->global_batch_indices();
+  // The loss is the weighted sum over every target of the global batch divided by the sum of the
+  // weights (the count of trained tokens unless messages carry loss weights): each rank knows it.
+  const double targets = s.data->weight_sum(indices);
+  const int dp_rank = s.mesh.dp_rank(), dp_size = s.mesh.shape().dp_size();
+  const std::int64_t micro = s.plan.micro_batch, accum = s.plan.accumulation, global = s.plan.global_batch;
+
+  std::vector<engine::MicroBatch> batches;
+  for (std::int64_t m = 0; m < accum; ++m)
+    batches.push_back(s.device_batch(s.data->batch(data::local_micro_batch(indices, dp_rank, dp_size, micro, accum, m))));
+  engine::MicroBatchOptions options;
+  options.compute = s.plan.compute;
+  options.loss_factor = (s.scaler ? s.scaler->scale() : 1.0) / targets;
+  const at::Tensor local = s.engine->run_micro_batches(*s.model, batches, options);
+  s.engine->finish_gradients();
+
+  // Per-sequence sums in one fixed global order, so every layout adds them the same way.
+  at::Tensor all = at::empty({global}, local.options());
+  s.mesh.dp().all_gather(local, all);
+  double loss_sum = 0.0;
+  const double* p = all.data_ptr<double>();
+  for (std::int64_t i = 0; i < global; ++i) loss_sum += p[i];
+
+  StepResult r;
+  r.loss = loss_sum / targets;
+  r.grad_norm = std::sqrt(s.engine->grad_norm_squared());
+  r.tokens = global * s.data->seq_len();
+  auto finish = [&] {
+    s.sampler->advance();
+    r.step = ++s.step;
+    s.tokens_seen += r.tokens;
+    r.seconds = seconds_since(start);
+    s.step_seconds += r.seconds;
+    return r;
+  };
+  if (s.scaler && std::isfinite(r.loss)) {
+    const double scale = s.scaler->scale();
+    if (!s.scaler->update(std::isfinite(r.grad_norm), s.step + 1)) {  // every rank agrees
+      log0(s.scaler->last_event());
+      drop_gradients(*s.engine);
+      r.grad_norm = 0.0;
+      r.skipped = true;
+      r.lr = s.schedule->lr(s.step);
+      return finish();
+    }
+    unscale_gradients(*s.engine, scale);
+    r.grad_norm /= scale;
+  }
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
+    throw RunFailure("step " + std::to_string(s.step + 1) + ": the loss is " + std::to_string(r.loss) +
+                     " and the gradient norm " + std::to_string(r.grad_norm) +
+                     "; stopping before the update (nothing was written). Lower learning_rate, "
+                     "set max_grad_norm, or check the data.");
+  const double max_norm = s.cfg.real("max_grad_norm");
+  if (max_norm > 0) scale_gradients(*s.engine, std::min(1.0, max_norm / (r.grad_norm + 1e-6)));
+  r.lr = s.schedule->lr(s.step);
+  s.optimizer->step(r.lr);
+  s.engine->parameters_updated();
+  drop_gradients(*s.engine);
+  return finish();
+}
+
+}  // namespace lft::train

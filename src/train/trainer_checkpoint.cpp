@@ -1,0 +1,72 @@
+// The trainer's checkpoint hand-off: what it saves (the engine's tensors with their boxes, the
+// optimizer's state, the progress) and how a run resumes.
+#include "lft/ckpt/checkpoint.h"
+
+#include "lft/runtime/log.h"
+#include "trainer_state.h"
+
+namespace lft::train {
+
+std::vector<ckpt::HeldTensor> Trainer::held_tensors() {
+  State& s = *s_;
+  const auto params = s.engine->parameters();
+  const auto names = s.engine->parameter_names();
+  const auto boxes = s.engine->parameter_boxes();
+  std::vector<ckpt::HeldTensor> held;
+  for (std::size_t i = 0; i < params.size(); ++i) held.push_back({names[i], params[i], boxes[i]});
+  return held;
+}
+
+ckpt::RunInfo Trainer::run_info() const {
+  const State& s = *s_;
+  ckpt::RunInfo info;
+  info.engine = s.cfg.string("distributed");
+  info.mesh.assign(s.mesh.shape().sizes.begin(), s.mesh.shape().sizes.end());
+  info.world_size = s.mesh.shape().world_size();
+  info.config_text = s.cfg.source_text();
+  for (const auto& o : s.cfg.overrides()) info.config_text += "\n# override: " + o;
+  info.global_batch = s.plan.global_batch;
+  info.seed = s.cfg.integer("seed");
+  return info;
+}
+
+void Trainer::resume_if_asked() {
+  State& s = *s_;
+  if (!s.cfg.is_set("resume_from_checkpoint")) return;
+  const auto folder =
+      ckpt::find_checkpoint(s.mesh.world(), s.cfg.string("output_dir"), s.cfg.string("resume_from_checkpoint"));
+  if (!folder) {
+    log0("resume: no complete checkpoint in " + s.cfg.string("output_dir") + "; starting from step 0");
+    return;
+  }
+  const auto start = Clock::now();
+  const ckpt::Progress p = ckpt::load_checkpoint(s.mesh.world(), *folder, run_info(), held_tensors(), *s.optimizer);
+  s.engine->parameters_updated();
+  const double seconds = seconds_since(start);
+  s.sampler->restore(p.sampler);
+  s.step = p.step;
+  s.tokens_seen = p.tokens_seen;
+  if (s.scaler && p.loss_scale > 0) s.scaler->restore(p.loss_scale);
+  log0("resume: " + *folder + " at step " + std::to_string(p.step) + " (epoch " + std::to_string(p.sampler.epoch) +
+       ", " + std::to_string(s.sampler->consumed_samples()) + " samples consumed), loaded in " +
+       std::to_string(seconds).substr(0, 5) + " s");
+}
+
+std::string Trainer::save() {
+  State& s = *s_;
+  ckpt::SaveOptions o;
+  o.output_dir = s.cfg.string("output_dir");
+  o.per_rank = s.cfg.string("checkpoint_format") == "per_rank";
+  o.total_limit = s.cfg.integer("save_total_limit");
+  ckpt::Progress p;
+  p.step = s.step;
+  p.tokens_seen = s.tokens_seen;
+  if (s.scaler) p.loss_scale = s.scaler->scale();
+  p.sampler = s.sampler->state();
+  const auto start = Clock::now();
+  const std::string folder = ckpt::save_checkpoint(s.mesh.world(), o, run_info(), p, held_tensors(), *s.optimizer);
+  log0("saved " + folder + " in " + std::to_string(seconds_since(start)).substr(0, 5) + " s");
+  return folder;
+}
+
+}  // namespace lft::train

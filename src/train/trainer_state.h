@@ -1,0 +1,59 @@
+// What a Trainer holds, shared by the files that implement it: trainer.cpp (building, the loop),
+// train_step.cpp (one optimizer step), evaluation.cpp, trainer_checkpoint.cpp (save and resume)
+// and run_summary.cpp.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "lft/comm/mpi_communicator.h"
+#include "lft/config/config.h"
+#include "lft/data/sampler.h"
+#include "lft/engine/engine.h"
+#include "lft/engine/run_plan.h"
+#include "lft/mesh/device_mesh.h"
+#include "lft/model/causal_lm.h"
+#include "lft/optim/lr_schedule.h"
+#include "lft/optim/optimizer.h"
+#include "lft/runtime/device.h"
+#include "lft/train/loss_scaler.h"
+#include "lft/train/trainer.h"
+#include "lft/train/training_data.h"
+
+namespace lft::train {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+struct Trainer::State {
+  const config::Config& cfg;
+  const engine::RunPlan& plan;
+  DeviceMesh& mesh;
+  DeviceChoice device;
+  MpiCommunicator world;  // every rank: the stop signal, the summary
+  std::shared_ptr<model::CausalLM> model;
+  std::unique_ptr<TrainingData> data;
+  std::unique_ptr<data::GlobalSampler> sampler;
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<optim::Optimizer> optimizer;
+  std::unique_ptr<optim::LrSchedule> schedule;
+  std::int64_t total = 1, step = 0, tokens_seen = 0;
+  std::unique_ptr<LossScaler> scaler;  // fp16 only
+  double flops_per_token = 0.0;
+  double step_seconds = 0.0;  // of the steps run by this process
+
+  State(const config::Config& c, const engine::RunPlan& p, DeviceMesh& m, const DeviceChoice& d)
+      : cfg(c), plan(p), mesh(m), device(d), world(m.world(), "world", false) {}
+  at::Device torch_device() const {
+    return device.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index)) : at::Device(at::kCPU);
+  }
+  engine::MicroBatch device_batch(const data::Batch& b) const;
+};
+
+}  // namespace lft::train
