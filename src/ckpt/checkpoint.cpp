@@ -10,6 +10,7 @@
 #include "lft/build_config.h"
 #include "lft/ckpt/checkpoint_files.h"
 #include "lft/ckpt/tensor_store.h"
+#include "lft/comm/fault_injection.h"
 #include "lft/comm/mpi_util.h"
 #include "lft/comm/watchdog.h"
 #include "lft/optim/optimizer.h"
@@ -120,13 +121,10 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
                             const std::vector<HeldTensor>& params, const optim::Optimizer& optimizer) {
   const std::string name = checkpoint_name(progress.step);
   const std::string folder = options.output_dir + "/" + name;
-  const std::string state = folder + (options.per_rank ? "/state" : "/state.h5");
+  // Written aside: an existing checkpoint of this step stays whole until the new one is complete.
+  const std::string state = partial_folder(options.output_dir, name) + (options.per_rank ? "/state" : "/state.h5");
   decided_by_rank0(world, [&]() -> std::string {
-    if (is_complete(folder)) {  // an earlier run's checkpoint of the same step
-      log_rank("warning: replacing " + folder + ", saved by an earlier run");
-      remove_tree(folder);
-    }
-    prepare_folder(folder, state);  // a half-written save of this step is removed too
+    prepare_partial(options.output_dir, name);
     return "";
   });
 
@@ -141,6 +139,7 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
       slices.push_back(slice_of("optim/" + t.name + "/" + states[k], t, optimizer.state(i, k)));
   }
   writer.write(with_every_ranks_tensors(world, std::move(slices)));
+  inject_save_fault_if_requested();
   writer.set_attribute("/", "format", std::string(kFormatName));
   writer.set_attribute("/", "format_version", kFormatVersion);
   writer.set_attribute("/", "lftrain_version", std::string(LFT_VERSION));
@@ -164,7 +163,8 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
 
   LFT_MPI_CHECK(MPI_Barrier(world));  // every rank's bytes are on disk before COMPLETE
   if (mpi_rank(world) == 0) {
-    mark_complete(options.output_dir, name, progress.step);
+    if (publish_checkpoint(options.output_dir, name, progress.step))
+      log_rank("replaced " + folder + " (saved earlier) with this run's checkpoint of the same step");
     rotate_checkpoints(options.output_dir, options.total_limit, name);
   }
   LFT_MPI_CHECK(MPI_Barrier(world));

@@ -1,6 +1,7 @@
 #include "lft/ckpt/checkpoint_files.h"
 
 #include <dirent.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <sys/stat.h>
@@ -50,6 +51,14 @@ std::int64_t step_of(const std::string& name) {
 
 int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }
 
+// Makes the renames inside `dir` durable.
+void sync_directory(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;
+  fsync(fd);
+  close(fd);
+}
+
 }  // namespace
 
 std::string checkpoint_name(std::int64_t step) { return "checkpoint-" + std::to_string(step); }
@@ -74,14 +83,44 @@ void remove_tree(const std::string& path) {
   if (exists(path)) nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-void prepare_folder(const std::string& folder, const std::string& state) {
-  make_directories(folder);
-  remove_tree(state);
+std::string partial_folder(const std::string& output_dir, const std::string& name) {
+  return output_dir + "/." + name + ".partial";
 }
 
-void mark_complete(const std::string& output_dir, const std::string& name, std::int64_t step) {
-  write_atomically(output_dir + "/" + name + "/COMPLETE", "step " + std::to_string(step) + "\n");
+void prepare_partial(const std::string& output_dir, const std::string& name) {
+  const std::string partial = partial_folder(output_dir, name);
+  remove_tree(partial);
+  make_directories(partial);
+}
+
+bool publish_checkpoint(const std::string& output_dir, const std::string& name, std::int64_t step) {
+  const std::string partial = partial_folder(output_dir, name), folder = output_dir + "/" + name;
+  write_atomically(partial + "/COMPLETE", "step " + std::to_string(step) + "\n");
+  sync_directory(partial);
+  bool replaced = false;
+  if (exists(folder)) {
+    // Swap the new folder in, in one step; the old one is then under the partial name.
+    if (renameat2(AT_FDCWD, partial.c_str(), AT_FDCWD, folder.c_str(), RENAME_EXCHANGE) == 0) {
+      replaced = true;
+    } else {
+      // A file system without the exchange: the old folder steps aside first. A crash between the
+      // two renames leaves it whole as .<name>.old, which the next save of <name> removes.
+      const std::string old = output_dir + "/." + name + ".old";
+      remove_tree(old);
+      if (rename(folder.c_str(), old.c_str()) != 0)
+        fatal_one("cannot move " + folder + " aside: " + std::strerror(errno));
+      if (rename(partial.c_str(), folder.c_str()) != 0)
+        fatal_one("cannot rename " + partial + " to " + folder + ": " + std::strerror(errno));
+      remove_tree(old);
+      replaced = true;
+    }
+  } else if (rename(partial.c_str(), folder.c_str()) != 0) {
+    fatal_one("cannot rename " + partial + " to " + folder + ": " + std::strerror(errno));
+  }
+  sync_directory(output_dir);
   write_atomically(output_dir + "/latest", name + "\n");
+  remove_tree(partial);  // after an exchange: the replaced folder
+  return replaced;
 }
 
 std::vector<std::string> checkpoints_newest_first(const std::string& output_dir) {

@@ -51,4 +51,11 @@ void inject_fault_if_requested(std::uint64_t collective_number, const std::strin
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(3600));
 }
 
+void inject_save_fault_if_requested() {
+  const char* spec = std::getenv("LFT_TEST_KILL_IN_SAVE");
+  if (spec == nullptr || *spec == '\0' || std::atoi(spec) != world_rank_or_minus_one()) return;
+  log_rank("LFT_TEST_KILL_IN_SAVE: killing this rank in the middle of a checkpoint save");
+  std::raise(SIGKILL);
+}
+
 }  // namespace lft

@@ -2,10 +2,23 @@
 // optimizer's state, the progress) and how a run resumes.
 #include "lft/ckpt/checkpoint.h"
 
+#include <climits>
+#include <cstdlib>
+
+#include "lft/ckpt/checkpoint_files.h"
 #include "lft/runtime/log.h"
 #include "trainer_state.h"
 
 namespace lft::train {
+namespace {
+
+// Whether two paths name the same existing file or folder.
+bool same_path(const std::string& a, const std::string& b) {
+  char ra[PATH_MAX], rb[PATH_MAX];
+  return realpath(a.c_str(), ra) != nullptr && realpath(b.c_str(), rb) != nullptr && std::string(ra) == rb;
+}
+
+}  // namespace
 
 std::vector<ckpt::HeldTensor> Trainer::held_tensors() {
   State& s = *s_;
@@ -46,6 +59,7 @@ void Trainer::resume_if_asked() {
   s.sampler->restore(p.sampler);
   s.step = p.step;
   s.tokens_seen = p.tokens_seen;
+  if (same_path(*folder, s.cfg.string("output_dir") + "/" + ckpt::checkpoint_name(p.step))) s.saved_step = p.step;
   if (s.scaler && p.loss_scale > 0) s.scaler->restore(p.loss_scale);
   log0("resume: " + *folder + " at step " + std::to_string(p.step) + " (epoch " + std::to_string(p.sampler.epoch) +
        ", " + std::to_string(s.sampler->consumed_samples()) + " samples consumed), loaded in " +
@@ -56,6 +70,11 @@ std::string Trainer::save() {
   State& s = *s_;
   ckpt::SaveOptions o;
   o.output_dir = s.cfg.string("output_dir");
+  if (s.step == s.saved_step) {  // a stop signal right after a save, or a finished run resumed
+    const std::string folder = o.output_dir + "/" + ckpt::checkpoint_name(s.step);
+    log0("step " + std::to_string(s.step) + " is already saved in " + folder);
+    return folder;
+  }
   o.per_rank = s.cfg.string("checkpoint_format") == "per_rank";
   o.total_limit = s.cfg.integer("save_total_limit");
   ckpt::Progress p;
@@ -65,6 +84,7 @@ std::string Trainer::save() {
   p.sampler = s.sampler->state();
   const auto start = Clock::now();
   const std::string folder = ckpt::save_checkpoint(s.mesh.world(), o, run_info(), p, held_tensors(), *s.optimizer);
+  s.saved_step = s.step;
   log0("saved " + folder + " in " + std::to_string(seconds_since(start)).substr(0, 5) + " s");
   return folder;
 }

@@ -44,6 +44,7 @@ struct Trainer::State {
   std::unique_ptr<optim::Optimizer> optimizer;
   std::unique_ptr<optim::LrSchedule> schedule;
   std::int64_t total = 1, step = 0, tokens_seen = 0;
+  std::int64_t saved_step = -1;  // the step whose checkpoint output_dir holds from this run (or its resume)
   std::unique_ptr<LossScaler> scaler;  // fp16 only
   double flops_per_token = 0.0;
   double step_seconds = 0.0;  // of the steps run by this process

@@ -41,4 +41,23 @@ expect "$text" "$out/fake"
 text=$(run 2 output_dir="$out/y" per_device_train_batch_size=2 resume_from_checkpoint="$out/straight/checkpoint-10"); status=$?
 [ $status -eq 2 ] || fail "global batch mismatch exited $status, wanted 2"
 expect "$text" "global batch of 8 sequences, this run has 4"
+
+# 5. A step that output_dir already holds is re-saved aside: with a rank killed in the middle of
+#    that save, the earlier checkpoint of the step is still whole, `latest` names a complete
+#    folder, and auto resumes from it.
+text=$(run 2 output_dir="$out/resave" max_steps=20) || fail "resave, first run: $text"
+text=$(LFT_TEST_KILL_IN_SAVE=1 run 2 output_dir="$out/resave" max_steps=20 \
+       resume_from_checkpoint="$out/resave/checkpoint-10"); status=$?
+[ $status -ne 0 ] || fail "the run killed while saving exited 0"
+expect "$text" "LFT_TEST_KILL_IN_SAVE: killing this rank"
+[ -f "$out/resave/checkpoint-20/COMPLETE" ] || fail "the earlier checkpoint-20 was lost by its re-save"
+[ "$(cat "$out/resave/latest")" = checkpoint-20 ] || fail "latest does not name checkpoint-20"
+# The killed run's log ends in a record cut short: resume drops it with a warning.
+printf '{"current_steps": 25, "total_steps": 30, "step":' >> "$out/resave/trainer_log.jsonl"
+text=$(run 2 output_dir="$out/resave" max_steps=20 resume_from_checkpoint=auto) || fail "auto after the killed save: $text"
+expect "$text" "resume: $out/resave/checkpoint-20 at step 20"
+expect "$text" "step 20 is already saved in $out/resave/checkpoint-20"
+expect "$text" "trainer_log.jsonl:[0-9]+: dropped a damaged record"
+python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$out/resave/trainer_log.jsonl" \
+  || fail "trainer_log.jsonl holds a line that is not JSON after the resume"
 echo "checkpoint_recovery: ok"

@@ -12,10 +12,16 @@ std::string checkpoint_name(std::int64_t step);  // "checkpoint-<step>"
 // The state inside a checkpoint folder: "state.h5" (shared file) or "state" (per-rank folder).
 std::string state_path(const std::string& folder);
 bool is_complete(const std::string& folder);
-// Creates `folder` (and parents) and removes a leftover `state` from a save that was cut short.
-void prepare_folder(const std::string& folder, const std::string& state);
-// Writes folder/COMPLETE and then output_dir/latest, each through a temporary file + rename.
-void mark_complete(const std::string& output_dir, const std::string& name, std::int64_t step);
+// A save is written aside, in output_dir/.<name>.partial (no "checkpoint-" prefix: never taken
+// for a checkpoint), and published only when every rank has written it.
+std::string partial_folder(const std::string& output_dir, const std::string& name);
+// Creates the partial folder afresh (a leftover of a save that was cut short is removed first).
+void prepare_partial(const std::string& output_dir, const std::string& name);
+// Publishes the partial folder as output_dir/<name>: writes its COMPLETE, then puts it in place
+// (an existing <name> is exchanged atomically where the file system can, and removed after), then
+// writes output_dir/latest. Until the exchange the previous <name> stays whole; `latest` only
+// ever names a complete folder. Returns true when it replaced an existing folder.
+bool publish_checkpoint(const std::string& output_dir, const std::string& name, std::int64_t step);
 // Deletes the oldest checkpoints so that at most `limit` remain (0: keep all). `newest` is never
 // deleted; incomplete ones older than it go first.
 void rotate_checkpoints(const std::string& output_dir, std::int64_t limit, const std::string& newest);

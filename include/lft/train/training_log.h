@@ -1,6 +1,7 @@
 // trainer_log.jsonl: one JSON record per logged step and per evaluation, LlamaFactory's fields.
 // Written by one rank (the caller decides which). A resumed run keeps the records up to its
-// checkpoint's step and continues the same file.
+// checkpoint's step (rewritten atomically; a damaged line is dropped with a warning) and
+// continues the same file. Every record is flushed; a failed write ends the job.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,8 @@ class TrainingLog {
   const std::string& path() const { return path_; }
 
  private:
+  void append(const std::string& line);
+
   std::string path_;
   std::ofstream out_;
 };
