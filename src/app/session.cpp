@@ -21,6 +21,10 @@
 namespace lft::app {
 
 int run_session(Runtime& rt, const CliOptions& opts) {
+  std::string command_line = opts.config_path + "\n" + std::to_string(static_cast<int>(opts.mode)) + "\n" +
+                             opts.init_model_dir + "\n" + opts.tokenizer_dir;
+  for (const std::string& o : opts.overrides) command_line += "\n" + o;
+  agree_on_launch(command_line);
   const std::string text = read_config_text(opts.config_path);
   std::optional<config::Config> parsed;
   run_agreed([&] { parsed = config::parse_config(text, opts.config_path, opts.overrides); });

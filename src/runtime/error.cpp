@@ -3,7 +3,9 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 namespace lft {
 
@@ -22,7 +24,15 @@ void fatal_one(const std::string& message) {
   std::fprintf(stderr, "[rank %d] lftrain: %s\n", rank, message.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
-  if (rank >= 0) MPI_Abort(MPI_COMM_WORLD, kAbortExitCode);
+  if (rank >= 0) {
+    // MPI_Abort may not return, nor end the job, when a peer is stopped (SIGSTOP, a frozen node):
+    // the process then leaves on its own, so that the launcher sees it gone and ends the job.
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
+      std::_Exit(kAbortExitCode);
+    }).detach();
+    MPI_Abort(MPI_COMM_WORLD, kAbortExitCode);
+  }
   std::_Exit(kAbortExitCode);
 }
 

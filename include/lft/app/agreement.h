@@ -10,6 +10,11 @@ namespace lft::app {
 // `error` is this rank's message, empty if it succeeded. Collective over MPI_COMM_WORLD.
 void agree_or_throw(const std::string& error);
 
+// Every rank passes what it was launched with (its command line); unless all are the same, every
+// rank throws a UsageError naming the ranks that differ from rank 0 (an MPMD launch with other
+// settings would otherwise hang in the first collective one side never reaches). Collective.
+void agree_on_launch(const std::string& command_line);
+
 // Runs `step`, turning a UsageError into agreement (above). Collective.
 template <class Step>
 void run_agreed(Step&& step);

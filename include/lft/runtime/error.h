@@ -14,6 +14,8 @@ namespace lft {
 constexpr int kUsageExitCode = 2;
 // Exit status passed to MPI_Abort when one rank fails.
 constexpr int kAbortExitCode = 3;
+// Seconds a rank waits for MPI_Abort to end the job before it exits on its own (fatal_one).
+constexpr int kAbortGraceSeconds = 10;
 
 class UsageError : public std::runtime_error {
  public:
