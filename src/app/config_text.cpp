@@ -1,3 +1,5 @@
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -17,8 +19,12 @@ std::string read_config_text(const std::string& path) {
   std::string text;
   std::int64_t length = -1;  // -1: rank 0 could not read it; the message travels instead
   if (rank == 0) {
+    struct stat st {};
     std::ifstream in(path, std::ios::binary);
-    if (in) {
+    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      text = "config error: config file '" + path + "' is a folder, not a file\n  give the path of a TOML "
+             "file, e.g. `lftrain inputs/run.toml`";
+    } else if (in) {
       std::ostringstream ss;
       ss << in.rdbuf();
       text = ss.str();

@@ -1,6 +1,7 @@
 #include "lft/app/session.h"
 
 #include <ATen/Parallel.h>
+#include <unistd.h>
 
 #include <optional>
 #include <sstream>
@@ -48,7 +49,12 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   DeviceMesh mesh(world, shape, device.cuda);
   log0(check_communication(world, mesh));
   std::optional<engine::RunPlan> plan;
-  run_agreed([&] { plan = engine::resolve_run_plan(cfg, shape); });
+  run_agreed([&] {
+    plan = engine::resolve_run_plan(cfg, shape);
+    if (!device.cuda)
+      engine::check_fits_in_memory(*plan, rt.local_size(),
+                                   static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)));
+  });
   log0(engine::plan_report(cfg, *plan));
 
   if (!opts.init_model_dir.empty()) {

@@ -82,6 +82,12 @@ std::vector<KeySpec> build() {
           .required()
           .path(PathCheck::File)
           .list(),
+      K("tokenizer", S,
+        "\"auto\": the tokenizer.json of model_name_or_path (a folder without one is an error), or "
+        "the byte tokenizer when training an inline [model]; \"bytes\": the byte tokenizer (256 bytes + "
+        "BOS, EOS, PAD) whatever the model")
+          .def("auto")
+          .allowed({"auto", "bytes"}),
       K("stage", S,
         "\"pt\": pre-training on text (documents with BOS/EOS, packed into cutoff_len); \"sft\": "
         "supervised fine-tuning on conversations through `template`, prompts masked from the loss")

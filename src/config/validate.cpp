@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <limits>
 #include <string>
 #include <variant>
 
@@ -111,6 +112,10 @@ void check_value(const Input& in, const Item& item, const KeySpec& spec, const V
   if (spec.type == ValueType::Int || spec.type == ValueType::Float) {
     const double d = spec.type == ValueType::Int ? static_cast<double>(std::get<std::int64_t>(v))
                                                  : std::get<double>(v);
+    if (spec.type == ValueType::Int && (std::get<std::int64_t>(v) == std::numeric_limits<std::int64_t>::max() ||
+                                        std::get<std::int64_t>(v) == std::numeric_limits<std::int64_t>::min()))
+      fail(in.file, loc, "key '" + spec.path + "' is outside the 64-bit integer range",
+           "use a value " + range_text(spec) + " (" + spec.path + ": " + spec.help + ")");
     if (!std::isfinite(d)) {
       fail(in.file, loc, "key '" + spec.path + "' must be a finite number, got " + format_value(v),
            "use a value " + range_text(spec) + " (" + spec.path + ": " + spec.help + ")");

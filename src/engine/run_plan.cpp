@@ -1,5 +1,6 @@
 #include "lft/engine/run_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "lft/engine/registry.h"
@@ -20,6 +21,18 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh) {
   if (cfg.string("distributed") == "deepspeed") p.deepspeed = config::read_deepspeed_config(cfg, mesh.dp_size());
   p.memory = engine_for(cfg).estimate_memory(cfg, p);
   return p;
+}
+
+void check_fits_in_memory(const RunPlan& p, int ranks_on_node, double node_bytes) {
+  const double share = node_bytes / std::max(1, ranks_on_node);
+  if (p.memory.total() <= share) return;
+  char have[64];
+  std::snprintf(have, sizeof have, "%.1f GiB", share / (1024.0 * 1024.0 * 1024.0));
+  throw config::ConfigError(
+      "config error: the run needs about " + p.memory.str() + ", and each of the " + std::to_string(ranks_on_node) +
+      " rank(s) on this node has " + have + " of its memory\n  hint: spread the model over more ranks, use a "
+      "sharding engine (fsdp2, deepspeed ZeRO-3, megatron), gradient_checkpointing = true, or a smaller "
+      "per_device_train_batch_size or cutoff_len");
 }
 
 std::string plan_report(const config::Config& cfg, const RunPlan& p) {

@@ -291,6 +291,15 @@ void ModelConfig::validate(const std::string& where) const {
     fail(where, "head_dim", "rotary embeddings need an even head dimension, got " +
                                 std::to_string(head_dim()));
   }
+  // Sizes whose products do not fit the 64-bit element counts the model is built with.
+  const double h = static_cast<double>(hidden_size), layer_params =
+      h * (2.0 * static_cast<double>(num_attention_heads + num_key_value_heads) * static_cast<double>(head_dim()) +
+           3.0 * static_cast<double>(intermediate_size));
+  const double params = static_cast<double>(num_hidden_layers) * layer_params + 2.0 * h * static_cast<double>(vocab_size);
+  if (params > 1e14)
+    fail(where, "hidden_size",
+         "the model would have " + std::to_string(static_cast<long long>(params / 1e9)) +
+             " billion parameters, more than any machine holds (the limit here is 100,000 billion); check the sizes");
   if (!(rope_theta > 0.0)) fail(where, "rope_theta", "must be positive");
   if (!(rms_norm_eps > 0.0)) fail(where, "rms_norm_eps", "must be positive");
   if (!(rope_factor > 0.0)) fail(where, "rope factor", "must be positive");

@@ -47,7 +47,13 @@ data::SftOptions sft_options(const config::Config& cfg, const std::string& token
 TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
   std::string tokenizer_file;
   const data::HfTokenizer* hf = nullptr;
-  if (cfg.is_set("model_name_or_path") && is_file(cfg.string("model_name_or_path") + "/tokenizer.json")) {
+  const bool bytes = cfg.string("tokenizer") == "bytes";
+  if (!bytes && cfg.is_set("model_name_or_path") && !is_file(cfg.string("model_name_or_path") + "/tokenizer.json"))
+    fail(cfg.where("model_name_or_path") + ": model folder \"" + cfg.string("model_name_or_path") +
+             "\" has no tokenizer.json, so its token ids are unknown",
+         "copy the model's tokenizer.json (and tokenizer_config.json) into the folder, or set tokenizer = "
+         "\"bytes\" to train it on raw bytes (ids 0-258) on purpose");
+  if (!bytes && cfg.is_set("model_name_or_path")) {
     auto t = data::HfTokenizer::load(cfg.string("model_name_or_path"));
     hf = t.get();
     tokenizer_file = cfg.string("model_name_or_path") + "/tokenizer.json";

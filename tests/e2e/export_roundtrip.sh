@@ -30,7 +30,7 @@ config = Qwen3Config(vocab_size=300, hidden_size=32, intermediate_size=48, num_h
                      max_position_embeddings=128, tie_word_embeddings=False)
 Qwen3ForCausalLM(config).save_pretrained(sys.argv[1])
 PY
-printf '%s\n' 'distributed = "fsdp2"' "model_name_or_path = \"$out/qwen3\"" \
+printf '%s\n' 'distributed = "fsdp2"' "model_name_or_path = \"$out/qwen3\"" 'tokenizer = "bytes"' \
   'train_dataset = "inputs/data/arithmetic.txt"' "output_dir = \"$out/qwen3-run\"" \
   'per_device_train_batch_size = 2' 'cutoff_len = 64' 'learning_rate = 1e-3' 'max_steps = 4' \
   'save_steps = 4' > "$out/qwen3.toml"

@@ -66,7 +66,7 @@ std::string qwen3_folder() {
 std::string run_toml(const std::string& folder, const std::string& engine, int micro, int accum,
                      const std::string& extra) {
   return "distributed = \"" + engine + "\"\nmodel_name_or_path = \"" + folder +
-         "\"\ntrain_dataset = \"inputs/data/arithmetic.txt\"\nper_device_train_batch_size = " +
+         "\"\ntokenizer = \"bytes\"\ntrain_dataset = \"inputs/data/arithmetic.txt\"\nper_device_train_batch_size = " +
          std::to_string(micro) + "\ngradient_accumulation_steps = " + std::to_string(accum) +
          "\ncutoff_len = 32\nlearning_rate = 3e-3\nweight_decay = 0.01\nwarmup_steps = 2\n"
          "max_steps = 20\nseed = 7\n" + extra;

@@ -76,7 +76,7 @@ std::string model_folder() {
 }
 
 std::string run_toml(const std::string& engine, const std::string& folder, int micro, int accum) {
-  return "distributed = \"" + engine + "\"\nmodel_name_or_path = \"" + folder + "\"\n"
+  return "distributed = \"" + engine + "\"\nmodel_name_or_path = \"" + folder + "\"\ntokenizer = \"bytes\"\n"
          "train_dataset = \"inputs/data/arithmetic.txt\"\nper_device_train_batch_size = " +
          std::to_string(micro) + "\n"
          "gradient_accumulation_steps = " + std::to_string(accum) + "\ncutoff_len = 32\n"

@@ -53,6 +53,10 @@ struct RunPlan {
 // Throws config::ConfigError for a model or DeepSpeed file that does not fit.
 RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh);
 
+// A ConfigError when the per-rank estimate of `plan` exceeds what `ranks_on_node` ranks can have
+// of `node_bytes` of memory: the run could not fit, so it does not start.
+void check_fits_in_memory(const RunPlan& plan, int ranks_on_node, double node_bytes);
+
 // Batch sizes, steps, model, precision and the memory estimate, for the start-up log.
 std::string plan_report(const config::Config& cfg, const RunPlan& plan);
 
