@@ -27,6 +27,12 @@ bool is_directory(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// A folder itself, not a link to one (links are never followed into).
+bool is_real_directory(const std::string& path) {
+  struct stat st {};
+  return lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 // Writes `text` to `path` durably: a temporary file, fsync, rename.
 void write_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
@@ -128,7 +134,7 @@ std::vector<std::string> checkpoints_newest_first(const std::string& output_dir)
   if (DIR* dir = opendir(output_dir.c_str())) {
     while (const dirent* e = readdir(dir)) {
       const std::int64_t step = step_of(e->d_name);
-      if (step >= 0 && is_directory(output_dir + "/" + e->d_name))
+      if (step >= 0 && is_real_directory(output_dir + "/" + e->d_name))
         found.emplace_back(step, output_dir + "/" + e->d_name);
     }
     closedir(dir);
@@ -144,12 +150,14 @@ void rotate_checkpoints(const std::string& output_dir, std::int64_t limit, const
   const std::string keep = output_dir + "/" + newest;
   std::int64_t kept = 0;
   for (const std::string& folder : checkpoints_newest_first(output_dir)) {
-    if (folder == keep || (is_complete(folder) && step_of(folder.substr(folder.rfind('/') + 1)) >
-                                                      step_of(newest))) {
+    // Only complete checkpoints are lftrain's own (it writes aside and publishes with COMPLETE):
+    // a checkpoint-* folder without one is someone else's and is left alone, as are links.
+    if (!is_complete(folder)) continue;
+    if (folder == keep || step_of(folder.substr(folder.rfind('/') + 1)) > step_of(newest)) {
       ++kept;  // the newest, and any later one (a resumed run that re-saved earlier steps)
       continue;
     }
-    if (is_complete(folder) && kept < limit) {
+    if (kept < limit) {
       ++kept;
       continue;
     }

@@ -1,4 +1,5 @@
 // Rules across keys: the model source, required keys, contradictions, mesh and model shapes.
+#include <filesystem>
 #include <string>
 #include <tuple>
 #include <variant>
@@ -149,9 +150,44 @@ void model_shape(const Input& in) {
   }
 }
 
+// Whether `outer` is `inner` or a folder above it (both absolute and normalized).
+bool contains(const std::filesystem::path& outer, const std::filesystem::path& inner) {
+  auto o = outer.begin(), i = inner.begin();
+  for (; o != outer.end() && !o->empty(); ++o, ++i)
+    if (i == inner.end() || *o != *i) return false;
+  return true;
+}
+
+std::filesystem::path normalized(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(path), ec);
+  return ec ? std::filesystem::absolute(path).lexically_normal() : p;
+}
+
+// output_dir receives checkpoints, rotation and logs: it must be a folder of its own.
+void output_location(const Input& in) {
+  const std::string dir = std::get<std::string>(value(in, "output_dir"));
+  const Checked* c = get(in, "output_dir");
+  const Location* loc = c != nullptr ? &c->loc : nullptr;
+  const std::string hint = "give the run a folder of its own, e.g. output_dir = \"output/my-run\"";
+  if (dir.empty()) fail(in.file, loc, "key 'output_dir' is empty (checkpoints would go to the current folder)", hint);
+  const std::filesystem::path out = normalized(dir);
+  if (out == out.root_path())
+    fail(in.file, loc, "key 'output_dir' = \"" + dir + "\" is the root of the file system", hint);
+  if (contains(out, normalized(in.file)))
+    fail(in.file, loc, "key 'output_dir' = \"" + dir + "\" holds the config file " + in.file +
+         " (checkpoint rotation and logs would write beside it)", hint);
+  if (const Checked* m = get(in, "model_name_or_path")) {
+    const std::string model = std::get<std::string>(m->value);
+    if (contains(out, normalized(model)))
+      fail(in.file, loc, "key 'output_dir' = \"" + dir + "\" holds the model folder " + model, hint);
+  }
+}
+
 }  // namespace
 
 void check_rules(const Input& in) {
+  output_location(in);
   model_source(in);
   required_keys(in);
   contradictions(in);

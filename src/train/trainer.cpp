@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "lft/comm/mpi_util.h"
 #include "lft/comm/watchdog.h"
 #include "lft/data/tokenizer.h"
 #include "lft/engine/registry.h"
@@ -122,8 +123,24 @@ bool Trainer::stop_requested() {
   return any.item<std::int64_t>() != 0;
 }
 
+void Trainer::lock_output_dir() {
+  State& s = *s_;
+  std::string error;
+  if (world_rank_or_minus_one() == 0) {
+    try {
+      s.lock = std::make_unique<OutputLock>(s.cfg.string("output_dir"));
+    } catch (const UsageError& e) {
+      error = e.what();
+    }
+  }
+  Watchdog::Scope scope("agreeing on the output_dir lock", Watchdog::setup_timeout(), "setup_timeout");
+  for (const std::string& e : all_gather_bytes(s.mesh.world(), error))
+    if (!e.empty()) throw UsageError(e);
+}
+
 int Trainer::run() {
   State& s = *s_;
+  lock_output_dir();
   log0(describe());
   const std::string out_dir = s.cfg.string("output_dir");
   std::optional<TrainingLog> log_file;  // on one rank

@@ -20,6 +20,7 @@
 #include "lft/optim/optimizer.h"
 #include "lft/runtime/device.h"
 #include "lft/train/loss_scaler.h"
+#include "lft/train/output_lock.h"
 #include "lft/train/trainer.h"
 #include "lft/train/training_data.h"
 
@@ -37,6 +38,7 @@ struct Trainer::State {
   DeviceMesh& mesh;
   DeviceChoice device;
   MpiCommunicator world;  // every rank: the stop signal, the summary
+  std::unique_ptr<OutputLock> lock;  // world rank 0: this run owns output_dir
   std::shared_ptr<model::CausalLM> model;
   std::unique_ptr<TrainingData> data;
   std::unique_ptr<data::GlobalSampler> sampler;

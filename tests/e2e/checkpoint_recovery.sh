@@ -60,4 +60,26 @@ expect "$text" "step 20 is already saved in $out/resave/checkpoint-20"
 expect "$text" "trainer_log.jsonl:[0-9]+: dropped a damaged record"
 python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" "$out/resave/trainer_log.jsonl" \
   || fail "trainer_log.jsonl holds a line that is not JSON after the resume"
+
+# 6. output_dir is this run's own: rotation leaves a user's checkpoint-* folder without COMPLETE
+#    and never follows a link named like a checkpoint; a second run on the same folder is refused.
+mkdir -p "$out/own/checkpoint-7" "$out/elsewhere"
+echo "my notes" > "$out/own/checkpoint-7/README"
+ln -s "$out/elsewhere" "$out/own/checkpoint-5"
+text=$(run 2 output_dir="$out/own" max_steps=20 save_total_limit=1) || fail "rotation run: $text"
+[ -f "$out/own/checkpoint-7/README" ] || fail "rotation deleted a folder lftrain did not write"
+[ -L "$out/own/checkpoint-5" ] && [ -z "$(ls -A "$out/elsewhere")" ] || fail "a link was followed or removed"
+[ -f "$out/own/checkpoint-20/COMPLETE" ] && [ ! -e "$out/own/checkpoint-10" ] || fail "rotation did not keep 1"
+mpirun --oversubscribe --bind-to none -np 2 "$build/lftrain" inputs/run.toml max_steps=100000 logging_steps=1 \
+  save_strategy=no output_dir="$out/busy" > "$out/busy.log" 2>&1 &
+first=$!
+for _ in $(seq 1 120); do grep -q "step 1/" "$out/busy.log" 2>/dev/null && break; sleep 0.5; done
+text=$(run 2 output_dir="$out/busy" max_steps=5); status=$?
+kill "$first" 2>/dev/null; wait "$first" 2>/dev/null
+[ $status -eq 2 ] || fail "a second run on a busy output_dir exited $status, wanted 2: $text"
+expect "$text" "output_dir $out/busy is in use by another lftrain run \(host .*, pid [0-9]+"
+for bad in "" "/" "."; do
+  text=$(run 2 output_dir="$bad" max_steps=5); status=$?
+  [ $status -eq 2 ] || fail "output_dir=\"$bad\" exited $status, wanted 2"
+done
 echo "checkpoint_recovery: ok"

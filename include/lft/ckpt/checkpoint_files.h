@@ -22,10 +22,11 @@ void prepare_partial(const std::string& output_dir, const std::string& name);
 // writes output_dir/latest. Until the exchange the previous <name> stays whole; `latest` only
 // ever names a complete folder. Returns true when it replaced an existing folder.
 bool publish_checkpoint(const std::string& output_dir, const std::string& name, std::int64_t step);
-// Deletes the oldest checkpoints so that at most `limit` remain (0: keep all). `newest` is never
-// deleted; incomplete ones older than it go first.
+// Deletes the oldest complete checkpoints so that at most `limit` remain (0: keep all). `newest`
+// is never deleted; a checkpoint-* folder without COMPLETE (not lftrain's: its saves are written
+// aside) and links are never touched.
 void rotate_checkpoints(const std::string& output_dir, std::int64_t limit, const std::string& newest);
-// The checkpoint-<step> folders of output_dir, highest step first.
+// The checkpoint-<step> folders of output_dir (real folders, not links), highest step first.
 std::vector<std::string> checkpoints_newest_first(const std::string& output_dir);
 void make_directories(const std::string& path);
 void remove_tree(const std::string& path);

@@ -58,6 +58,9 @@ class Trainer {
 
  private:
   void resume_if_asked();
+  // World rank 0 takes output_dir's lock for the run (output_lock.h); every rank throws the
+  // UsageError when another run holds it. Collective.
+  void lock_output_dir();
   // Agreed over every rank at a step boundary: did any rank get a stop signal? Collective.
   bool stop_requested();
   std::vector<ckpt::HeldTensor> held_tensors();
