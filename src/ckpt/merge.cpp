@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <iomanip>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -57,6 +58,24 @@ bool is_export_file(std::string name) {
   for (std::size_t i : {6, 7, 8, 9, 10, 15, 16, 17, 18, 19})
     if (!std::isdigit(static_cast<unsigned char>(name[i]))) return false;
   return true;
+}
+
+// Moves the export written aside in `from` over the earlier one in `dir`: each new file replaces
+// its old namesake in one rename, then old export files the new export does not have are removed.
+void swap_in_export(const std::string& from, const std::string& dir,
+                    const std::vector<std::pair<std::string, std::string>>& written,
+                    const std::vector<std::string>& old_entries) {
+  std::set<std::string> fresh;
+  for (const auto& w : written) {
+    fresh.insert(w.first);
+    if (::rename((from + "/" + w.first).c_str(), (dir + "/" + w.first).c_str()) != 0)
+      throw MergeIoError("cannot move the new " + w.first + " into " + dir + ": " + std::strerror(errno));
+  }
+  for (const std::string& e : old_entries)
+    if (is_export_file(e) && fresh.count(e) == 0 && !is_directory(dir + "/" + e)) ::unlink((dir + "/" + e).c_str());
+  ::rmdir(from.c_str());
+  if (const int rc = detail::fsync_path(dir, /*directory=*/true); rc != 0)
+    throw MergeIoError("cannot sync the folder " + dir + ": " + std::strerror(rc));
 }
 
 std::string read_text(const std::string& path) {
@@ -200,14 +219,17 @@ MergeReport merge_checkpoint(const MergeOptions& o) {
   report.text = text.str();
   if (o.dry_run) return report;
 
-  // 4. Writing. From here on, a failure removes what was written.
+  // 4. Writing. From here on, a failure removes what was written. Over an earlier export
+  // (--force) the new files are written aside, in DIR/.lfmerge-partial, and renamed over the old
+  // ones only when all are written: a failure (no space) leaves the earlier export as it was.
+  const bool aside = !entries.empty();
+  const std::string out = aside ? dir + "/.lfmerge-partial" : dir;
   if (!existed) make_directories(dir);
-  OutputFiles files(dir, !existed);
-  for (const std::string& e : entries) {
-    if (!is_export_file(e) || is_directory(dir + "/" + e)) continue;
-    if (::unlink((dir + "/" + e).c_str()) != 0)
-      throw MergeIoError("cannot remove the old " + dir + "/" + e + ": " + std::strerror(errno));
+  if (aside) {
+    remove_tree(out);  // a previous --force cut short
+    make_directories(out);
   }
+  OutputFiles files(out, !existed || aside);
   const std::int64_t available = free_bytes(dir);
   // Tensor data, plus safetensors headers (~150 bytes a tensor) and small files.
   const std::int64_t needed = report.total_bytes + 256 * report.tensor_count +
@@ -222,7 +244,7 @@ MergeReport merge_checkpoint(const MergeOptions& o) {
   };
   if (o.format == ExportFormat::HuggingFace) {
     for (const Shard& s : shards)
-      write_safetensors_streaming(dir + "/" + s.file, s.tensors, o.dtype, load, files);
+      write_safetensors_streaming(out + "/" + s.file, s.tensors, o.dtype, load, files);
     if (shards.size() > 1) {
       nlohmann::json index;  // sorted keys, as transformers writes it
       index["metadata"]["total_size"] = report.total_bytes;
@@ -230,16 +252,17 @@ MergeReport merge_checkpoint(const MergeOptions& o) {
       index["weight_map"] = nlohmann::json::object();
       for (const Shard& s : shards)
         for (const TensorInfo& t : s.tensors) index["weight_map"][t.name] = s.file;
-      write_text_file(dir + "/model.safetensors.index.json", index.dump(2) + "\n", files);
+      write_text_file(out + "/model.safetensors.index.json", index.dump(2) + "\n", files);
     }
-    write_text_file(dir + "/config.json", config_json, files);
+    write_text_file(out + "/config.json", config_json, files);
     for (const std::string& name : copies)
-      copy_file(run.model_folder + "/" + name, dir + "/" + name, files);
+      copy_file(run.model_folder + "/" + name, out + "/" + name, files);
   } else {
-    write_hdf5_export(dir + "/model.h5", tensors, o.dtype, load, src.attributes, files);
+    write_hdf5_export(out + "/model.h5", tensors, o.dtype, load, src.attributes, files);
   }
-  if (const int rc = detail::fsync_path(dir, /*directory=*/true); rc != 0)
-    throw MergeIoError("cannot sync the folder " + dir + ": " + std::strerror(rc));
+  if (const int rc = detail::fsync_path(out, /*directory=*/true); rc != 0)
+    throw MergeIoError("cannot sync the folder " + out + ": " + std::strerror(rc));
+  if (aside) swap_in_export(out, dir, lines, entries);
   files.commit();
   return report;
 }

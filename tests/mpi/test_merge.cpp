@@ -341,6 +341,7 @@ TEST_P(MergeTest, RefusesANonEmptyFolderAndForceReplacesOnlyExportFiles) {
   EXPECT_FALSE(exists(o.out_dir + "/model-00001-of-00003.safetensors"));
   EXPECT_EQ(read_file(o.out_dir + "/notes.txt"), "mine");
   EXPECT_TRUE(exists(o.out_dir + "/model.safetensors"));
+  EXPECT_FALSE(exists(o.out_dir + "/.lfmerge-partial")) << "the export written aside was moved into place";
 }
 
 TEST_P(MergeTest, DryRunWritesNothing) {
