@@ -33,19 +33,6 @@ bool is_real_directory(const std::string& path) {
   return lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// Writes `text` to `path` durably: a temporary file, fsync, rename.
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) fatal_one("cannot write " + tmp + ": " + std::strerror(errno));
-  const ssize_t n = write(fd, text.data(), text.size());
-  if (n != static_cast<ssize_t>(text.size()) || fsync(fd) != 0)
-    fatal_one("cannot write " + tmp + ": " + std::strerror(errno) + " (disk full?)");
-  close(fd);
-  if (rename(tmp.c_str(), path.c_str()) != 0)
-    fatal_one("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
-}
-
 // The step of a "checkpoint-<step>" name, or -1.
 std::int64_t step_of(const std::string& name) {
   const std::string prefix = "checkpoint-";
@@ -66,6 +53,18 @@ void sync_directory(const std::string& dir) {
 }
 
 }  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fatal_one("cannot write " + tmp + ": " + std::strerror(errno));
+  const ssize_t n = write(fd, text.data(), text.size());
+  if (n != static_cast<ssize_t>(text.size()) || fsync(fd) != 0)
+    fatal_one("cannot write " + tmp + ": " + std::strerror(errno) + " (disk full?)");
+  close(fd);
+  if (rename(tmp.c_str(), path.c_str()) != 0)
+    fatal_one("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+}
 
 std::string checkpoint_name(std::int64_t step) { return "checkpoint-" + std::to_string(step); }
 
@@ -101,7 +100,7 @@ void prepare_partial(const std::string& output_dir, const std::string& name) {
 
 bool publish_checkpoint(const std::string& output_dir, const std::string& name, std::int64_t step) {
   const std::string partial = partial_folder(output_dir, name), folder = output_dir + "/" + name;
-  write_atomically(partial + "/COMPLETE", "step " + std::to_string(step) + "\n");
+  write_file_atomically(partial + "/COMPLETE", "step " + std::to_string(step) + "\n");
   sync_directory(partial);
   bool replaced = false;
   if (exists(folder)) {
@@ -124,7 +123,7 @@ bool publish_checkpoint(const std::string& output_dir, const std::string& name, 
     fatal_one("cannot rename " + partial + " to " + folder + ": " + std::strerror(errno));
   }
   sync_directory(output_dir);
-  write_atomically(output_dir + "/latest", name + "\n");
+  write_file_atomically(output_dir + "/latest", name + "\n");
   remove_tree(partial);  // after an exchange: the replaced folder
   return replaced;
 }

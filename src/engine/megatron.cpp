@@ -58,28 +58,6 @@ std::pair<std::int64_t, std::int64_t> MegatronEngine::chunk_units(int chunk) con
           g == plan_.last_virtual_stage() ? model_->num_units() : model::CausalLM::layer_unit(end)};
 }
 
-bool MegatronEngine::holds_unit(std::int64_t unit) const {
-  for (int c = 0; c < plan_.virtual_stages; ++c) {
-    const auto [first, last] = chunk_units(c);
-    if (unit >= first && unit < last) return true;
-  }
-  return false;
-}
-
-namespace {
-
-// The pipeline stage that runs `unit` of `model`.
-int stage_of_unit(const MegatronPlan& plan, const model::CausalLM& model, std::int64_t unit) {
-  if (unit == 0) return 0;
-  if (unit == model.head_unit()) return plan.pp - 1;
-  for (std::size_t g = 0; g < plan.stage_layers.size(); ++g)
-    if (unit - 1 >= plan.stage_layers[g].first && unit - 1 < plan.stage_layers[g].second)
-      return static_cast<int>(g) % plan.pp;
-  throw std::logic_error("megatron: unit " + std::to_string(unit) + " is on no stage");
-}
-
-}  // namespace
-
 namespace {
 
 // This rank's box of parameter `name` (whose tensor `p` has the global shape), read from `weights`:

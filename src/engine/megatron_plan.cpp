@@ -1,5 +1,7 @@
 #include "lft/engine/megatron_plan.h"
 
+#include <stdexcept>
+
 #include "lft/engine/tensor_parallel.h"
 
 namespace lft::engine {
@@ -103,6 +105,15 @@ MegatronPlan make_megatron_plan(const config::Config& cfg, const model::CausalLM
          "choose virtual_pipeline_model_parallel_size so that pp x it divides num_hidden_layers");
   p.stage_layers = split_layers(cfg, model.num_hidden_layers, p.pp * p.virtual_stages);
   return p;
+}
+
+int stage_of_unit(const MegatronPlan& plan, const model::CausalLM& model, std::int64_t unit) {
+  if (unit == 0) return 0;
+  if (unit == model.head_unit()) return plan.pp - 1;
+  for (std::size_t g = 0; g < plan.stage_layers.size(); ++g)
+    if (unit - 1 >= plan.stage_layers[g].first && unit - 1 < plan.stage_layers[g].second)
+      return static_cast<int>(g) % plan.pp;
+  throw std::logic_error("megatron: unit " + std::to_string(unit) + " is on no stage");
 }
 
 TpSlice tp_slice(const model::TpSplit& split, int tp, int r) {

@@ -23,11 +23,9 @@ double element_bytes(at::ScalarType t) { return static_cast<double>(c10::element
 // Parameter shapes grouped as the sharded engine groups them: the root unit (everything that is
 // not a decoder layer) first, then one unit per layer.
 std::vector<std::vector<Shape>> sharding_units(const model::CausalLM& m) {
-  std::map<std::int64_t, std::vector<Shape>> by_unit;
-  for (const auto& item : m.named_parameters()) {
-    const std::int64_t unit = m.placement(item.key()).units.front();
-    by_unit[m.is_layer_unit(unit) ? unit : 0].push_back(item.value().sizes().vec());
-  }
+  std::map<std::size_t, std::vector<Shape>> by_unit;
+  for (const auto& item : m.named_parameters())
+    by_unit[sharded_unit_of(m, item.key())].push_back(item.value().sizes().vec());
   std::vector<std::vector<Shape>> out;
   for (auto& [unit, shapes] : by_unit) out.push_back(std::move(shapes));
   return out;
@@ -144,18 +142,7 @@ MemoryEstimate estimate_megatron(const config::Config& cfg, const RunPlan& run) 
     live = simulate_pipeline(plan.schedule, plan.pp, plan.micro_batches, plan.virtual_stages, 1.0, 2.0).peak_live;
   MemoryEstimate worst;
   for (int stage = 0; stage < plan.pp; ++stage) {
-    // This stage's units: its chunks' layers, the embedding on the first virtual stage, the head
-    // on the last.
-    auto runs_unit = [&](std::int64_t unit) {
-      for (int c = 0; c < plan.virtual_stages; ++c) {
-        const int g = plan.virtual_stage(stage, c);
-        const auto& [begin, end] = plan.stage_layers[static_cast<std::size_t>(g)];
-        if ((g == 0 && unit == 0) || (g == plan.last_virtual_stage() && unit == m->head_unit()) ||
-            (m->is_layer_unit(unit) && unit - 1 >= begin && unit - 1 < end))
-          return true;
-      }
-      return false;
-    };
+    auto runs_unit = [&](std::int64_t unit) { return stage_of_unit(plan, *m, unit) == stage; };
     double local = 0, layers = 0;
     for (const auto& item : m->named_parameters()) {
       const model::ParameterPlacement placement = m->placement(item.key());

@@ -26,6 +26,11 @@ Shape piece_shape(const Shape& global, std::int64_t rows) {
 
 }  // namespace
 
+std::size_t sharded_unit_of(const model::CausalLM& model, const std::string& name) {
+  const std::int64_t unit = model.placement(name).units.front();
+  return model.is_layer_unit(unit) ? static_cast<std::size_t>(unit) : 0;
+}
+
 struct ShardedEngine::Unit {
   std::vector<std::size_t> params;  // indices into params_
   std::vector<std::size_t> pieces;  // per unit parameter: index into pieces_
@@ -90,9 +95,7 @@ void ShardedEngine::build_units(model::CausalLM& model) {
     param_names.push_back(item.key());
     params_.push_back(item.value());
     shapes_.push_back(item.value().sizes().vec());
-    // A decoder layer is a unit of its own; everything else goes in the root unit 0.
-    const std::int64_t unit = model.placement(item.key()).units.front();
-    unit_of_.push_back(model.is_layer_unit(unit) ? static_cast<std::size_t>(unit) : 0);
+    unit_of_.push_back(sharded_unit_of(model, item.key()));
     while (units_.size() <= unit_of_.back()) units_.push_back(std::make_unique<Unit>());
   }
   c10::NoGradGuard no_grad;

@@ -39,10 +39,4 @@ std::shared_ptr<CausalLM> create_causal_lm(const ModelConfig& config, const c10:
   throw std::invalid_argument("no model family for model_type '" + config.model_type + "'");
 }
 
-std::vector<std::string> model_types() {
-  std::vector<std::string> out;
-  for (const Family& f : families()) out.push_back(f.model_type);
-  return out;
-}
-
 }  // namespace lft::model

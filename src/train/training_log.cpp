@@ -1,8 +1,5 @@
 #include "lft/train/training_log.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -13,21 +10,6 @@
 #include "lft/runtime/log.h"
 
 namespace lft::train {
-namespace {
-
-// Replaces `path` with `text` durably: a temporary file, fsync, rename.
-void replace_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-                  ::fsync(fd) == 0;
-  const int error = errno;
-  if (fd >= 0) ::close(fd);
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw UsageError("cannot write " + path + ": " + std::strerror(error ? error : errno));
-}
-
-}  // namespace
 
 TrainingLog::TrainingLog(const std::string& output_dir, std::int64_t resumed_step)
     : path_(output_dir + "/trainer_log.jsonl") {
@@ -49,7 +31,7 @@ TrainingLog::TrainingLog(const std::string& output_dir, std::int64_t resumed_ste
   }
   // The records kept for a resumed run replace the file in one step: a crash leaves the old or
   // the new file, never an empty one.
-  replace_file(path_, kept);
+  ckpt::write_file_atomically(path_, kept);
   out_.open(path_, std::ios::app);
   if (!out_) throw UsageError("cannot write " + path_ + ": check output_dir and its permissions");
 }

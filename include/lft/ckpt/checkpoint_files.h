@@ -29,6 +29,9 @@ void rotate_checkpoints(const std::string& output_dir, std::int64_t limit, const
 // The checkpoint-<step> folders of output_dir (real folders, not links), highest step first.
 std::vector<std::string> checkpoints_newest_first(const std::string& output_dir);
 void make_directories(const std::string& path);
+// Replaces `path` with `text` durably: a temporary file, fsync, rename; a failure ends the job
+// from this rank (fatal_one).
+void write_file_atomically(const std::string& path, const std::string& text);
 void remove_tree(const std::string& path);
 
 }  // namespace lft::ckpt

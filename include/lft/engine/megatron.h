@@ -63,7 +63,6 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
 
   // The model units of this stage's chunk `chunk`: [first, second).
   std::pair<std::int64_t, std::int64_t> chunk_units(int chunk) const;
-  bool holds_unit(std::int64_t unit) const;
   void place_parameters();
   void build_optimizer_shards();
   // One chunk's forward: the model's units of the chunk, from input_ids (virtual stage 0) or

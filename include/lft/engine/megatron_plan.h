@@ -54,4 +54,8 @@ struct TpSlice {
 };
 TpSlice tp_slice(const model::TpSplit& split, int tp, int tp_rank);
 
+// The pipeline stage that runs `unit` of `model`: the embedding on the first, the head on the
+// last, a decoder layer on the stage of its virtual stage.
+int stage_of_unit(const MegatronPlan& plan, const model::CausalLM& model, std::int64_t unit);
+
 }  // namespace lft::engine

@@ -38,6 +38,10 @@ struct ShardingPlan {
   std::string description;                    // one line for the start-up log
 };
 
+// The unit parameter `name` of `model` belongs to: its decoder layer's unit, or the root unit 0
+// for everything else (embedding, final norm, head).
+std::size_t sharded_unit_of(const model::CausalLM& model, const std::string& name);
+
 class ShardedEngine final : public Engine, private model::LayerHooks {
  public:
   ShardedEngine(const EngineContext& ctx, ShardingPlan plan);

@@ -17,7 +17,4 @@ namespace lft::model {
 // The model of `config.model_type`, parameters created with `options` (see CausalLM).
 std::shared_ptr<CausalLM> create_causal_lm(const ModelConfig& config, const c10::TensorOptions& options = {});
 
-// The model types create_causal_lm() builds.
-std::vector<std::string> model_types();
-
 }  // namespace lft::model
