@@ -16,6 +16,7 @@
 #include "lft/optim/optimizer.h"
 #include "lft/runtime/check.h"
 #include "lft/runtime/log.h"
+#include "store_util.h"
 
 namespace lft::ckpt {
 namespace {
@@ -171,34 +172,66 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
   return folder;
 }
 
+std::string verify_checkpoint(MPI_Comm world, const std::string& folder) {
+  Watchdog::Scope scope("verifying the checksums of " + folder, Watchdog::setup_timeout(), "setup_timeout");
+  try {
+    StoreReader store(world, state_path(folder));
+    const std::vector<TensorInfo> tensors = store.tensors();
+    const int rank = mpi_rank(world), size = mpi_size(world);
+    std::string damage;
+    for (std::size_t i = static_cast<std::size_t>(rank); i < tensors.size() && damage.empty();
+         i += static_cast<std::size_t>(size)) {
+      try {
+        store.verify(tensors[i].name);
+      } catch (const UsageError& e) {
+        damage = e.what();
+      }
+    }
+    return detail::agree_on_error(world, damage);
+  } catch (const UsageError& e) {  // the store cannot be opened (agreed on by every rank)
+    return e.what();
+  }
+}
+
 std::optional<std::string> find_checkpoint(MPI_Comm world, const std::string& output_dir,
                                            const std::string& spec) {
-  const std::string found = decided_by_rank0(world, [&]() -> std::string {
-    if (spec != "auto") {
-      if (!is_complete(spec))
-        throw UsageError("checkpoint error: resume_from_checkpoint = \"" + spec +
-                         "\" is not a complete checkpoint (no COMPLETE file in it)");
-      check_format(StoreReader(MPI_COMM_SELF, state_path(spec)), spec);
-      return spec;
-    }
-    for (const std::string& folder : checkpoints_newest_first(output_dir)) {
-      if (!is_complete(folder)) {
-        log_rank("warning: skipping " + folder + ": incomplete (no COMPLETE file; a save was cut short)");
-        continue;
+  std::set<std::string> damaged;  // the same on every rank
+  for (;;) {
+    const std::string found = decided_by_rank0(world, [&]() -> std::string {
+      if (spec != "auto") {
+        if (!is_complete(spec))
+          throw UsageError("checkpoint error: resume_from_checkpoint = \"" + spec +
+                           "\" is not a complete checkpoint (no COMPLETE file in it)");
+        check_format(StoreReader(MPI_COMM_SELF, state_path(spec)), spec);
+        return spec;
       }
-      try {
-        check_format(StoreReader(MPI_COMM_SELF, state_path(folder)), folder);
-        return folder;
-      } catch (const CheckpointMismatch&) {
-        throw;
-      } catch (const UsageError& e) {
-        log_rank(std::string("warning: skipping broken checkpoint ") + folder + ": " + e.what());
+      for (const std::string& folder : checkpoints_newest_first(output_dir)) {
+        if (damaged.count(folder) != 0) continue;
+        if (!is_complete(folder)) {
+          log_rank("warning: skipping " + folder + ": incomplete (no COMPLETE file; a save was cut short)");
+          continue;
+        }
+        try {
+          check_format(StoreReader(MPI_COMM_SELF, state_path(folder)), folder);
+          return folder;
+        } catch (const CheckpointMismatch&) {
+          throw;
+        } catch (const UsageError& e) {
+          log_rank(std::string("warning: skipping broken checkpoint ") + folder + ": " + e.what());
+        }
       }
-    }
-    return "";
-  });
-  if (found.empty()) return std::nullopt;
-  return found;
+      return "";
+    });
+    if (found.empty()) return std::nullopt;
+    const std::string damage = verify_checkpoint(world, found);
+    if (damage.empty()) return found;
+    if (spec != "auto")
+      throw UsageError("checkpoint error: resume_from_checkpoint = \"" + spec + "\" is damaged: " + damage +
+                       ". Resume from an earlier checkpoint, or use \"auto\" to take the newest intact one");
+    if (mpi_rank(world) == 0)
+      log_rank("warning: skipping damaged checkpoint " + found + ": " + damage);
+    damaged.insert(found);
+  }
 }
 
 Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInfo& run,

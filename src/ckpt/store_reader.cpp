@@ -60,6 +60,8 @@ bool has_hdf5_signature(const std::string& path, std::string* error) {
 
 // Opens an HDF5 file read-only with the serial driver; an invalid handle and `error` on failure.
 H5File open_readonly(const std::string& path, std::string* error) {
+  *error = check_sidecar(path);
+  if (!error->empty()) return H5File();
   H5PropList fapl(LFT_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)));
   LFT_H5_CHECK(H5Pset_fapl_sec2(fapl.get()));
   LFT_H5_CHECK(H5Pset_file_locking(fapl.get(), 0, 1));
@@ -250,6 +252,7 @@ struct StoreReader::Impl {
   H5File main_file;  // the file (SharedFile) or rank-00000.h5 (PerRank; holds the attributes)
   mutable std::map<int, H5File> rank_files;  // PerRank: other rank files, opened on demand
   std::map<std::string, Entry> index;
+  int64_t store_version = 0;  // 2 and later: every dataset carries a checksum
 
   std::string where() const { return "tensor store " + path; }
 
@@ -287,6 +290,28 @@ struct StoreReader::Impl {
     if (H5Dread(d.get(), storage_type(out.scalar_type()), mspace.get(), fspace.get(), H5P_DEFAULT,
                 out.data_ptr()) < 0)
       throw UsageError(what + " failed (corrupt or truncated file?): " + h5_error_text());
+  }
+
+  // Compares `data`, the whole dataset `name` of `file` (the box at `offset` of the global
+  // tensor), with the checksum stored with it; UsageError naming the tensor when they differ.
+  void check(hid_t file, const std::string& file_path, const std::string& name,
+             const at::Tensor& data, const std::vector<int64_t>& offset,
+             const std::vector<int64_t>& global_shape) const {
+    H5Dataset d(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
+    if (!d.valid()) throw UsageError(where() + ": reading '" + name + "': " + h5_error_text());
+    std::string err;
+    const auto stored = H5Aexists(d.get(), kChecksumKey) > 0
+                            ? read_int_attr(d.get(), kChecksumKey, &err)
+                            : std::nullopt;
+    if (!stored) {
+      if (store_version < 2) return;  // written before checksums existed
+      throw UsageError(where() + ": tensor '" + name + "' in " + file_path +
+                       " has no readable checksum (damaged metadata): " + err);
+    }
+    const uint64_t actual = box_checksum(data, offset, global_shape);
+    if (actual != static_cast<uint64_t>(*stored))
+      throw UsageError(where() + ": tensor '" + name + "' in " + file_path +
+                       " is corrupt: its data does not match the checksum written with it");
   }
 };
 
@@ -398,6 +423,8 @@ StoreReader::StoreReader(MPI_Comm comm, std::string path) : impl_(std::make_uniq
     err = merge_index(all.data(), all.size(), s.index);
   }
   if (!err.empty()) fail(err);  // the same on every rank: they merged the same bytes
+  std::string ignored;
+  s.store_version = read_int_attr(s.main_file.get(), "store_version", &ignored).value_or(0);
 }
 
 StoreReader::~StoreReader() = default;
@@ -472,8 +499,32 @@ at::Tensor StoreReader::read(const std::string& name, const std::vector<int64_t>
 }
 
 at::Tensor StoreReader::read_full(const std::string& name) const {
-  const TensorInfo& i = impl_->entry(name).info;
-  return read(i.name, std::vector<int64_t>(i.shape.size(), 0), i.shape);
+  const Impl& s = *impl_;
+  const TensorInfo& i = s.entry(name).info;
+  if (s.mode == StoreMode::PerRank) verify(i.name);
+  at::Tensor out = read(i.name, std::vector<int64_t>(i.shape.size(), 0), i.shape);
+  if (s.mode == StoreMode::SharedFile) {
+    QuietH5Errors quiet;
+    s.check(s.main_file.get(), s.path, i.name, out, std::vector<int64_t>(i.shape.size(), 0), i.shape);
+  }
+  return out;
+}
+
+void StoreReader::verify(const std::string& name) const {
+  const Impl& s = *impl_;
+  const Entry& e = s.entry(name);
+  if (s.mode == StoreMode::SharedFile) {
+    read_full(e.info.name);
+    return;
+  }
+  QuietH5Errors quiet;
+  for (const PieceRef& p : e.pieces) {
+    at::Tensor box = at::empty(p.shape, at::TensorOptions().dtype(e.info.dtype));
+    const std::vector<int64_t> zero(p.shape.size(), 0);
+    const hid_t file = s.rank_file(p.file);
+    if (box.numel() > 0) s.read_box(file, e.info.name, zero, p.shape, zero, p.shape, box);
+    s.check(file, s.path + "/" + rank_file_name(p.file), e.info.name, box, p.offset, e.info.shape);
+  }
 }
 
 namespace {

@@ -17,7 +17,8 @@
 namespace lft::ckpt::detail {
 
 constexpr const char* kStoreFormat = "lftrain tensor store";
-constexpr int64_t kStoreVersion = 1;
+// 2: every dataset carries a `checksum` attribute (box_checksum of its data).
+constexpr int64_t kStoreVersion = 2;
 constexpr const char* kModeShared = "shared";
 constexpr const char* kModePerRank = "per_rank";
 
@@ -84,6 +85,32 @@ class Hasher {
  private:
   uint64_t h_ = 1469598103934665603ULL;  // FNV-1a
 };
+
+// The checksum of a tensor's data, keyed by position: the sum (mod 2^64) over its elements of a
+// 64-bit mix of (row-major index in the global tensor, the element's bits). Being a sum, the
+// checksums of disjoint boxes add up to that of the whole tensor, so ranks that each write a box
+// add theirs, and a reader of the whole tensor recomputes it with offset 0.
+// `data` is contiguous and holds the box at `offset` of a tensor of shape `global_shape`.
+uint64_t box_checksum(const at::Tensor& data, const std::vector<int64_t>& offset,
+                      const std::vector<int64_t>& global_shape);
+constexpr const char* kChecksumKey = "checksum";
+
+// ---- the checksum sidecar of a store file ------------------------------------------------------
+// Next to each file a store writes, `<file>.sum` records the file's size, where each tensor's
+// data lies, and a checksum of every other byte (the HDF5 metadata), so that a damaged file is
+// recognised before the HDF5 library parses it (it can crash on damaged metadata). Tensor data is
+// covered by the per-tensor `checksum` attributes instead, checked as it is read.
+struct Extent {
+  int64_t offset = 0;
+  int64_t size = 0;
+};
+std::string sidecar_path(const std::string& file);
+// Where the data of `datasets` lies in `file` (an open HDF5 file), sorted.
+std::vector<Extent> data_extents(hid_t file, const std::vector<std::string>& datasets);
+// Writes `file`'s sidecar (durably); fatal_one on an I/O error.
+void write_sidecar(const std::string& file, const std::vector<Extent>& data);
+// "" if `file` matches its sidecar or has none, else what is wrong.
+std::string check_sidecar(const std::string& file);
 
 class ByteWriter {
  public:

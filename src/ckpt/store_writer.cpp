@@ -32,7 +32,7 @@ constexpr hsize_t kAlignment = hsize_t{1} << 20;
 
 // Dataset attribute keys the store owns.
 bool reserved_dataset_key(const std::string& key) {
-  return key == "dtype" || key == "global_shape" || key == "offset";
+  return key == "dtype" || key == "global_shape" || key == "offset" || key == kChecksumKey;
 }
 
 // A sub-box of a rank's local box that is contiguous in its (row-major) memory.
@@ -88,6 +88,7 @@ struct Prepared {
   at::Tensor data;              // contiguous CPU, or undefined if this rank holds nothing
   std::vector<Piece> pieces;
   uint64_t hash = 0;
+  uint64_t checksum = 0;  // of this rank's box; in SharedFile mode summed over the ranks
 };
 
 std::string check_name(const std::string& name) {
@@ -163,6 +164,16 @@ struct StoreWriter::Impl {
 
   std::string where() const { return "tensor store " + path; }
 
+  // A failed HDF5 write, flush or close: HDF5's stack, then why (a full disk is the usual cause,
+  // and the stack does not say so).
+  template <typename Rc>
+  void check_write(Rc rc, const char* call) const {
+    if (rc >= 0) return;
+    H5Eprint2(H5E_DEFAULT, stderr);
+    fatal_one(std::string(call) + " failed writing " + where() + ": " +
+              describe_write_error(0, parent_dir(path)));  // errno after MPI-IO is not reliable
+  }
+
   void require_open(const char* what) const {
     if (!open) throw std::logic_error(where() + ": " + what + " after close()");
   }
@@ -224,6 +235,7 @@ struct StoreWriter::Impl {
     p.data = s.local.to(at::kCPU).contiguous();
     p.pieces = split_box(p.local_shape, static_cast<int64_t>(p.data.element_size()),
                          max_piece_bytes);
+    p.checksum = box_checksum(p.data, p.offset, p.global_shape);
     return "";
   }
 
@@ -250,6 +262,7 @@ struct StoreWriter::Impl {
       H5Dataset dset(LFT_H5_CHECK(H5Dcreate2(file.get(), p.name.c_str(), type, fspace.get(),
                                              lcpl.get(), dcpl.get(), H5P_DEFAULT)));
       write_string_attr(dset.get(), "dtype", store_dtype_name(p.dtype));
+      write_int_attr(dset.get(), kChecksumKey, static_cast<int64_t>(p.checksum));
       const auto elem = static_cast<int64_t>(p.data.defined() ? p.data.element_size() : 0);
       for (uint64_t j = 0; j < piece_counts[i]; ++j) {
         H5Dataspace mspace;
@@ -266,7 +279,7 @@ struct StoreWriter::Impl {
           mspace = make_space({1});
           LFT_H5_CHECK(H5Sselect_none(mspace.get()));
         }
-        LFT_H5_CHECK(H5Dwrite(dset.get(), type, mspace.get(), fspace.get(), dxpl.get(), buf));
+        check_write(H5Dwrite(dset.get(), type, mspace.get(), fspace.get(), dxpl.get(), buf), "H5Dwrite");
         H5D_mpio_actual_io_mode_t actual = H5D_MPIO_NO_COLLECTIVE;
         LFT_H5_CHECK(H5Pget_mpio_actual_io_mode(dxpl.get(), &actual));
         uint32_t local_cause = 0, global_cause = 0;
@@ -292,8 +305,10 @@ struct StoreWriter::Impl {
       H5Dataset dset(LFT_H5_CHECK(H5Dcreate2(file.get(), p.name.c_str(), type, space.get(),
                                              lcpl.get(), dcpl.get(), H5P_DEFAULT)));
       if (!empty)
-        LFT_H5_CHECK(H5Dwrite(dset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data.data_ptr()));
+        check_write(H5Dwrite(dset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, p.data.data_ptr()),
+                    "H5Dwrite");
       write_string_attr(dset.get(), "dtype", store_dtype_name(p.dtype));
+      write_int_attr(dset.get(), kChecksumKey, static_cast<int64_t>(p.checksum));
       write_int_vector_attr(dset.get(), "global_shape", p.global_shape);
       write_int_vector_attr(dset.get(), "offset",
                             empty ? std::vector<int64_t>(p.global_shape.size(), 0) : p.offset);
@@ -485,7 +500,16 @@ void StoreWriter::write(const std::vector<Slice>& slices) {
         ". Every rank must pass the same names, global shapes and dtypes, in the same order.");
   }
 
-  // 3. Write. (Automatic error printing off: LFT_H5_CHECK prints the stack once, then aborts.)
+  // 3. The whole tensor's checksum: the sum of the (disjoint) boxes' ones.
+  if (s.mode == StoreMode::SharedFile && n > 0) {
+    std::vector<uint64_t> sums(items.size());
+    for (size_t i = 0; i < items.size(); ++i) sums[i] = items[i].checksum;
+    LFT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()),
+                                MPI_UINT64_T, MPI_SUM, s.comm));
+    for (size_t i = 0; i < items.size(); ++i) items[i].checksum = sums[i];
+  }
+
+  // 4. Write. (Automatic error printing off: LFT_H5_CHECK prints the stack once, then aborts.)
   QuietH5Errors quiet;
   if (s.mode == StoreMode::SharedFile)
     s.write_shared(items, std::vector<uint64_t>(all.begin() + 2 * max_n, all.end()));
@@ -544,12 +568,16 @@ void StoreWriter::close() {
   s.open = false;
   Watchdog::Scope scope("closing " + s.where(), Watchdog::collective_timeout(), "comm_timeout");
   QuietH5Errors quiet;
-  LFT_H5_CHECK(H5Fflush(s.file.get(), H5F_SCOPE_GLOBAL));  // MPI-IO: MPI_File_sync on every rank
-  LFT_H5_CHECK(s.file.close());
+  const std::vector<Extent> extents =
+      data_extents(s.file.get(), std::vector<std::string>(s.datasets.begin(), s.datasets.end()));
+  s.check_write(H5Fflush(s.file.get(), H5F_SCOPE_GLOBAL), "H5Fflush");  // MPI-IO: MPI_File_sync
+  s.check_write(s.file.close(), "H5Fclose");
   if (s.mode == StoreMode::PerRank) {  // the sec2 driver never fsyncs
     const int rc = fsync_path(s.file_path, false);
     if (rc != 0) fatal_one("fsync of " + s.file_path + " failed: " + std::strerror(rc));
   }
+  LFT_MPI_CHECK(MPI_Barrier(s.comm));  // the shared file is whole before rank 0 reads it
+  if (s.mode == StoreMode::PerRank || s.rank == 0) write_sidecar(s.file_path, extents);
   LFT_MPI_CHECK(MPI_Barrier(s.comm));
   if (s.rank == 0) {  // the new directory entries (best effort: some file systems refuse)
     if (s.mode == StoreMode::SharedFile) fsync_path(s.path, false);

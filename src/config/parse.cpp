@@ -29,13 +29,45 @@ std::string trim(const std::string& s) {
 
 // Where a TOML value sits. toml11 points at the value ("lr = 1e-4" -> column 6); for a key/value
 // line we point at the key instead, which is what the user reads and edits.
-Location location_of(const toml::value& v, const std::string& path) {
-  const toml::source_location src = v.location();
+// toml11 counts the newlines before a value each time its location is asked for, which made a
+// file of n keys cost O(n^2); this looks lines up in an index of the source's newlines instead.
+class LineIndex {
+ public:
+  // Line (1-based), column (1-based) and text of the line holding byte `offset` of `source`.
+  void locate(const std::vector<char>& source, std::size_t offset, Location& loc) {
+    if (&source != indexed_) {
+      indexed_ = &source;
+      newlines_.clear();
+      for (std::size_t i = 0; i < source.size(); ++i)
+        if (source[i] == '\n') newlines_.push_back(i);
+    }
+    const auto before = std::lower_bound(newlines_.begin(), newlines_.end(), offset);
+    const std::size_t begin = before == newlines_.begin() ? 0 : *std::prev(before) + 1;
+    const std::size_t end = before == newlines_.end() ? source.size() : *before;
+    loc.line = static_cast<int>(before - newlines_.begin()) + 1;
+    loc.column = static_cast<int>(offset - begin) + 1;
+    loc.line_text.assign(source.begin() + static_cast<std::ptrdiff_t>(begin),
+                         source.begin() + static_cast<std::ptrdiff_t>(end));
+  }
+
+ private:
+  const std::vector<char>* indexed_ = nullptr;
+  std::vector<std::size_t> newlines_;
+};
+
+Location location_of(const toml::value& v, const std::string& path, LineIndex& lines) {
   Location loc;
-  loc.file = src.file_name();
-  loc.line = static_cast<int>(src.line());
-  loc.column = static_cast<int>(src.column());
-  loc.line_text = src.line_str();
+  const auto* region = dynamic_cast<const toml::detail::region*>(toml::detail::get_region(v));
+  if (region != nullptr && region->source()) {
+    loc.file = region->name();
+    lines.locate(*region->source(), static_cast<std::size_t>(region->first() - region->begin()), loc);
+  } else {
+    const toml::source_location src = v.location();
+    loc.file = src.file_name();
+    loc.line = static_cast<int>(src.line());
+    loc.column = static_cast<int>(src.column());
+    loc.line_text = src.line_str();
+  }
   const std::string stripped = trim(loc.line_text);
   const bool header = !stripped.empty() && stripped[0] == '[';
   if (!header && loc.column > 1) {
@@ -59,8 +91,8 @@ Location location_of(const toml::value& v, const std::string& path) {
 
 // Flattens `v` (found at dotted `path`) into items. `forced` (overrides) replaces toml locations.
 void flatten(const toml::value& v, const std::string& path, const Location* forced,
-             std::vector<Item>& out, std::map<std::string, Location>& tables) {
-  Location loc = forced != nullptr ? *forced : path.empty() ? Location{} : location_of(v, path);
+             std::vector<Item>& out, std::map<std::string, Location>& tables, LineIndex& lines) {
+  Location loc = forced != nullptr ? *forced : path.empty() ? Location{} : location_of(v, path, lines);
   Item item;
   item.path = path;
   item.loc = loc;
@@ -74,7 +106,7 @@ void flatten(const toml::value& v, const std::string& path, const Location* forc
       }
       if (!path.empty()) tables.emplace(path, loc);
       for (const auto& [key, child] : v.as_table()) {
-        flatten(child, path.empty() ? key : path + "." + key, forced, out, tables);
+        flatten(child, path.empty() ? key : path + "." + key, forced, out, tables, lines);
       }
       return;
     }
@@ -143,7 +175,8 @@ std::vector<Item> parse_override(const std::string& file, const std::string& arg
       std::istringstream is("v = " + raw);
       const toml::value parsed = toml::parse(is, kCommandLine);
       if (parsed.is_table() && parsed.as_table().size() == 1 && parsed.contains("v")) {
-        flatten(parsed.at("v"), key, &loc, out, tables);
+        LineIndex lines;
+        flatten(parsed.at("v"), key, &loc, out, tables, lines);
         return out;
       }
     } catch (const std::exception&) {
@@ -178,7 +211,8 @@ Config parse_config(const std::string& text, const std::string& file_name,
   } catch (const std::exception& e) {
     throw ConfigError(file_name + ": TOML syntax error\n" + e.what());
   }
-  flatten(root, "", nullptr, in.items, in.tables);
+  LineIndex lines;
+  flatten(root, "", nullptr, in.items, in.tables, lines);
   std::sort(in.items.begin(), in.items.end(), before);
 
   for (std::size_t i = 0; i < overrides.size(); ++i) {

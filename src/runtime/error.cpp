@@ -1,11 +1,16 @@
 #include "lft/runtime/error.h"
 
 #include <mpi.h>
+#include <sys/statvfs.h>
 
-#include <cstdio>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
+
+#include "lft/runtime/signals.h"
 
 namespace lft {
 
@@ -19,7 +24,20 @@ int world_rank_or_minus_one() {
   return rank;
 }
 
+std::string describe_write_error(int err, const std::string& dir) {
+  std::string text = err != 0 ? std::strerror(err) : "the library gave no system error";
+  struct statvfs fs {};
+  const bool known = ::statvfs(dir.c_str(), &fs) == 0;
+  const auto free_bytes = known ? static_cast<unsigned long long>(fs.f_bavail) * fs.f_frsize : 0ULL;
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG || (known && free_bytes < (16ULL << 20)))
+    text += " (no space: " + std::to_string(free_bytes) + " bytes free on the file system of " + dir +
+            ", or a quota or file-size limit reached; free space, lower save_total_limit, or "
+            "choose another output_dir)";
+  return text;
+}
+
 void fatal_one(const std::string& message) {
+  set_graceful_stop(false);  // a SIGTERM from the launcher tearing the job down now just ends this rank
   const int rank = world_rank_or_minus_one();
   std::fprintf(stderr, "[rank %d] lftrain: %s\n", rank, message.c_str());
   std::fflush(stderr);

@@ -44,7 +44,9 @@ void on_signal(int sig) {
     g_first_ms.store(now_ms());
     const int n = std::snprintf(line, sizeof(line),
                                 "[rank %d] lftrain: received signal %d while waiting in %s; "
-                                "saving a checkpoint at the next step boundary\n",
+                                "stopping with a checkpoint at the next step boundary that every "
+                                "rank reaches (none if a rank has failed: the job then ends "
+                                "without one)\n",
                                 rank, sig, what);
     write_line(line, n);
     return;

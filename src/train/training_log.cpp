@@ -39,7 +39,8 @@ TrainingLog::TrainingLog(const std::string& output_dir, std::int64_t resumed_ste
 void TrainingLog::append(const std::string& line) {
   out_ << line << "\n" << std::flush;
   if (!out_)
-    fatal_one("cannot write " + path_ + ": " + std::strerror(errno) + " (is the disk full?); stopping: the log would lose records");
+    fatal_one("cannot write " + path_ + ": " + describe_write_error(errno, path_.substr(0, path_.find_last_of('/') + 1) + ".") +
+              "; stopping: the log would lose records");
 }
 
 void TrainingLog::write(const LogRecord& record) { append(to_json_line(record)); }

@@ -20,6 +20,24 @@ expect "$text" "resume: $out/straight/checkpoint-20 at step 20"
 python3 tests/e2e/compare_logs.py "$out/straight/trainer_log.jsonl" "$out/cut/trainer_log.jsonl" 21 30 1e-5 \
   || fail "the resumed run does not continue the straight one"
 
+# 2a. Eight bytes overwritten inside one tensor of the newest checkpoint: its checksum names it;
+# auto skips the checkpoint, an explicit resume and lfmerge refuse it (exit 2).
+state="$out/straight/checkpoint-30/state.h5"
+tensor=/model/model.layers.0.mlp.up_proj.weight
+offset=$(h5dump -p -H -d "$tensor" "$state" | awk '/OFFSET/ {print $2; exit}')
+[ -n "$offset" ] || fail "h5dump found no offset of $tensor"
+printf 'XXXXXXXX' | dd of="$state" bs=1 seek=$(( offset + 1000 )) conv=notrunc status=none
+text=$(run 2 output_dir="$out/straight" resume_from_checkpoint=auto save_strategy=no) || fail "auto after corruption: $text"
+expect "$text" "skipping damaged checkpoint $out/straight/checkpoint-30: .*'model/model.layers.0.mlp.up_proj.weight'.* is corrupt"
+expect "$text" "resume: $out/straight/checkpoint-20 at step 20"
+text=$(run 2 output_dir="$out/z" resume_from_checkpoint="$out/straight/checkpoint-30"); status=$?
+[ $status -eq 2 ] || fail "resuming a corrupt checkpoint exited $status, wanted 2"
+expect "$text" "checkpoint-30.* is damaged: .*model.layers.0.mlp.up_proj.weight"
+text=$("$build/lfmerge" "$out/straight/checkpoint-30" --out "$out/merged" 2>&1); status=$?
+[ $status -eq 2 ] || fail "lfmerge of a corrupt checkpoint exited $status, wanted 2"
+expect "$text" "model.layers.0.mlp.up_proj.weight.* is corrupt"
+[ ! -e "$out/merged" ] || fail "lfmerge left an export of a corrupt checkpoint"
+
 # 2. A truncated newest checkpoint: auto skips it with a warning and takes the one before.
 state="$out/straight/checkpoint-30/state.h5"
 head -c $(( $(stat -c %s "$state") / 2 )) "$state" > "$out/half" && mv "$out/half" "$state"

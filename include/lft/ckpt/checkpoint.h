@@ -75,9 +75,14 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
                             const RunInfo& run, const Progress& progress,
                             const std::vector<HeldTensor>& params, const optim::Optimizer& optimizer);
 
+// Collective. Reads every tensor of `folder` once (spread over the ranks) and checks it against the
+// checksum written with it: "" if all match, else what is damaged (the same text on every rank).
+std::string verify_checkpoint(MPI_Comm world, const std::string& folder);
+
 // The checkpoint folder to resume from: `spec` "auto" -> the newest complete one in output_dir
-// (broken ones are skipped with a warning on rank 0), nullopt when there is none; any other
-// `spec` is a folder that must be a complete checkpoint (UsageError otherwise).
+// whose tensors match their checksums (broken and damaged ones are skipped with a warning on rank
+// 0), nullopt when there is none; any other `spec` is a folder that must be a complete, intact
+// checkpoint (UsageError otherwise).
 std::optional<std::string> find_checkpoint(MPI_Comm world, const std::string& output_dir,
                                            const std::string& spec);
 

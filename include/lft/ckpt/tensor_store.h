@@ -20,7 +20,10 @@
 //     (raw bits; HDF5 has no portable 16-bit float types); bool as H5T_NATIVE_UINT8.
 //     h5py users: `np.asarray(d).astype(np.uint32) << 16` viewed as float32 gives bfloat16 values,
 //     `.view(np.float16)` gives float16 ones.
-//   - root attributes `store_format` ("lftrain tensor store"), `store_version` (1), `store_mode`
+//   - int64 attribute `checksum` on every dataset: detail::box_checksum of its data (a position-
+//     keyed sum, so the ranks' boxes add up); read_full and verify check it.
+//   - root attributes `store_format` ("lftrain tensor store"), `store_version` (2; 1 had no
+//     checksums), `store_mode`
 //     ("shared" / "per_rank"), `store_world_size` (ranks that wrote it); PerRank files also have
 //     `store_rank` and `store_id` (the same random id in every file of one store). Attribute keys
 //     starting with "store_" on "/" are reserved.
@@ -172,7 +175,13 @@ class StoreReader {
   // files do not cover the box.
   at::Tensor read(const std::string& name, const std::vector<int64_t>& offset,
                   const std::vector<int64_t>& shape) const;
+  // The whole tensor, checked against the checksum written with it (UsageError naming the
+  // tensor and the file if they differ).
   at::Tensor read_full(const std::string& name) const;
+  // Reads the tensor whole and checks it against its checksum (each rank file's box, PerRank),
+  // without keeping it: UsageError naming the tensor if it is corrupt. Stores written before
+  // checksums existed (store_version 1) pass.
+  void verify(const std::string& name) const;
 
   // Attributes of a group or tensor ("/" or "" = root). The getters throw lft::UsageError if the
   // attribute is missing or of another kind. int_attribute accepts any integer attribute,

@@ -32,6 +32,10 @@ class RunFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// strerror(err) (err 0: unknown), and when the write failed for want of space (ENOSPC, EDQUOT, EFBIG, or under
+// 16 MiB left on the file system of `dir`) a note that says so and what to do.
+std::string describe_write_error(int err, const std::string& dir);
+
 // Prints "[rank N] lftrain: <message>" to stderr and aborts every rank of the job. Never returns.
 [[noreturn]] void fatal_one(const std::string& message);
 
