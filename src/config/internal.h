@@ -57,6 +57,8 @@ struct Checked {
 
 struct Input {
   std::string file;
+  bool yaml = false;                       // read as YAML (LlamaFactory's format)
+  std::vector<std::string> notes;          // keys accepted with no effect, and why
   std::vector<Item> items;                 // sorted by order
   std::map<std::string, Location> tables;  // tables present ("model" -> its header)
   std::map<std::string, Checked> entries;  // filled by validation
@@ -69,10 +71,41 @@ struct Input {
                        const std::string& hint, const Location* other = nullptr);
 std::string describe(const Item& item);  // "string \"abc\"", "table", "int 3"
 
+// ---- YAML (parse_yaml.cpp) and LlamaFactory's keys (llamafactory_keys.cpp) ----
+bool is_yaml_file(const std::string& file_name);  // .yaml or .yml
+// Appends the items of a YAML config to in.items and its tables to in.tables.
+void flatten_yaml(const std::string& text, const std::string& file_name, Input& in);
+// Maps, notes or refuses LlamaFactory's keys that lftrain has no key of its own for; with YAML
+// input, adds LlamaFactory's defaults where they differ from lftrain's.
+class Problems;
+void apply_llamafactory_keys(Input& in, Problems& problems);
+
+// The messages of the ConfigErrors of one validation run: each check that fails adds its own, so
+// that a file with several mistakes gets them all in one run.
+class Problems {
+ public:
+  template <class Check>
+  void check(Check&& run) {
+    try {
+      run();
+    } catch (const ConfigError& e) {
+      messages_.emplace_back(e.what());
+    }
+  }
+  bool empty() const { return messages_.empty(); }
+  // Throws one ConfigError holding every message (in the order found), if there is any.
+  void throw_if_any() const;
+
+ private:
+  std::vector<std::string> messages_;
+};
+
 // ---- validation phases, in the order parse_config runs them ----
-void check_items(Input& in);  // unknown keys, types, ranges, allowed values (source order)
-void check_engines(const Input& in);
-void check_rules(const Input& in);  // required keys and rules across keys
-void check_paths(const Input& in);  // files and folders that must exist
+// Each reports every problem it finds into `problems`; items that fail check_items are left out
+// of in.entries, and the later phases only look at checked items.
+void check_items(Input& in, Problems& problems);  // unknown keys, types, ranges, allowed values
+void check_engines(const Input& in, Problems& problems);
+void check_rules(const Input& in, Problems& problems);  // required keys and rules across keys
+void check_paths(const Input& in, Problems& problems);  // files and folders that must exist
 
 }  // namespace lft::config::detail

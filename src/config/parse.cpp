@@ -1,4 +1,4 @@
-// parse_config: TOML text + key=value overrides -> flat, located items -> validated Config.
+// parse_config: TOML or YAML text + key=value overrides -> flat, located items -> validated Config.
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
@@ -204,15 +204,21 @@ Config parse_config(const std::string& text, const std::string& file_name,
   Input in;
   in.file = file_name;
 
-  toml::value root;
-  try {
-    std::istringstream is(text);
-    root = toml::parse(is, file_name);
-  } catch (const std::exception& e) {
-    throw ConfigError(file_name + ": TOML syntax error\n" + e.what());
+  in.yaml = detail::is_yaml_file(file_name);
+  if (in.yaml) {
+    detail::flatten_yaml(text, file_name, in);
+  } else {
+    toml::value root;
+    try {
+      std::istringstream is(text);
+      root = toml::parse(is, file_name);
+    } catch (const std::exception& e) {
+      throw ConfigError(file_name + ": TOML syntax error\n" + e.what() +
+                        "\n  hint: lftrain reads .yaml/.yml files as YAML and every other file as TOML");
+    }
+    LineIndex lines;
+    flatten(root, "", nullptr, in.items, in.tables, lines);
   }
-  LineIndex lines;
-  flatten(root, "", nullptr, in.items, in.tables, lines);
   std::sort(in.items.begin(), in.items.end(), before);
 
   for (std::size_t i = 0; i < overrides.size(); ++i) {
@@ -232,15 +238,19 @@ Config parse_config(const std::string& text, const std::string& file_name,
     }
   }
 
-  detail::check_items(in);
-  detail::check_engines(in);
-  detail::check_rules(in);
-  detail::check_paths(in);
+  detail::Problems problems;
+  detail::apply_llamafactory_keys(in, problems);
+  detail::check_items(in, problems);
+  detail::check_engines(in, problems);
+  if (problems.empty()) detail::check_rules(in, problems);  // rules read keys that passed their checks
+  detail::check_paths(in, problems);
+  problems.throw_if_any();
 
   Config config;
   config.source_name_ = file_name;
   config.source_text_ = text;
   config.overrides_ = overrides;
+  config.notes_ = in.notes;
   for (const auto& [path, checked] : in.entries) {
     config.entries_[path] = Config::Entry{checked.value, checked.loc};
   }

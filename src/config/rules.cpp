@@ -104,12 +104,32 @@ void contradictions(const Input& in) {
   }
   const Checked* max_steps = get(in, "max_steps");
   const Checked* epochs = get(in, "num_train_epochs");
-  if (max_steps && epochs && std::get<std::int64_t>(max_steps->value) != -1) {
+  // A LlamaFactory YAML often keeps num_train_epochs beside max_steps, which then wins (as in the
+  // Hugging Face Trainer).
+  if (max_steps && epochs && std::get<std::int64_t>(max_steps->value) != -1 && !in.yaml) {
     fail_two(
         in, max_steps->loc, "key 'max_steps'", epochs->loc, "key 'num_train_epochs'",
         shown(in, "max_steps") + " and " + shown(in, "num_train_epochs") + " contradict each other",
         "set one of max_steps and num_train_epochs (max_steps = -1 uses num_train_epochs)");
   }
+}
+
+void data_sources(const Input& in) {
+  const Checked* files = get(in, "train_dataset");
+  const Checked* named = get(in, "dataset");
+  if (files == nullptr && named == nullptr)
+    fail(in.file, nullptr, "missing required key 'train_dataset' (or 'dataset')",
+         "add train_dataset = \"path/to/data.jsonl\", or dataset = \"name\" with the name's entry in "
+         "dataset_dir/dataset_info.json");
+  if (files != nullptr && named != nullptr)
+    fail_two(in, files->loc, "key 'train_dataset'", named->loc, "key 'dataset'",
+             "train_dataset (files) and dataset (names) both say what to train on",
+             "keep one of them");
+  const Checked* eval = get(in, "eval_dataset");
+  const Checked* val_size = get(in, "val_size");
+  if (eval != nullptr && val_size != nullptr && std::get<double>(val_size->value) > 0)
+    fail_two(in, eval->loc, "key 'eval_dataset'", val_size->loc, "key 'val_size'",
+             "eval_dataset and val_size both say what to evaluate on", "keep one of them");
 }
 
 void mesh(const Input& in) {
@@ -160,7 +180,8 @@ bool contains(const std::filesystem::path& outer, const std::filesystem::path& i
 
 std::filesystem::path normalized(const std::string& path) {
   std::error_code ec;
-  const std::filesystem::path p = std::filesystem::weakly_canonical(std::filesystem::absolute(path), ec);
+  const std::filesystem::path p =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(path), ec);
   return ec ? std::filesystem::absolute(path).lexically_normal() : p;
 }
 
@@ -170,29 +191,35 @@ void output_location(const Input& in) {
   const Checked* c = get(in, "output_dir");
   const Location* loc = c != nullptr ? &c->loc : nullptr;
   const std::string hint = "give the run a folder of its own, e.g. output_dir = \"output/my-run\"";
-  if (dir.empty()) fail(in.file, loc, "key 'output_dir' is empty (checkpoints would go to the current folder)", hint);
+  if (dir.empty())
+    fail(in.file, loc, "key 'output_dir' is empty (checkpoints would go to the current folder)",
+         hint);
   const std::filesystem::path out = normalized(dir);
   if (out == out.root_path())
     fail(in.file, loc, "key 'output_dir' = \"" + dir + "\" is the root of the file system", hint);
   if (contains(out, normalized(in.file)))
-    fail(in.file, loc, "key 'output_dir' = \"" + dir + "\" holds the config file " + in.file +
-         " (checkpoint rotation and logs would write beside it)", hint);
+    fail(in.file, loc,
+         "key 'output_dir' = \"" + dir + "\" holds the config file " + in.file +
+             " (checkpoint rotation and logs would write beside it)",
+         hint);
   if (const Checked* m = get(in, "model_name_or_path")) {
     const std::string model = std::get<std::string>(m->value);
     if (contains(out, normalized(model)))
-      fail(in.file, loc, "key 'output_dir' = \"" + dir + "\" holds the model folder " + model, hint);
+      fail(in.file, loc, "key 'output_dir' = \"" + dir + "\" holds the model folder " + model,
+           hint);
   }
 }
 
 }  // namespace
 
-void check_rules(const Input& in) {
-  output_location(in);
-  model_source(in);
-  required_keys(in);
-  contradictions(in);
-  mesh(in);
-  model_shape(in);
+void check_rules(const Input& in, Problems& problems) {
+  // The rules read each other's keys (model_shape needs the required ones): the first that fails
+  // ends this phase.
+  for (void (*rule)(const Input&) :
+       {output_location, model_source, required_keys, data_sources, contradictions, mesh, model_shape}) {
+    problems.check([&] { rule(in); });
+    if (!problems.empty()) return;
+  }
 }
 
 }  // namespace lft::config::detail

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "lft/config/schema.h"
+#include "lft/optim/lr_schedule.h"
 
 namespace lft::config {
 namespace {
@@ -78,10 +79,20 @@ std::vector<KeySpec> build() {
           .path(PathCheck::ModelFolder),
       K("train_dataset", S,
         "Training data: a file, or a list of files (.json, .jsonl, .txt); read in the format of "
-        "dataset_format")
-          .required()
+        "dataset_format (or name datasets with `dataset`)")
           .path(PathCheck::File)
           .list(),
+      K("dataset", S,
+        "Training datasets by name, as LlamaFactory's `dataset`: entries of dataset_dir/"
+        "dataset_info.json (file_name, formatting, columns, tags), concatenated in order")
+          .list(),
+      K("dataset_dir", S, "The folder of dataset_info.json and the files it names")
+          .def("data")
+          .path(PathCheck::Directory),
+      K("eval_dataset", S,
+        "Evaluation datasets by name (entries of dataset_info.json), instead of val_size")
+          .list(),
+      K("max_samples", I, "Use only the first this many records of each dataset file").min(1),
       K("tokenizer", S,
         "\"auto\": the tokenizer.json of model_name_or_path (a folder without one is an error), or "
         "the byte tokenizer when training an inline [model]; \"bytes\": the byte tokenizer (256 bytes + "
@@ -138,9 +149,21 @@ std::vector<KeySpec> build() {
       K("adam_beta2", F, "AdamW beta2 (second-moment decay)").def(0.999).min(0).max(1),
       K("adam_epsilon", F, "AdamW epsilon").def(1e-8).min(0),
       K("max_grad_norm", F, "Gradient clipping norm; 0 disables clipping").def(1.0).min(0),
-      K("lr_scheduler_type", S, "Learning-rate schedule after warm-up")
+      K("lr_scheduler_type", S,
+        "Learning-rate schedule, as the Hugging Face Trainer's (\"constant\" has no warm-up; "
+        "\"constant_with_warmup\" has)")
           .def("linear")
-          .allowed({"constant", "linear", "cosine"}),
+          .allowed(optim::lr_scheduler_names()),
+      K("lr_scheduler_kwargs.num_cycles", F, "Cosine schedules: number of half-waves (cosine: 0.5)"),
+      K("lr_scheduler_kwargs.power", F, "polynomial: power of the decay (1.0)"),
+      K("lr_scheduler_kwargs.lr_end", F, "polynomial: final learning rate (1e-7)"),
+      K("lr_scheduler_kwargs.timescale", F, "inverse_sqrt: time scale (warm-up steps, or 10000)"),
+      K("lr_scheduler_kwargs.min_lr", F, "cosine_with_min_lr: the floor of the learning rate"),
+      K("lr_scheduler_kwargs.min_lr_rate", F, "cosine_with_min_lr: the floor as a fraction of learning_rate"),
+      K("lr_scheduler_kwargs.warmup_lr_rate", F, "cosine_warmup_with_min_lr: the first warm-up step's fraction"),
+      K("lr_scheduler_kwargs.num_stable_steps", F, "warmup_stable_decay: steps at the peak"),
+      K("lr_scheduler_kwargs.num_decay_steps", F, "warmup_stable_decay: steps of decay"),
+      K("lr_scheduler_kwargs.min_lr_ratio", F, "warmup_stable_decay: the floor as a fraction of learning_rate"),
       K("warmup_ratio", F, "Fraction of the total steps used for linear warm-up (or warmup_steps)")
           .def(0.0)
           .min(0)
@@ -159,6 +182,10 @@ std::vector<KeySpec> build() {
         "float16 mixed precision (not together with bf16), with dynamic loss scaling: DeepSpeed's "
         "fp16 block with distributed = \"deepspeed\", else its defaults (2^16, window 1000, "
         "hysteresis 2, minimum 1)")
+          .def(false),
+      K("plot_loss", B,
+        "At the end, draw training_loss.png (and training_eval_loss.png) in output_dir, as "
+        "LlamaFactory does")
           .def(false),
       K("logging_steps", I, "Log loss and throughput every this many optimizer steps")
           .def(10)

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <variant>
 
@@ -112,8 +112,9 @@ void check_value(const Input& in, const Item& item, const KeySpec& spec, const V
   if (spec.type == ValueType::Int || spec.type == ValueType::Float) {
     const double d = spec.type == ValueType::Int ? static_cast<double>(std::get<std::int64_t>(v))
                                                  : std::get<double>(v);
-    if (spec.type == ValueType::Int && (std::get<std::int64_t>(v) == std::numeric_limits<std::int64_t>::max() ||
-                                        std::get<std::int64_t>(v) == std::numeric_limits<std::int64_t>::min()))
+    if (spec.type == ValueType::Int &&
+        (std::get<std::int64_t>(v) == std::numeric_limits<std::int64_t>::max() ||
+         std::get<std::int64_t>(v) == std::numeric_limits<std::int64_t>::min()))
       fail(in.file, loc, "key '" + spec.path + "' is outside the 64-bit integer range",
            "use a value " + range_text(spec) + " (" + spec.path + ": " + spec.help + ")");
     if (!std::isfinite(d)) {
@@ -189,19 +190,31 @@ std::string describe(const Item& item) {
   return value_type_name(item.value) + " " + format_value(item.value);
 }
 
-void check_items(Input& in) {
+void Problems::throw_if_any() const {
+  if (messages_.empty()) return;
+  if (messages_.size() == 1) throw ConfigError(messages_.front());
+  std::string all;
+  for (const std::string& m : messages_) all += m + "\n";
+  throw ConfigError(all + std::to_string(messages_.size()) +
+                    " config errors; fix them all and run again");
+}
+
+void check_items(Input& in, Problems& problems) {
   for (const Item& item : in.items) {
-    const KeySpec* spec = find_key(item.path);
-    if (spec == nullptr) unknown(in, item);
-    Value v = typed(in, item, *spec);
-    check_value(in, item, *spec, v);
-    in.entries[item.path] = Checked{std::move(v), item.loc, item.order};
+    problems.check([&] {
+      const KeySpec* spec = find_key(item.path);
+      if (spec == nullptr) unknown(in, item);
+      Value v = typed(in, item, *spec);
+      check_value(in, item, *spec, v);
+      in.entries[item.path] = Checked{std::move(v), item.loc, item.order};
+    });
   }
 }
 
-void check_engines(const Input& in) {
+void check_engines(const Input& in, Problems& problems) {
   const std::string engine = engine_value(in);
   for (const Item& item : in.items) {
+    if (in.entries.count(item.path) == 0) continue;
     const KeySpec& spec = *find_key(item.path);
     if (spec.engines.empty() ||
         std::find(spec.engines.begin(), spec.engines.end(), engine) != spec.engines.end()) {
@@ -211,20 +224,23 @@ void check_engines(const Input& in) {
     for (const std::string& e : spec.engines) {
       engines += (engines.empty() ? "distributed = \"" : " or \"") + e + "\"";
     }
-    fail(in.file, &item.loc,
-         "key '" + spec.path + "' applies only to " + engines + " (this run has distributed = \"" +
-             engine + "\")",
-         "remove it, or set " + engines);
+    problems.check([&] {
+      fail(in.file, &item.loc,
+           "key '" + spec.path + "' applies only to " + engines +
+               " (this run has distributed = \"" + engine + "\")",
+           "remove it, or set " + engines);
+    });
   }
 }
 
-void check_paths(const Input& in) {
+namespace {
+
+void check_path(const Input& in, const Item& item) {
   namespace fs = std::filesystem;
-  for (const Item& item : in.items) {
-    const KeySpec& spec = *find_key(item.path);
-    if (spec.path_check == PathCheck::None) continue;
-    const std::string& value = std::get<std::string>(in.entries.at(item.path).value);
-    for (const std::string& p : spec.list ? split_list(value) : std::vector<std::string>{value}) {
+  const KeySpec& spec = *find_key(item.path);
+  if (spec.path_check == PathCheck::None) return;
+  const std::string& value = std::get<std::string>(in.entries.at(item.path).value);
+  for (const std::string& p : spec.list ? split_list(value) : std::vector<std::string>{value}) {
     const std::string shown = format_value(Value{p});
     const std::string key = "key '" + spec.path + "': ";
     const std::string rel =
@@ -266,8 +282,14 @@ void check_paths(const Input& in) {
       case PathCheck::None:
         break;
     }
-    }
   }
+}
+
+}  // namespace
+
+void check_paths(const Input& in, Problems& problems) {
+  for (const Item& item : in.items)
+    if (in.entries.count(item.path) != 0) problems.check([&] { check_path(in, item); });
 }
 
 }  // namespace lft::config::detail

@@ -93,9 +93,18 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
   o.eps = cfg.real("adam_epsilon");
   o.weight_decay = cfg.real("weight_decay");
   s.optimizer = std::make_unique<optim::AdamW>(s.engine->parameters(), s.engine->parameter_names(), o);
-  s.schedule = std::make_unique<optim::LrSchedule>(
-      cfg.real("learning_rate"), optim::lr_shape_from_name(cfg.string("lr_scheduler_type")),
-      optim::resolve_warmup_steps(cfg.integer("warmup_steps"), cfg.real("warmup_ratio"), s.total), s.total);
+  optim::LrScheduleSpec lr;
+  lr.name = cfg.string("lr_scheduler_type");
+  lr.base_lr = cfg.real("learning_rate");
+  lr.warmup_steps = optim::resolve_warmup_steps(cfg.integer("warmup_steps"), cfg.real("warmup_ratio"), s.total);
+  lr.total_steps = s.total;
+  for (const std::string& key : optim::lr_scheduler_kwarg_names())
+    if (cfg.is_set("lr_scheduler_kwargs." + key)) lr.kwargs[key] = cfg.real("lr_scheduler_kwargs." + key);
+  try {
+    s.schedule = std::make_unique<optim::LrSchedule>(lr);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());  // the config's fault, seen alike by every rank
+  }
   resume_if_asked();
   s.flops_per_token = flops_per_token(plan.model.num_non_embedding_parameters(), plan.model.num_hidden_layers,
                                       plan.model.hidden_size, plan.seq_len);

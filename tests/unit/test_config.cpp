@@ -238,7 +238,10 @@ TEST(Config, NotInAllowedSetListsValues) {
   std::string m = error_of(data_line() + "lr_scheduler_type = \"cosin\"\n" + model_table());
   EXPECT_CONTAINS(m,
                   "run.toml:2:1: key 'lr_scheduler_type' = \"cosin\" is not allowed; allowed "
-                  "values: \"constant\", \"linear\", \"cosine\"; did you mean \"cosine\"?");
+                  "values: \"linear\", \"cosine\", \"cosine_with_restarts\", \"polynomial\", "
+                  "\"constant\", \"constant_with_warmup\", \"inverse_sqrt\", "
+                  "\"cosine_with_min_lr\", \"cosine_warmup_with_min_lr\", "
+                  "\"warmup_stable_decay\"; did you mean \"cosine\"?");
   m = error_of(data_line() + "distributed = \"horovod\"\n" + model_table());
   EXPECT_CONTAINS(m,
                   "allowed values: \"none\", \"ddp\", \"fsdp\", \"fsdp2\", \"deepspeed\", "

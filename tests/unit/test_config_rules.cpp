@@ -107,7 +107,7 @@ TEST(ConfigRules, MissingRequiredKeys) {
   m = error_of(data_line() + "[model]\n");
   EXPECT_CONTAINS(m, "run.toml:2:1: table [model] is missing required key 'model.vocab_size'");
   m = error_of(model_table());
-  EXPECT_CONTAINS(m, "config error: run.toml: missing required key 'train_dataset'");
+  EXPECT_CONTAINS(m, "config error: run.toml: missing required key 'train_dataset' (or 'dataset')");
   m = error_of(data_line() + model_table(), {"distributed=deepspeed"});
   EXPECT_CONTAINS(m,
                   "config error: command-line argument 1 'distributed=deepspeed': distributed = "

@@ -53,6 +53,8 @@ class Config {
   const std::string& source_name() const { return source_name_; }
   const std::string& source_text() const { return source_text_; }
   const std::vector<std::string>& overrides() const { return overrides_; }
+  // Keys accepted with no effect in lftrain (LlamaFactory's report_to, ...), one line each: why.
+  const std::vector<std::string>& notes() const { return notes_; }
 
  private:
   friend Config parse_config(const std::string&, const std::string&,
@@ -67,14 +69,16 @@ class Config {
   std::string source_name_;
   std::string source_text_;
   std::vector<std::string> overrides_;
+  std::vector<std::string> notes_;
 };
 
-// Parses `text` (the content of the file `file_name`), applies `overrides` ("key=value",
+// Parses `text` (the content of the file `file_name`: YAML when it ends in .yaml or .yml, else
+// TOML), maps LlamaFactory's own keys (docs/llamafactory.md), applies `overrides` ("key=value",
 // "table.key=value"; the value is read as a TOML value, or as a bare string when it is not one)
 // and validates everything that does not depend on the world: unknown keys (with the nearest valid
 // key), types, ranges, allowed values, keys that do not apply to the chosen engine, contradicting
 // keys, required keys, paths that must exist. Throws ConfigError with a message that names
-// file:line:col, the key path and what is allowed.
+// file:line:col, the key path and what is allowed: every problem found, in one message.
 Config parse_config(const std::string& text, const std::string& file_name,
                     const std::vector<std::string>& overrides = {});
 

@@ -1,0 +1,218 @@
+// LlamaFactory's training keys that lftrain has no key of its own for: each is honoured by a
+// mapping onto lftrain's keys, accepted with a note that says why it has no effect here, or
+// refused saying why. Applied to TOML and YAML alike, before validation; a YAML file also gets
+// LlamaFactory's defaults where they differ from lftrain's (see docs/llamafactory.md).
+#include <algorithm>
+#include <string>
+#include <variant>
+
+#include "internal.h"
+
+namespace lft::config::detail {
+namespace {
+
+// Keys accepted with no effect, and why.
+struct Inert {
+  const char* key;
+  const char* why;
+};
+const Inert kInert[] = {
+    {"report_to", "lftrain logs to trainer_log.jsonl and its own output, not to experiment trackers"},
+    {"run_name", "lftrain logs to trainer_log.jsonl and its own output, not to experiment trackers"},
+    {"overwrite_cache", "the tokenized-data cache (tokenized_path) is keyed by everything it depends on"},
+    {"preprocessing_num_workers", "every MPI rank tokenizes a share of the data"},
+    {"preprocessing_batch_size", "every MPI rank tokenizes a share of the data"},
+    {"dataloader_num_workers", "batches are cut from data tokenized in memory, in the training process"},
+    {"dataloader_pin_memory", "batches are cut from data tokenized in memory, in the training process"},
+    {"ddp_timeout", "collectives are watched by comm_timeout (seconds, default 600) instead"},
+    {"trust_remote_code", "lftrain runs no Python model code: its model families are built in"},
+    {"flash_attn", "attention is lftrain's own"},
+    {"use_v1_kernels", "lftrain's kernels are its own"},
+    {"enable_liger_kernel", "lftrain's kernels are its own"},
+    {"use_fast_tokenizer", "lftrain reads tokenizer.json with its own tokenizer"},
+    {"low_cpu_mem_usage", "each rank builds only the parameters it holds"},
+    {"save_only_model",
+     "checkpoints keep the optimizer state so that runs resume; `lfmerge CHECKPOINT --out DIR` "
+     "exports the model alone"},
+    {"ddp_find_unused_parameters", "every parameter takes part in every step"},
+    {"include_num_input_tokens_seen", "tokens seen are always counted and logged"},
+    {"do_eval", "evaluation runs whenever val_size or eval_dataset is set"},
+    {"per_device_eval_batch_size", "evaluation batches have per_device_train_batch_size sequences"},
+};
+
+// Keys whose LlamaFactory default is the only value lftrain implements.
+struct OnlyDefault {
+  const char* key;
+  Value value;
+  const char* why;
+};
+const OnlyDefault kOnlyDefault[] = {
+    {"do_train", Value{true}, "lftrain trains: a run without do_train has nothing to do"},
+    {"do_predict", Value{false}, "prediction (generation) is not part of lftrain"},
+    {"logging_strategy", Value{std::string("steps")}, "lftrain logs every logging_steps optimizer steps"},
+    {"mix_strategy", Value{std::string("concat")}, "datasets are concatenated in the order listed"},
+    {"streaming", Value{false}, "lftrain tokenizes the whole dataset before training"},
+    {"train_on_prompt", Value{false}, "prompts are always masked from the loss"},
+    {"mask_history", Value{false}, "every assistant turn is trained"},
+    {"pure_bf16", Value{false}, "use bf16 (mixed precision with fp32 master weights)"},
+};
+
+const char* const kLoraKeys[] = {"lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target",
+                                 "use_rslora", "use_dora", "pissa_init", "loraplus_lr_ratio"};
+
+bool same(const Value& a, const Value& b) { return a == b; }
+
+std::string shown(const Item& item) { return item.kind == ItemKind::Scalar ? format_value(item.value) : describe(item); }
+
+Item* find(Input& in, const std::string& path) {
+  auto it = std::find_if(in.items.begin(), in.items.end(), [&](const Item& i) { return i.path == path; });
+  return it == in.items.end() ? nullptr : &*it;
+}
+
+// Adds `path = value` where `from` was, unless the file sets `path` itself (which then wins, with
+// an error if the two disagree).
+void map_onto(Input& in, const Item& from, const std::string& path, const Value& value, Problems& problems) {
+  if (const Item* own = find(in, path)) {
+    if (own->kind != ItemKind::Scalar || !same(own->value, value))
+      problems.check([&] {
+        fail(in.file, &from.loc,
+             "'" + from.path + "' = " + shown(from) + " means " + path + " = " + format_value(value) +
+                 ", but " + path + " = " + shown(*own) + " is set too",
+             "remove one of the two", &own->loc);
+      });
+    return;
+  }
+  Item mapped = from;
+  mapped.path = path;
+  mapped.value = value;
+  in.items.push_back(mapped);
+}
+
+void apply(Input& in, const Item& item, Problems& problems) {
+  const std::string& key = item.path;
+  for (const Inert& k : kInert)
+    if (key == k.key) {
+      in.notes.push_back(item.loc.str() + ": " + key + " = " + shown(item) + " has no effect: " + k.why);
+      return;
+    }
+  for (const OnlyDefault& k : kOnlyDefault)
+    if (key == k.key) {
+      if (item.kind != ItemKind::Scalar || !same(item.value, k.value))
+        problems.check([&] {
+          fail(in.file, &item.loc, key + " = " + shown(item) + " is not supported: " + k.why,
+               "remove it, or set " + key + " = " + format_value(k.value));
+        });
+      return;
+    }
+  for (const char* lora : kLoraKeys)
+    if (key == lora) {
+      problems.check([&] {
+        fail(in.file, &item.loc, "key '" + key + "' configures LoRA, which lftrain does not implement yet",
+             "train all parameters: finetuning_type = full, without LoRA keys");
+      });
+      return;
+    }
+  if (key == "finetuning_type") {
+    if (item.kind != ItemKind::Scalar || !same(item.value, Value{std::string("full")}))
+      problems.check([&] {
+        fail(in.file, &item.loc,
+             "finetuning_type = " + shown(item) + " is not implemented: lftrain trains all parameters",
+             "set finetuning_type = \"full\" (LoRA, freeze and OFT are not implemented yet)");
+      });
+  } else if (key == "disable_gradient_checkpointing") {
+    if (item.kind == ItemKind::Scalar && std::holds_alternative<bool>(item.value))
+      map_onto(in, item, "gradient_checkpointing", Value{!std::get<bool>(item.value)}, problems);
+    else
+      problems.check([&] { fail(in.file, &item.loc, "key '" + key + "' must be a bool, got " + describe(item), "write e.g. " + key + " = true"); });
+  } else if (key == "overwrite_output_dir") {
+    const bool overwrite = item.kind == ItemKind::Scalar && item.value == Value{true};
+    if (!overwrite && find(in, "resume_from_checkpoint") == nullptr)  // LlamaFactory: resume if it can
+      map_onto(in, item, "resume_from_checkpoint", Value{std::string("auto")}, problems);
+    else in.notes.push_back(item.loc.str() + ": overwrite_output_dir = true: the run starts from scratch; "
+                            "checkpoints of the same steps already in output_dir are replaced when the new ones are complete");
+  } else if (key == "eval_strategy" || key == "evaluation_strategy") {
+    const bool known = item.kind == ItemKind::Scalar &&
+                       (item.value == Value{std::string("steps")} || item.value == Value{std::string("no")});
+    if (!known)
+      problems.check([&] {
+        fail(in.file, &item.loc, key + " = " + shown(item) + " is not supported",
+             "lftrain evaluates every eval_steps steps when val_size or eval_dataset is set: use \"steps\" or \"no\"");
+      });
+    else if (item.value == Value{std::string("no")})
+      map_onto(in, item, "eval_steps", Value{std::int64_t{0}}, problems);
+  } else if (key == "fsdp" || key == "fsdp_config") {
+    problems.check([&] {
+      fail(in.file, &item.loc, "key '" + key + "' is the Hugging Face Trainer's FSDP switch",
+           "set distributed = \"fsdp2\" (or \"fsdp\") and its options in a dist_config table "
+           "(mixed_precision, reshard_after_forward, offload_params, ...)");
+    });
+  } else if (key == "optim") {
+    const bool adamw = item.kind == ItemKind::Scalar && (item.value == Value{std::string("adamw_torch")} ||
+                                                         item.value == Value{std::string("adamw_torch_fused")});
+    if (!adamw)
+      problems.check([&] { fail(in.file, &item.loc, "optim = " + shown(item) + " is not implemented", "lftrain's optimizer is AdamW: use \"adamw_torch\""); });
+  } else {
+    return;  // not one of these keys: validated as usual
+  }
+}
+
+bool handled(const std::string& key) {
+  for (const Inert& k : kInert)
+    if (key == k.key) return true;
+  for (const OnlyDefault& k : kOnlyDefault)
+    if (key == k.key) return true;
+  for (const char* lora : kLoraKeys)
+    if (key == lora) return true;
+  for (const char* other : {"finetuning_type", "disable_gradient_checkpointing", "overwrite_output_dir",
+                            "eval_strategy", "evaluation_strategy", "fsdp", "fsdp_config", "optim"})
+    if (key == other) return true;
+  return false;
+}
+
+}  // namespace
+
+void apply_llamafactory_keys(Input& in, Problems& problems) {
+  std::vector<Item> own;
+  const std::vector<Item> all = in.items;
+  for (const Item& item : all)
+    if (!handled(item.path)) own.push_back(item);
+  const bool deepspeed_without_engine = find(in, "deepspeed") != nullptr && find(in, "distributed") == nullptr;
+  const bool has_finetuning_type = find(in, "finetuning_type") != nullptr;
+  const bool has_overwrite = find(in, "overwrite_output_dir") != nullptr;
+  in.items = own;
+  for (const Item& item : all)
+    if (handled(item.path)) apply(in, item, problems);
+
+  if (deepspeed_without_engine) {  // LlamaFactory: a deepspeed file is the engine
+    Item engine = *find(in, "deepspeed");
+    engine.path = "distributed";
+    engine.value = std::string("deepspeed");
+    in.items.push_back(engine);
+  }
+  if (!in.yaml) return;
+  // LlamaFactory's defaults where they differ from lftrain's.
+  Location file_loc;
+  file_loc.file = in.file;
+  if (!has_finetuning_type)
+    problems.check([&] {
+      fail(in.file, nullptr,
+           "no finetuning_type: LlamaFactory's default is \"lora\", which lftrain does not implement yet",
+           "add `finetuning_type: full` to train all parameters");
+    });
+  if (find(in, "stage") == nullptr) {
+    Item stage;
+    stage.path = "stage";
+    stage.value = std::string("sft");  // LlamaFactory's default stage
+    stage.loc = file_loc;
+    in.items.push_back(stage);
+  }
+  if (!has_overwrite && find(in, "resume_from_checkpoint") == nullptr) {
+    Item resume;  // LlamaFactory resumes from the newest checkpoint in output_dir unless told otherwise
+    resume.path = "resume_from_checkpoint";
+    resume.value = std::string("auto");
+    resume.loc = file_loc;
+    in.items.push_back(resume);
+  }
+}
+
+}  // namespace lft::config::detail

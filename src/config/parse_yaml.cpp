@@ -1,0 +1,148 @@
+// A YAML config (LlamaFactory's format) -> the same flat, located items as a TOML one.
+//
+// Scalars are typed as LlamaFactory's loader (OmegaConf over PyYAML) types them: quoted ->
+// string; true/false/yes/no/on/off -> bool; integers; floats including 1e-5 (which plain YAML
+// 1.1 would leave a string); null, ~ or nothing -> the key is absent. A sequence of scalars is a
+// list (joined with commas, as list keys take them), a mapping a table.
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "internal.h"
+
+namespace lft::config::detail {
+namespace {
+
+class YamlReader {
+ public:
+  YamlReader(const std::string& text, const std::string& file, Input& in) : file_(file), in_(in) {
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) lines_.push_back(line);
+  }
+
+  void read_mapping(const YAML::Node& map, const std::string& prefix) {
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      const std::string path = prefix.empty() ? key : prefix + "." + key;
+      const Location loc = location(it->first.Mark());
+      const auto [seen, fresh] = seen_.emplace(path, loc);
+      if (!fresh)
+        fail(file_, &loc, "key '" + path + "' appears twice (also on line " +
+                              std::to_string(seen->second.line) + ")",
+             "keep one of them");
+      read_value(it->second, path, loc);
+    }
+  }
+
+ private:
+  void read_value(const YAML::Node& node, const std::string& path, const Location& loc) {
+    Item item;
+    item.path = path;
+    item.loc = loc;
+    switch (node.Type()) {
+      case YAML::NodeType::Null:
+      case YAML::NodeType::Undefined:
+        return;  // `key: null` is the key left out, as in LlamaFactory
+      case YAML::NodeType::Map:
+        if (find_key(path) == nullptr && is_table_name(path)) {
+          in_.tables.emplace(path, loc);
+          read_mapping(node, path);
+          return;
+        }
+        item.kind = ItemKind::Table;
+        break;
+      case YAML::NodeType::Sequence: {
+        const KeySpec* spec = find_key(path);
+        std::string joined;
+        bool scalars = spec != nullptr && spec->list;
+        for (const YAML::Node& element : node) {
+          scalars = scalars && element.IsScalar();
+          if (scalars) joined += (joined.empty() ? "" : ",") + element.Scalar();
+        }
+        if (scalars) {
+          item.value = joined;
+        } else {
+          item.kind = ItemKind::Array;
+        }
+        break;
+      }
+      case YAML::NodeType::Scalar:
+        item.value = typed(node, loc);
+        break;
+    }
+    in_.items.push_back(std::move(item));
+  }
+
+  Value typed(const YAML::Node& node, const Location& loc) const {
+    const std::string& s = node.Scalar();
+    if (node.Tag() == "!") return s;  // quoted
+    static const std::regex kBool("true|True|TRUE|yes|Yes|YES|on|On|ON|false|False|FALSE|no|No|NO|off|Off|OFF");
+    static const std::regex kInt("[-+]?[0-9]+");
+    static const std::regex kFloat("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
+    if (std::regex_match(s, kBool)) {
+      const char c = s[0];
+      return c == 't' || c == 'T' || c == 'y' || c == 'Y' || (s.size() == 2 && (s[1] == 'n' || s[1] == 'N'));
+    }
+    if (std::regex_match(s, kInt)) {
+      errno = 0;
+      const long long v = std::strtoll(s.c_str(), nullptr, 10);
+      if (errno == ERANGE)
+        fail(file_, &loc, "the integer " + s + " is outside the 64-bit range", "use a smaller value");
+      return static_cast<std::int64_t>(v);
+    }
+    if (std::regex_match(s, kFloat)) return std::strtod(s.c_str(), nullptr);
+    return s;
+  }
+
+  Location location(const YAML::Mark& mark) const {
+    Location loc;
+    loc.file = file_;
+    loc.line = mark.line + 1;
+    loc.column = mark.column + 1;
+    if (mark.line >= 0 && static_cast<std::size_t>(mark.line) < lines_.size()) loc.line_text = lines_[mark.line];
+    return loc;
+  }
+
+  std::string file_;
+  Input& in_;
+  std::vector<std::string> lines_;
+  std::map<std::string, Location> seen_;
+};
+
+}  // namespace
+
+bool is_yaml_file(const std::string& file_name) {
+  for (const char* ext : {".yaml", ".yml"}) {
+    const std::string e = ext;
+    if (file_name.size() >= e.size() && file_name.compare(file_name.size() - e.size(), e.size(), e) == 0)
+      return true;
+  }
+  return false;
+}
+
+void flatten_yaml(const std::string& text, const std::string& file_name, Input& in) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    Location loc;
+    loc.file = file_name;
+    loc.line = e.mark.line + 1;
+    loc.column = e.mark.column + 1;
+    fail(file_name, &loc, "YAML syntax error: " + e.msg,
+         "lftrain reads .yaml/.yml files as YAML and every other file as TOML");
+  }
+  if (root.IsNull()) return;
+  if (!root.IsMap())
+    fail(file_name, nullptr, "a YAML config is a mapping of keys to values (key: value lines)",
+         "see inputs/llamafactory/ for examples");
+  YamlReader(text, file_name, in).read_mapping(root, "");
+}
+
+}  // namespace lft::config::detail
