@@ -3,15 +3,31 @@
 #include "lft/runtime/error.h"
 
 namespace lft::app {
+namespace {
+
+// --print-example's N: a whole number >= 0, digits only.
+std::int64_t example_number(const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 18 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  if (!digits)
+    throw UsageError("--print-example needs a whole number >= 0 (the example, counted from 0), got '" + text +
+                     "'\n" + usage_text());
+  return std::stoll(text);
+}
+
+}  // namespace
 
 std::string usage_text() {
-  return "usage: lftrain [--check] CONFIG.toml [key=value ...]\n"
+  return "usage: lftrain [--check | --print-example N] CONFIG.toml [key=value ...]\n"
          "       lftrain --help | --version | --help-config [--markdown] | --list-engines\n"
          "\n"
          "  CONFIG.toml      the run's configuration (docs/config.md)\n"
          "  key=value        override a key of the file, e.g. learning_rate=1e-4 mesh.tp=2\n"
          "  --check          validate the config, build the mesh, test every communicator,\n"
          "                   print the plan and exit without training\n"
+         "  --print-example N\n"
+         "                   print training example N (from 0) as the start-up log shows the\n"
+         "                   first: input_ids, inputs, label_ids, labels; exit without training\n"
          "  --help-config    every config key with its type, default and allowed values\n"
          "  --list-engines   the engines (`distributed`) this build has\n"
          "  --init-model DIR [--tokenizer TDIR]\n"
@@ -32,6 +48,11 @@ CliOptions parse_cli(int argc, char** argv) {
     else if (arg == "--markdown") markdown = true;
     else if (arg == "--list-engines") opts.mode = Mode::ListEngines;
     else if (arg == "--check") opts.mode = Mode::Check;
+    else if (arg == "--print-example") {
+      if (i + 1 >= argc) throw UsageError("--print-example needs an example number\n" + usage_text());
+      opts.mode = Mode::PrintExample;
+      opts.example_index = example_number(argv[++i]);
+    }
     else if ((arg == "--init-model" || arg == "--tokenizer") && i + 1 < argc)
       (arg == "--init-model" ? opts.init_model_dir : opts.tokenizer_dir) = argv[++i];
     else if (arg.rfind("--", 0) == 0)
@@ -44,7 +65,8 @@ CliOptions parse_cli(int argc, char** argv) {
   if (markdown && opts.mode == Mode::HelpConfig) opts.mode = Mode::HelpConfigMarkdown;
   if (!opts.tokenizer_dir.empty() && opts.init_model_dir.empty())
     throw UsageError("--tokenizer goes with --init-model\n" + usage_text());
-  if ((opts.mode == Mode::Run || opts.mode == Mode::Check) && opts.config_path.empty())
+  if ((opts.mode == Mode::Run || opts.mode == Mode::Check || opts.mode == Mode::PrintExample) &&
+      opts.config_path.empty())
     throw UsageError("no config file given\n" + usage_text());
   return opts;
 }

@@ -15,15 +15,36 @@
 #include "lft/engine/mesh_plan.h"
 #include "lft/engine/registry.h"
 #include "lft/engine/run_plan.h"
+#include "lft/train/example_print.h"
 #include "lft/train/trainer.h"
+#include "lft/train/training_data.h"
 #include "lft/runtime/device.h"
 #include "lft/runtime/log.h"
 
 namespace lft::app {
+namespace {
+
+// --print-example N: training sequence N as the start-up log shows the first, read and tokenized
+// as for training (every rank takes its share; rank 0 prints); nothing else is built.
+int print_example(const config::Config& cfg, std::int64_t index) {
+  std::optional<train::TrainingData> data;
+  run_agreed([&] { data.emplace(cfg, MPI_COMM_WORLD); });
+  log0("data       " + data->describe());
+  const std::int64_t count = data->num_sequences();
+  if (index < 0 || index >= count)
+    throw UsageError("--print-example " + std::to_string(index) + ": the training data has " + std::to_string(count) +
+                     " examples (sequences), numbered 0 to " + std::to_string(count - 1));
+  log0(train::format_training_example(*data, index, "training example " + std::to_string(index) + ":",
+                                      cfg.string("stage") == "pt"));
+  return 0;
+}
+
+}  // namespace
 
 int run_session(Runtime& rt, const CliOptions& opts) {
   std::string command_line = opts.config_path + "\n" + std::to_string(static_cast<int>(opts.mode)) + "\n" +
                              opts.init_model_dir + "\n" + opts.tokenizer_dir;
+  command_line += "\n" + std::to_string(opts.example_index);
   for (const std::string& o : opts.overrides) command_line += "\n" + o;
   agree_on_launch(command_line);
   const std::string text = read_config_text(opts.config_path);
@@ -42,8 +63,10 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   const int threads = threads_per_rank(static_cast<int>(cfg.integer("intra_op_threads")),
                                       rt.local_size());
   at::set_num_threads(threads);
+  if (opts.mode == Mode::PrintExample) return print_example(cfg, opts.example_index);
   const DeviceChoice device = select_device(rt.local_rank(), rt.local_size());
   log0(startup_report(rt, cfg, *engine, shape, threads, device));
+  for (const std::string& note : cfg.notes()) log0("note: " + note);
 
   MpiCommunicator world(MPI_COMM_WORLD, "world", false);
   DeviceMesh mesh(world, shape, device.cuda);

@@ -3,7 +3,7 @@
 // Scalars are typed as LlamaFactory's loader (OmegaConf over PyYAML) types them: quoted ->
 // string; true/false/yes/no/on/off -> bool; integers; floats including 1e-5 (which plain YAML
 // 1.1 would leave a string); null, ~ or nothing -> the key is absent. A sequence of scalars is a
-// list (joined with commas, as list keys take them), a mapping a table.
+// list, a mapping a table.
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -63,7 +63,7 @@ class YamlReader {
         bool scalars = spec != nullptr && spec->list;
         for (const YAML::Node& element : node) {
           scalars = scalars && element.IsScalar();
-          if (scalars) joined += (joined.empty() ? "" : ",") + element.Scalar();
+          if (scalars) joined += (joined.empty() ? "" : "\n") + element.Scalar();  // as split_list reads it
         }
         if (scalars) {
           item.value = joined;

@@ -112,6 +112,11 @@ std::vector<KeySpec> build() {
           .def("default")
           .allowed({"default", "llama3", "qwen", "mistral"}),
       K("packing", B, "Pack several samples into each cutoff_len sequence").def(false),
+      K("pad_to_multiple_of", I,
+        "Pad each micro-batch to its longest sequence rounded up to a multiple of this (as "
+        "LlamaFactory); 0: pad every sequence to cutoff_len")
+          .def(8)
+          .min(0),
       K("neat_packing", B,
         "Packing with attention kept within each sample and positions restarted (implies packing)")
           .def(false),

@@ -41,12 +41,17 @@ double SftDataset::weight_sum(const std::vector<std::int64_t>& indices) const {
   return sum;
 }
 
-Batch SftDataset::batch(const std::vector<std::int64_t>& indices, bool pad_to_longest) const {
-  std::int64_t T = seq_len();
-  if (pad_to_longest) {
-    T = 2;
-    for (const std::int64_t i : indices) T = std::max(T, length(i));
-  }
+std::int64_t SftDataset::padded_length(const std::vector<std::int64_t>& indices,
+                                       std::int64_t pad_to_multiple_of) const {
+  if (pad_to_multiple_of <= 0) return seq_len();
+  std::int64_t longest = 2;
+  for (const std::int64_t i : indices) longest = std::max(longest, length(i));
+  const std::int64_t rounded = (longest + pad_to_multiple_of - 1) / pad_to_multiple_of * pad_to_multiple_of;
+  return std::min(rounded, seq_len());
+}
+
+Batch SftDataset::batch(const std::vector<std::int64_t>& indices, std::int64_t pad_to_multiple_of) const {
+  const std::int64_t T = padded_length(indices, pad_to_multiple_of);
   const auto B = static_cast<std::int64_t>(indices.size());
   Batch b;
   b.input_ids = at::full({B, T}, pad_id_, at::TensorOptions().dtype(at::kLong));

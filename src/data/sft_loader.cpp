@@ -11,7 +11,7 @@
 namespace lft::data {
 namespace {
 
-constexpr const char* kCacheVersion = "lftrain tokenized data 1";
+constexpr const char* kCacheVersion = "lftrain tokenized data 2";  // 2: per-file formats, max_samples
 
 void say(const SftOptions& o, const std::string& line) {
   if (o.log) o.log(line);
@@ -26,15 +26,17 @@ std::string cache_file(const std::string& path) {
 }
 
 // Every input the sequences depend on, one per line (see sft_cache.h).
-std::string cache_key(const std::vector<std::string>& paths, const SftOptions& o,
+std::string cache_key(const std::vector<DatasetSource>& sources, const SftOptions& o,
                       const Tokenizer& tok, const SpecialTokens& sp, bool packing) {
-  const SftColumns& c = o.records.columns;
   std::string key = std::string(kCacheVersion) + "\nstage=" + o.stage + "\n";
-  for (const std::string& p : paths) key += "file=" + p + " " + file_stamp(p) + "\n";
-  key += "dataset_format=" + o.records.format + "\ncolumns=" + c.prompt + "," + c.query + "," +
-         c.response + "," + c.history + "," + c.system + "," + c.messages + "," + c.role_tag + "," +
-         c.content_tag + "," + c.user_tag + "," + c.assistant_tag + "," + c.observation_tag + "," +
-         c.function_tag + "," + c.system_tag + "\n";
+  for (const DatasetSource& s : sources) {
+    const SftColumns& c = s.options.columns;
+    key += "file=" + s.path + " " + file_stamp(s.path) + " max_samples=" + std::to_string(s.max_samples) +
+           "\ndataset_format=" + s.options.format + "\ncolumns=" + c.prompt + "," + c.query + "," +
+           c.response + "," + c.history + "," + c.system + "," + c.messages + "," + c.role_tag + "," +
+           c.content_tag + "," + c.user_tag + "," + c.assistant_tag + "," + c.observation_tag + "," +
+           c.function_tag + "," + c.system_tag + "," + c.text + "\n";
+  }
   key += "template=" + o.template_name + "\ntokenizer=" + tok.name() +
          " vocab=" + std::to_string(tok.vocab_size()) + " bos=" + std::to_string(tok.bos_id()) +
          " eos=" + std::to_string(tok.eos_id()) + " " + o.tokenizer_fingerprint + "\n";
@@ -54,13 +56,13 @@ void check_ids(const TokenizedExample& ex, const Tokenizer& tok) {
   }
 }
 
-PackedSequences build(const std::vector<std::string>& paths, const SftOptions& o,
+PackedSequences build(const std::vector<DatasetSource>& sources, const SftOptions& o,
                       const Tokenizer& tok, const SpecialTokens& sp, bool packing,
                       std::string& summary) {
-  const SftRecords records = read_sft_records(paths, o.records);
+  const SftRecords records = read_sft_records(sources);
   summary = records.summary();
   std::string source;
-  for (const std::string& p : paths) source += (source.empty() ? "" : ", ") + p;
+  for (const DatasetSource& s : sources) source += (source.empty() ? "" : ", ") + s.path;
   if (o.stage == "pt") {
     // As LlamaFactory's pre-training: the first prompt of a record is its document.
     std::vector<std::string> docs;
@@ -101,6 +103,11 @@ PackedSequences build(const std::vector<std::string>& paths, const SftOptions& o
 
 SftData load_sft_data(const std::vector<std::string>& paths, const SftOptions& o,
                       const Tokenizer& tok, const SpecialTokens& sp) {
+  return load_sft_data(sources_of_files(paths, o.records), o, tok, sp);
+}
+
+SftData load_sft_data(const std::vector<DatasetSource>& sources, const SftOptions& o,
+                      const Tokenizer& tok, const SpecialTokens& sp) {
   if (o.stage != "sft" && o.stage != "pt") {
     throw UsageError("unknown stage \"" + o.stage + "\"; this build trains sft and pt");
   }
@@ -109,12 +116,12 @@ SftData load_sft_data(const std::vector<std::string>& paths, const SftOptions& o
   }
   ChatTemplate check_name(o.template_name);  // an unknown template fails before any work
   if (sp.pad < 0) throw UsageError("no pad token id: resolve the special tokens first");
-  if (paths.empty()) throw UsageError("no dataset file given");
+  if (sources.empty()) throw UsageError("no dataset file given");
   const bool packing = o.packing || o.neat_packing;
   if (o.neat_packing && !o.packing) say(o, "neat_packing = true turns packing on");
 
   const std::string cache = cache_file(o.tokenized_path);
-  const std::string key = cache.empty() ? "" : cache_key(paths, o, tok, sp, packing);
+  const std::string key = cache.empty() ? "" : cache_key(sources, o, tok, sp, packing);
   std::shared_ptr<const PackedSequences> seqs;
   std::string summary;
   if (!cache.empty()) {
@@ -131,7 +138,7 @@ SftData load_sft_data(const std::vector<std::string>& paths, const SftOptions& o
     }
   }
   if (!seqs) {
-    seqs = std::make_shared<const PackedSequences>(build(paths, o, tok, sp, packing, summary));
+    seqs = std::make_shared<const PackedSequences>(build(sources, o, tok, sp, packing, summary));
     if (!cache.empty() && o.write_cache) {
       save_sequences(cache, key, *seqs);
       say(o, "tokenized data saved to " + cache);

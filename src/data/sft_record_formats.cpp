@@ -234,12 +234,12 @@ std::string parse_messages(const json& record, Conversation& out) {
   return finish(system, std::move(turns), out);
 }
 
-std::string parse_text(const json& record, Conversation& out) {
+std::string parse_text(const json& record, const SftColumns& c, Conversation& out) {
   if (!record.is_object()) return not_an_object(record);
-  const auto text = record.find("text");
-  if (text == record.end()) return "no \"text\" field";
-  if (!text->is_string()) return std::string("field \"text\" is ") + type_name(*text);
-  if (text->get_ref<const std::string&>().empty()) return "empty \"text\"";
+  const auto text = record.find(c.text);
+  if (text == record.end()) return "no " + quoted(c.text) + " field";
+  if (!text->is_string()) return "field " + quoted(c.text) + " is " + type_name(*text);
+  if (text->get_ref<const std::string&>().empty()) return "empty " + quoted(c.text);
   out.messages = {turn(Role::User, text->get<std::string>())};
   return "";
 }
@@ -255,7 +255,7 @@ std::string detect_format(const json& record, const SftColumns& c) {
     return c.messages == "messages" && !v1 ? "sharegpt" : "messages";
   }
   if (record.contains(c.prompt)) return "alpaca";
-  if (record.contains("text")) return "text";
+  if (record.contains(c.text)) return "text";
   return "";
 }
 

@@ -14,7 +14,7 @@ std::string parse_alpaca(const nlohmann::json& record, const SftColumns& columns
 std::string parse_sharegpt(const nlohmann::json& record, const SftColumns& columns,
                            Conversation& out);
 std::string parse_messages(const nlohmann::json& record, Conversation& out);
-std::string parse_text(const nlohmann::json& record, Conversation& out);
+std::string parse_text(const nlohmann::json& record, const SftColumns& c, Conversation& out);
 
 // The format that `record` looks like ("alpaca", "sharegpt", "messages", "text"), or "".
 std::string detect_format(const nlohmann::json& record, const SftColumns& columns);

@@ -132,12 +132,15 @@ std::string field_names(const json& record) {
   return "fields " + (out.empty() ? std::string("none") : out);
 }
 
-FileReport read_file_records(const std::string& path, const RecordOptions& options,
-                             std::vector<Conversation>& out) {
+FileReport read_file_records(const DatasetSource& source, std::vector<Conversation>& out) {
+  const std::string& path = source.path;
+  const RecordOptions& options = source.options;
   FileReport report;
-  report.path = path;
+  report.path = source.name.empty() ? path : source.name + " (" + path + ")";
   bool is_txt = false;
-  const std::vector<RawRecord> records = raw_records(path, read_file(path), is_txt);
+  std::vector<RawRecord> records = raw_records(path, read_file(path), is_txt);
+  if (source.max_samples >= 0 && static_cast<std::int64_t>(records.size()) > source.max_samples)
+    records.resize(static_cast<std::size_t>(source.max_samples));  // LlamaFactory: the first N rows
   report.format = options.format;
   if (is_txt && options.format != "auto" && options.format != "text") {
     fail(path, "a .txt file holds text documents, not " + options.format +
@@ -172,7 +175,7 @@ FileReport read_file_records(const std::string& path, const RecordOptions& optio
       return std::string();
     };
   } else {
-    parse = detail::parse_text;
+    parse = [&](const json& r, Conversation& c) { return detail::parse_text(r, columns, c); };
   }
   for (const RawRecord& r : records) {
     ++report.records;
@@ -241,18 +244,28 @@ std::string SftRecords::summary() const {
   return out;
 }
 
-SftRecords read_sft_records(const std::vector<std::string>& paths, const RecordOptions& options) {
+SftRecords read_sft_records(const std::vector<DatasetSource>& sources) {
   const auto& formats = record_formats();
-  if (std::find(formats.begin(), formats.end(), options.format) == formats.end()) {
-    throw UsageError("unknown dataset_format \"" + options.format +
-                     "\"; use auto, alpaca, sharegpt, messages or text");
-  }
-  if (paths.empty()) throw UsageError("no dataset file given");
+  if (sources.empty()) throw UsageError("no dataset file given");
   SftRecords result;
-  for (const std::string& path : paths) {
-    result.files.push_back(read_file_records(path, options, result.conversations));
+  for (const DatasetSource& source : sources) {
+    if (std::find(formats.begin(), formats.end(), source.options.format) == formats.end())
+      throw UsageError("unknown dataset_format \"" + source.options.format +
+                       "\"; use auto, alpaca, sharegpt, messages or text");
+    result.files.push_back(read_file_records(source, result.conversations));
   }
   return result;
+}
+
+SftRecords read_sft_records(const std::vector<std::string>& paths, const RecordOptions& options) {
+  return read_sft_records(sources_of_files(paths, options));
+}
+
+std::vector<DatasetSource> sources_of_files(const std::vector<std::string>& paths,
+                                            const RecordOptions& options, std::int64_t max_samples) {
+  std::vector<DatasetSource> sources;
+  for (const std::string& path : paths) sources.push_back({path, options, max_samples, ""});
+  return sources;
 }
 
 }  // namespace lft::data

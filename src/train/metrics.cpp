@@ -35,6 +35,7 @@ std::string to_json_line(const LogRecord& r) {
   j["step"] = r.step;
   j["grad_norm"] = r.grad_norm;
   j["tokens_per_s"] = r.tokens_per_s;
+  j["padding"] = std::round(r.padding * 10000.0) / 10000.0;
   return j.dump();
 }
 
@@ -45,7 +46,9 @@ std::string to_console_line(const LogRecord& r) {
                 static_cast<long long>(r.step), static_cast<long long>(r.total_steps), r.loss, r.lr,
                 r.grad_norm, r.tokens_per_s, r.flops_per_s / 1e9, format_duration(r.elapsed_s).c_str(),
                 format_duration(r.remaining_s).c_str());
-  return text;
+  std::string line = text;
+  if (r.padding > 0) line += " | pad " + std::to_string(std::lround(r.padding * 100.0)) + "%";
+  return line;
 }
 
 double peak_rss_bytes() {

@@ -42,6 +42,10 @@ StepResult Trainer::step() {
   std::vector<engine::MicroBatch> batches;
   for (std::int64_t m = 0; m < accum; ++m)
     batches.push_back(s.device_batch(s.data->batch(data::local_micro_batch(indices, dp_rank, dp_size, micro, accum, m))));
+  std::int64_t padded = 0;  // every rank's micro-batches, known here without communication
+  for (int r = 0; r < dp_size; ++r)
+    for (std::int64_t m = 0; m < accum; ++m)
+      padded += s.data->padded_tokens(data::local_micro_batch(indices, r, dp_size, micro, accum, m));
   engine::MicroBatchOptions options;
   options.compute = s.plan.compute;
   options.loss_factor = (s.scaler ? s.scaler->scale() : 1.0) / targets;
@@ -58,7 +62,8 @@ StepResult Trainer::step() {
   StepResult r;
   r.loss = loss_sum / targets;
   r.grad_norm = std::sqrt(s.engine->grad_norm_squared());
-  r.tokens = global * s.data->seq_len();
+  r.tokens = s.data->real_tokens(indices);
+  r.padded_tokens = padded;
   auto finish = [&] {
     s.sampler->advance();
     r.step = ++s.step;

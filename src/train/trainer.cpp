@@ -3,7 +3,11 @@
 
 #include <ATen/ATen.h>
 
+#include <numeric>
+
 #include <cmath>
+#include <exception>
+#include <numeric>
 #include <optional>
 
 #include "lft/comm/mpi_util.h"
@@ -18,6 +22,8 @@
 #include "lft/runtime/error.h"
 #include "lft/runtime/log.h"
 #include "lft/runtime/signals.h"
+#include "lft/train/example_print.h"
+#include "lft/train/loss_plots.h"
 #include "lft/train/metrics.h"
 #include "lft/train/training_log.h"
 #include "trainer_state.h"
@@ -57,13 +63,35 @@ engine::MicroBatch Trainer::State::device_batch(const data::Batch& b) const {
   return m;
 }
 
+namespace {
+
+// What micro-batches are padded to a multiple of: pad_to_multiple_of, and with sequence
+// parallelism also of tp (each rank takes an equal slice of every sequence).
+std::int64_t pad_multiple(const config::Config& cfg, const engine::RunPlan& plan) {
+  const std::int64_t multiple = cfg.integer("pad_to_multiple_of");
+  if (multiple == 0 || cfg.string("distributed") != "megatron" || !cfg.boolean("dist_config.sequence_parallel"))
+    return multiple;
+  return std::lcm(multiple, static_cast<std::int64_t>(plan.mesh[MeshDim::TP]));
+}
+
+}  // namespace
+
 Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceMesh& mesh,
                  const DeviceChoice& device)
     : s_(std::make_unique<State>(cfg, plan, mesh, device)) {
   State& s = *s_;
   if (plan.compute == at::kHalf) s.scaler = std::make_unique<LossScaler>(loss_scale_options(plan));
   s.data = std::make_unique<TrainingData>(cfg, mesh.world());
+  s.data->set_pad_to_multiple_of(pad_multiple(cfg, plan));
   check_vocabulary(cfg, plan.model, s.data->tokenizer());
+  // LlamaFactory prints the first training example once the data is ready.
+  if (world_rank_or_minus_one() == 0 && s.data->num_sequences() > 0) {
+    try {
+      log0(format_training_example(*s.data, 0, "training example:", cfg.string("stage") == "pt"));
+    } catch (const std::exception& e) {
+      log0(std::string("warning: cannot print the first training example: ") + e.what());
+    }
+  }
   s.sampler = std::make_unique<data::GlobalSampler>(s.data->num_sequences(), plan.global_batch,
                                                     static_cast<std::uint64_t>(cfg.integer("seed")));
   const std::int64_t max_steps = cfg.integer("max_steps");
@@ -162,7 +190,7 @@ int Trainer::run() {
   }
   const auto start = Clock::now();
   double window_loss = 0.0, window_seconds = 0.0;
-  std::int64_t window_steps = 0, window_tokens = 0;
+  std::int64_t window_steps = 0, window_tokens = 0, window_padded = 0;
   const std::int64_t every = s.cfg.integer("logging_steps");
   const bool saving = s.cfg.string("save_strategy") == "steps";
   const std::int64_t save_every = s.cfg.integer("save_steps");
@@ -186,6 +214,7 @@ int Trainer::run() {
     window_loss += r.loss;
     window_seconds += r.seconds;
     window_tokens += r.tokens;
+    window_padded += r.padded_tokens;
     ++window_steps;
     if (r.step % every != 0 && r.step != s.total) continue;
     LogRecord rec;
@@ -199,10 +228,11 @@ int Trainer::run() {
     rec.remaining_s = rec.elapsed_s / static_cast<double>(r.step) * static_cast<double>(s.total - r.step);
     rec.tokens_per_s = static_cast<double>(window_tokens) / window_seconds;
     rec.flops_per_s = rec.tokens_per_s * s.flops_per_token;
+    rec.padding = window_padded > 0 ? 1.0 - static_cast<double>(window_tokens) / static_cast<double>(window_padded) : 0.0;
     log0(to_console_line(rec));
     if (log_file) log_file->write(rec);
     window_loss = window_seconds = 0.0;
-    window_steps = window_tokens = 0;
+    window_steps = window_tokens = window_padded = 0;
     if (eval_every > 0 && r.step % eval_every == 0 && r.step != s.total) log_eval();
   }
   if (s.data->has_eval()) log_eval();
@@ -211,6 +241,15 @@ int Trainer::run() {
   log0("done: " + std::to_string(s.total) + " steps in " + format_duration(seconds_since(start)) + "; log in " +
        out_dir + "/trainer_log.jsonl");
   log0(run_summary());
+  // plot_loss after everything is saved, on the rank that wrote trainer_log.jsonl (world rank 0,
+  // mesh coordinate 0), as LlamaFactory plots on world process 0. A failed plot loses nothing.
+  if (log_file && s.cfg.boolean("plot_loss")) {
+    try {
+      plot_losses(out_dir, log_file->path(), [](const std::string& line) { log0(line); });
+    } catch (const std::exception& e) {
+      log0(std::string("warning: plot_loss: ") + e.what());
+    }
+  }
   return 0;
 }
 

@@ -8,6 +8,7 @@
 #include "lft/comm/watchdog.h"
 #include "lft/data/chat_template.h"
 #include "lft/data/corpus.h"
+#include "lft/data/dataset_registry.h"
 #include "lft/data/hf_tokenizer.h"
 #include "lft/data/sft_cache.h"
 #include "lft/runtime/check.h"
@@ -42,6 +43,41 @@ data::SftOptions sft_options(const config::Config& cfg, const std::string& token
   return o;
 }
 
+std::int64_t max_samples(const config::Config& cfg) {
+  return cfg.is_set("max_samples") ? cfg.integer("max_samples") : -1;
+}
+
+// Dataset names: list elements, each also split at commas (LlamaFactory's "identity,alpaca_en_demo").
+std::vector<std::string> dataset_names(const config::Config& cfg, const std::string& key) {
+  std::vector<std::string> names;
+  for (const std::string& element : cfg.strings(key)) {
+    std::size_t start = 0;
+    while (start <= element.size()) {
+      const std::size_t comma = std::min(element.find(',', start), element.size());
+      const std::size_t b = element.find_first_not_of(" \t", start);
+      std::size_t e = comma;
+      while (e > start && (element[e - 1] == ' ' || element[e - 1] == '\t')) --e;
+      if (b != std::string::npos && b < e) names.push_back(element.substr(b, e - b));
+      start = comma + 1;
+    }
+  }
+  return names;
+}
+
+// What to train on: the files of train_dataset, or the dataset_info.json entries of `dataset`.
+std::vector<data::DatasetSource> train_sources(const config::Config& cfg, const data::RecordOptions& records) {
+  if (cfg.is_set("dataset"))
+    return data::resolve_datasets(dataset_names(cfg, "dataset"), cfg.string("dataset_dir"), cfg.string("stage"),
+                                  max_samples(cfg));
+  return data::sources_of_files(cfg.strings("train_dataset"), records, max_samples(cfg));
+}
+
+std::string names_of(const std::vector<data::DatasetSource>& sources) {
+  std::string joined;
+  for (const auto& s : sources) joined += (joined.empty() ? "" : ", ") + (s.name.empty() ? s.path : s.name);
+  return joined;
+}
+
 }  // namespace
 
 TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
@@ -61,19 +97,23 @@ TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
   } else {
     tokenizer_ = std::make_unique<data::ByteTokenizer>();
   }
-  const std::vector<std::string> paths = cfg.strings("train_dataset");
-  std::string joined;
-  for (const auto& p : paths) joined += (joined.empty() ? "" : ", ") + p;
   Watchdog::Scope scope("reading and tokenizing the training data", Watchdog::setup_timeout(),
                         "setup_timeout");
-  if (cfg.string("stage") == "pt") {
-    if (cfg.real("val_size") > 0)
-      fail(cfg.where("val_size") + ": val_size needs stage = \"sft\" in this build (pre-training "
-                                   "data is one packed stream)",
-           "remove val_size, or train with stage = \"sft\"");
+  const bool pretrain = cfg.string("stage") == "pt";
+  for (const char* eval_key : {"val_size", "eval_dataset"})
+    if (pretrain && cfg.is_set(eval_key) && (std::string(eval_key) != "val_size" || cfg.real("val_size") > 0))
+      fail(cfg.where(eval_key) + ": " + eval_key + " needs stage = \"sft\" in this build (pre-training "
+                                 "data is one packed stream)",
+           std::string("remove ") + eval_key + ", or train with stage = \"sft\"");
+  if (pretrain && !cfg.is_set("dataset")) {
+    const std::vector<std::string> paths = cfg.strings("train_dataset");
+    std::string joined;
+    for (const auto& p : paths) joined += (joined.empty() ? "" : ", ") + p;
     std::vector<std::string> docs;
     for (const auto& p : paths) {
       auto more = data::read_text_corpus(p);
+      if (max_samples(cfg) >= 0 && static_cast<std::int64_t>(more.size()) > max_samples(cfg))
+        more.resize(static_cast<std::size_t>(max_samples(cfg)));
       docs.insert(docs.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
     }
     packed_ = std::make_unique<data::PackedDataset>(docs, *tokenizer_, cfg.integer("cutoff_len"), joined,
@@ -94,9 +134,20 @@ TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
   LFT_MPI_CHECK(MPI_Comm_rank(world, &rank));
   options.parallel = split_tokenizing(world);
   options.write_cache = rank == 0;
-  data::SftData loaded = data::load_sft_data(paths, options, *tokenizer_, special);
+  const std::vector<data::DatasetSource> sources = train_sources(cfg, options.records);
+  data::SftData loaded = data::load_sft_data(sources, options, *tokenizer_, special);
   train_ = std::make_unique<data::SftDataset>(std::move(loaded.train));
   eval_ = std::make_unique<data::SftDataset>(std::move(loaded.eval));
+  if (cfg.is_set("eval_dataset")) {
+    data::SftOptions eval_options = options;
+    eval_options.tokenized_path.clear();
+    eval_options.val_size = 0;
+    const auto eval_sources =
+        data::resolve_datasets(dataset_names(cfg, "eval_dataset"), cfg.string("dataset_dir"), cfg.string("stage"), max_samples(cfg));
+    data::SftData eval = data::load_sft_data(eval_sources, eval_options, *tokenizer_, special);
+    eval_ = std::make_unique<data::SftDataset>(std::move(eval.train));
+    loaded.summary += "\neval: " + names_of(eval_sources) + ": " + eval.summary;
+  }
   segments_ = options.neat_packing;
   summary_ = loaded.summary + " (" + tokenizer_->name() + " tokenizer, template " + chat.name() + ")";
 }
@@ -112,9 +163,20 @@ double TrainingData::weight_sum(const std::vector<std::int64_t>& indices) const 
   return static_cast<double>(indices.size()) * static_cast<double>(packed_->seq_len() - 1);
 }
 
+std::int64_t TrainingData::real_tokens(const std::vector<std::int64_t>& indices) const {
+  std::int64_t n = 0;
+  for (const std::int64_t i : indices) n += packed_ ? packed_->seq_len() : train_->length(i);
+  return n;
+}
+
+std::int64_t TrainingData::padded_tokens(const std::vector<std::int64_t>& indices) const {
+  const auto count = static_cast<std::int64_t>(indices.size());
+  return count * (packed_ ? packed_->seq_len() : train_->padded_length(indices, pad_multiple_));
+}
+
 data::Batch TrainingData::batch(const std::vector<std::int64_t>& indices) const {
   if (!packed_) {
-    data::Batch b = train_->batch(indices);
+    data::Batch b = train_->batch(indices, pad_multiple_);
     if (!segments_) b.segment_ids = at::Tensor();
     return b;
   }
@@ -123,6 +185,31 @@ data::Batch TrainingData::batch(const std::vector<std::int64_t>& indices) const 
   // One unbroken token stream: every next token is a target.
   b.weights = at::ones({b.input_ids.size(0), b.input_ids.size(1) - 1}, at::kFloat);
   return b;
+}
+
+}  // namespace lft::train
+
+namespace lft::train {
+
+TrainingExample TrainingData::example(std::int64_t i) const {
+  if (i < 0 || i >= num_sequences())
+    throw std::out_of_range("training sequence " + std::to_string(i) + " does not exist: there are " +
+                            std::to_string(num_sequences()));
+  TrainingExample e;
+  if (packed_) {
+    const std::int32_t* tokens = packed_->sequence_data(i);
+    e.ids.assign(tokens, tokens + packed_->seq_len());
+    return e;
+  }
+  const data::Batch b = train_->batch({i});
+  const std::int64_t n = train_->length(i) < b.input_ids.size(1) ? train_->length(i) : b.input_ids.size(1);
+  const at::Tensor ids = b.input_ids[0].slice(0, 0, n).to(at::kLong).contiguous();
+  e.ids.assign(ids.data_ptr<std::int64_t>(), ids.data_ptr<std::int64_t>() + n);
+  if (n > 1) {
+    const at::Tensor w = b.weights[0].slice(0, 0, n - 1).to(at::kFloat).contiguous();
+    e.weights.assign(w.data_ptr<float>(), w.data_ptr<float>() + (n - 1));
+  }
+  return e;
 }
 
 }  // namespace lft::train

@@ -1,12 +1,13 @@
 // lftrain's command line: what to do, the config file and its key=value overrides.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace lft::app {
 
-enum class Mode { Run, Check, Help, Version, HelpConfig, HelpConfigMarkdown, ListEngines };
+enum class Mode { Run, Check, PrintExample, Help, Version, HelpConfig, HelpConfigMarkdown, ListEngines };
 
 struct CliOptions {
   Mode mode = Mode::Run;
@@ -14,9 +15,11 @@ struct CliOptions {
   std::vector<std::string> overrides;  // "key=value", in order
   std::string init_model_dir;          // --init-model DIR: write the initial model there, train nothing
   std::string tokenizer_dir;           // --tokenizer DIR: tokenizer files copied with --init-model
+  std::int64_t example_index = -1;     // --print-example N: print training example N, train nothing
 };
 
-// Throws UsageError for an unknown flag or a missing config path.
+// Throws UsageError for an unknown flag, a missing config path or a --print-example without a
+// whole number >= 0.
 CliOptions parse_cli(int argc, char** argv);
 
 std::string usage_text();

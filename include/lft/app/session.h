@@ -10,8 +10,8 @@
 
 namespace lft::app {
 
-// Runs `opts` (mode Run or Check). Returns the exit status; throws UsageError for an every-rank
-// error (the caller prints it on rank 0 and exits 2).
+// Runs `opts` (mode Run, Check or PrintExample). Returns the exit status; throws UsageError for
+// an every-rank error (the caller prints it on rank 0 and exits 2).
 int run_session(Runtime& rt, const CliOptions& opts);
 
 // Rank 0 reads `path` and broadcasts its text (under the watchdog's set-up deadline). A missing

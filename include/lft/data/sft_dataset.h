@@ -43,9 +43,12 @@ class SftDataset {
   // Index of sequence i in the underlying PackedSequences.
   std::int64_t row(std::int64_t i) const { return rows_.at(static_cast<std::size_t>(i)); }
 
-  // The sequences `indices` as CPU tensors, padded to seq_len() (with `pad_to_longest`, to the
-  // longest of them, at least 2). Throws std::out_of_range for a bad index.
-  Batch batch(const std::vector<std::int64_t>& indices, bool pad_to_longest = false) const;
+  // The sequences `indices` as CPU tensors, padded to seq_len(), or with `pad_to_multiple_of` > 0
+  // to the longest of them rounded up to a multiple of it (at most seq_len(), at least 2), as
+  // LlamaFactory's collator pads. Throws std::out_of_range for a bad index.
+  Batch batch(const std::vector<std::int64_t>& indices, std::int64_t pad_to_multiple_of = 0) const;
+  // The length batch(indices, pad_to_multiple_of) pads to.
+  std::int64_t padded_length(const std::vector<std::int64_t>& indices, std::int64_t pad_to_multiple_of) const;
 
   // Sum of the weights of batch(indices), without building it.
   double weight_sum(const std::vector<std::int64_t>& indices) const;
@@ -108,6 +111,9 @@ struct SftData {
 // BOS/EOS (build_pretrain_sequences); special.pad pads unpacked documents. Throws lft::UsageError
 // for bad options, unusable files (sft_records.h), text-only data with stage "sft", no sequence, or
 // a val_size that leaves no training sequence.
+SftData load_sft_data(const std::vector<DatasetSource>& sources, const SftOptions& options,
+                      const Tokenizer& tok, const SpecialTokens& special);
+// The files `paths`, each read with options.records.
 SftData load_sft_data(const std::vector<std::string>& paths, const SftOptions& options,
                       const Tokenizer& tok, const SpecialTokens& special);
 

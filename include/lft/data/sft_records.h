@@ -60,6 +60,8 @@ struct SftColumns {
   std::string observation_tag = "observation";
   std::string function_tag = "function_call";  // recognised, rejected: tool calls are unsupported
   std::string system_tag = "system";
+  // text: the document of a pre-training record (LlamaFactory's `prompt` column for stage pt)
+  std::string text = "text";
 };
 
 struct RecordOptions {
@@ -88,6 +90,15 @@ struct SftRecords {
   std::string summary() const;  // the files' summaries, one per line
 };
 
+// One dataset file and how to read it: a train_dataset path with the run's dataset_format, or a
+// dataset_info.json entry (data/dataset_registry.h) with its own formatting, columns and tags.
+struct DatasetSource {
+  std::string path;
+  RecordOptions options;
+  std::int64_t max_samples = -1;  // only the first this many records; -1: all
+  std::string name;               // the dataset_info.json name, "" for a plain file
+};
+
 // The formats accepted by RecordOptions::format, "auto" first.
 const std::vector<std::string>& record_formats();
 
@@ -95,6 +106,10 @@ const std::vector<std::string>& record_formats();
 // format, an unreadable file, invalid JSON in a .json file, a first record from which "auto"
 // cannot tell the format, a .txt file read as another format, and a file with no usable record
 // (with its first bad records). Throws lft::UsageError when `paths` is empty.
+SftRecords read_sft_records(const std::vector<DatasetSource>& sources);
 SftRecords read_sft_records(const std::vector<std::string>& paths, const RecordOptions& options);
+// `paths` read with `options` (and max_samples) each.
+std::vector<DatasetSource> sources_of_files(const std::vector<std::string>& paths,
+                                            const RecordOptions& options, std::int64_t max_samples = -1);
 
 }  // namespace lft::data

@@ -23,10 +23,11 @@ struct LogRecord {
   double remaining_s = 0.0;
   double tokens_per_s = 0.0;
   double flops_per_s = 0.0;
+  double padding = 0.0;  // share of the computed positions that were padding
 };
 
 // One JSON object, LlamaFactory's trainer_log fields (current_steps, total_steps, loss, lr, epoch,
-// percentage, elapsed_time, remaining_time) plus step, grad_norm, tokens_per_s.
+// percentage, elapsed_time, remaining_time) plus step, grad_norm, tokens_per_s, padding.
 std::string to_json_line(const LogRecord& r);
 // "step 10/100 | loss 2.3456 | lr 3.00e-03 | grad 1.234 | 1234 tok/s | 1.2 GFLOP/s | 0:00:12 < 0:01:40"
 std::string to_console_line(const LogRecord& r);

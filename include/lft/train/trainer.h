@@ -25,7 +25,8 @@ struct StepResult {
   double loss = 0.0;           // mean over the global batch's target tokens
   double grad_norm = 0.0;      // before clipping
   double lr = 0.0;
-  std::int64_t tokens = 0;     // tokens of the global batch
+  std::int64_t tokens = 0;     // tokens of the global batch, padding not counted
+  std::int64_t padded_tokens = 0;  // positions computed: tokens and the padding of each micro-batch
   double seconds = 0.0;
   bool skipped = false;        // fp16: the gradients overflowed; no update (loss scale lowered)
 };

@@ -18,6 +18,14 @@
 
 namespace lft::train {
 
+// One training sequence before padding (TrainingData::example).
+struct TrainingExample {
+  std::vector<std::int64_t> ids;
+  // Stage "sft": the weight of predicting ids[t + 1] from position t (ids.size() - 1 of them,
+  // 0 = untrained). Stage "pt": empty (every next token is a target).
+  std::vector<float> weights;
+};
+
 class TrainingData {
  public:
   // Collective over `world` when tokenized_path is set: rank 0 tokenizes and writes the cache
@@ -30,12 +38,23 @@ class TrainingData {
   // Sequences `indices` of the training set: input_ids, weights (float, [B, T-1]), and
   // segment_ids when neat packing (else undefined).
   data::Batch batch(const std::vector<std::int64_t>& indices) const;
+  // Micro-batches are padded to their longest sequence rounded up to a multiple of this (0: to
+  // seq_len()). Ranks that must see equal shapes (a tensor- or pipeline-parallel group) read the
+  // same sequences, so they pad alike.
+  void set_pad_to_multiple_of(std::int64_t multiple) { pad_multiple_ = multiple; }
+  // Tokens of the sequences `indices` before padding, and after: the micro-batch of `indices`
+  // padded as batch() pads it.
+  std::int64_t real_tokens(const std::vector<std::int64_t>& indices) const;
+  std::int64_t padded_tokens(const std::vector<std::int64_t>& indices) const;
   // The sum of batch(indices).weights, without building the batch.
   double weight_sum(const std::vector<std::int64_t>& indices) const;
   bool has_eval() const { return eval_ && eval_->num_sequences() > 0; }
   const data::SftDataset& eval() const { return *eval_; }
   bool segments() const { return segments_; }
   std::string describe() const { return summary_; }
+  // Training sequence i without its padding (SftDataset::length), for printing it
+  // (example_print.h). Throws std::out_of_range for i outside [0, num_sequences()).
+  TrainingExample example(std::int64_t i) const;
 
  private:
   std::unique_ptr<data::Tokenizer> tokenizer_;
@@ -43,6 +62,7 @@ class TrainingData {
   std::unique_ptr<data::SftDataset> train_;      // stage sft
   std::unique_ptr<data::SftDataset> eval_;
   bool segments_ = false;
+  std::int64_t pad_multiple_ = 0;
   std::string summary_;
 };
 

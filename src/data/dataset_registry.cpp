@@ -1,0 +1,142 @@
+#include "lft/data/dataset_registry.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "lft/config/config.h"
+#include "lft/runtime/error.h"
+
+namespace lft::data {
+namespace {
+
+using nlohmann::json;
+
+json read_registry(const std::string& file) {
+  std::ifstream in(file);
+  if (!in)
+    throw UsageError(file + " not found: `dataset` names entries of dataset_dir/dataset_info.json; set "
+                            "dataset_dir to the folder that holds it (LlamaFactory's data/), or name "
+                            "files with train_dataset");
+  std::stringstream text;
+  text << in.rdbuf();
+  json root = json::parse(text.str(), nullptr, false);
+  if (root.is_discarded() || !root.is_object())
+    throw UsageError(file + " is not a JSON object of dataset entries (invalid JSON?)");
+  return root;
+}
+
+std::string nearest_name(const std::string& name, const json& root) {
+  std::string best;
+  std::size_t best_distance = 3;  // further than 2 edits is no suggestion
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::size_t d = config::edit_distance(name, it.key());
+    if (d < best_distance) {
+      best_distance = d;
+      best = it.key();
+    }
+  }
+  return best;
+}
+
+// `object[key]` as a string into `out`; absent keeps `out`; anything else is an error.
+void read_string(const json& object, const char* key, std::string& out, const std::string& where) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return;
+  if (!it->is_string()) throw UsageError(where + ": \"" + key + "\" must be a string");
+  out = it->get<std::string>();
+}
+
+// A `columns` or `tags` object: the keys it names, and nothing else (LlamaFactory's rule).
+void read_names(const json& entry, const char* group, const std::vector<std::pair<const char*, std::string*>>& fields,
+                const std::string& where) {
+  const auto it = entry.find(group);
+  if (it == entry.end() || it->is_null()) return;
+  if (!it->is_object()) throw UsageError(where + ": \"" + group + "\" must be an object");
+  for (auto f = it->begin(); f != it->end(); ++f) {
+    bool known = false;
+    for (const auto& [key, target] : fields) known = known || f.key() == key;
+    if (!known && f.key() != "tools" && f.key() != "images" && f.key() != "videos" && f.key() != "audios")
+      throw UsageError(where + ": unknown " + group + " key \"" + f.key() + "\"");
+    if (f.key() == "tools" || f.key() == "images" || f.key() == "videos" || f.key() == "audios")
+      throw UsageError(where + ": " + group + " \"" + f.key() + "\" (tool calls and media) is not supported by lftrain");
+  }
+  for (const auto& [key, target] : fields) {
+    *target = "";
+    read_string(*it, key, *target, where + ": " + group);
+  }
+}
+
+DatasetSource source_of(const std::string& name, const json& entry, const std::string& dir,
+                        const std::string& registry, const std::string& stage, std::int64_t max_samples) {
+  const std::string where = registry + ": \"" + name + "\"";
+  if (!entry.is_object()) throw UsageError(where + " must be an object with a file_name");
+  for (const char* hub : {"hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name"})
+    if (entry.contains(hub))
+      throw UsageError(where + " is a remote dataset (" + hub + "): lftrain reads local files only; "
+                       "download it and give it a file_name");
+  if (!entry.contains("file_name")) throw UsageError(where + " has no file_name");
+  if (entry.value("ranking", false))
+    throw UsageError(where + " is ranking data (ranking: true), for reward modelling and DPO, which lftrain "
+                             "does not train");
+  DatasetSource s;
+  s.name = name;
+  s.max_samples = max_samples;
+  std::string file;
+  read_string(entry, "file_name", file, where);
+  s.path = dir + "/" + file;
+  struct stat st {};
+  if (::stat(s.path.c_str(), &st) != 0)
+    throw UsageError(where + ": file " + s.path + " not found");
+  if (S_ISDIR(st.st_mode))
+    throw UsageError(where + ": " + s.path + " is a folder; lftrain reads one file per dataset entry");
+  std::string formatting = "alpaca";
+  read_string(entry, "formatting", formatting, where);
+  if (formatting != "alpaca" && formatting != "sharegpt")
+    throw UsageError(where + ": formatting \"" + formatting + "\" is not supported; use alpaca or sharegpt");
+
+  SftColumns& c = s.options.columns;
+  c.history = "";  // LlamaFactory reads history and system only when `columns` names them
+  c.system = "";
+  read_names(entry, "columns",
+             {{"prompt", &c.prompt}, {"query", &c.query}, {"response", &c.response}, {"history", &c.history},
+              {"system", &c.system}, {"messages", &c.messages}},
+             where);
+  read_names(entry, "tags",
+             {{"role_tag", &c.role_tag}, {"content_tag", &c.content_tag}, {"user_tag", &c.user_tag},
+              {"assistant_tag", &c.assistant_tag}, {"observation_tag", &c.observation_tag},
+              {"function_tag", &c.function_tag}, {"system_tag", &c.system_tag}},
+             where);
+  if (stage == "pt") {  // LlamaFactory's pre-training: the prompt column is the document
+    s.options.format = "text";
+    c.text = formatting == "alpaca" ? c.prompt : c.messages;
+    if (formatting != "alpaca")
+      throw UsageError(where + ": stage pt reads documents from an alpaca-formatted entry's prompt column");
+  } else {
+    s.options.format = formatting;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::vector<DatasetSource> resolve_datasets(const std::vector<std::string>& names, const std::string& dataset_dir,
+                                            const std::string& stage, std::int64_t max_samples) {
+  const std::string registry = dataset_dir + "/dataset_info.json";
+  const json root = read_registry(registry);
+  std::vector<DatasetSource> sources;
+  for (const std::string& name : names) {
+    const auto it = root.find(name);
+    if (it == root.end()) {
+      const std::string guess = nearest_name(name, root);
+      throw UsageError("dataset \"" + name + "\" is not in " + registry +
+                       (guess.empty() ? std::string() : "; did you mean \"" + guess + "\"?"));
+    }
+    sources.push_back(source_of(name, *it, dataset_dir, registry, stage, max_samples));
+  }
+  return sources;
+}
+
+}  // namespace lft::data
