@@ -199,6 +199,13 @@ void apply_llamafactory_keys(Input& in, Problems& problems) {
            "no finetuning_type: LlamaFactory's default is \"lora\", which lftrain does not implement yet",
            "add `finetuning_type: full` to train all parameters");
     });
+  if (find(in, "distributed") == nullptr) {
+    Item engine;  // LlamaFactory trains with DDP when launched on several processes
+    engine.path = "distributed";
+    engine.value = std::string("ddp");
+    engine.loc = file_loc;
+    in.items.push_back(engine);
+  }
   if (find(in, "stage") == nullptr) {
     Item stage;
     stage.path = "stage";

@@ -43,6 +43,9 @@ void release(void* data) {
 class CountingAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t n) override {
+    // As LibTorch's own CPU allocator: no memory for no bytes. A storage of 0 bytes has a null
+    // data pointer, which parameters built without memory (parameter_storage.h) rely on.
+    if (n == 0) return {nullptr, nullptr, &release, c10::Device(c10::DeviceType::CPU)};
     char* base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
     const auto bytes = static_cast<std::int64_t>(n);
     std::memcpy(base, &bytes, sizeof bytes);

@@ -5,8 +5,8 @@ import json
 import sys
 
 a_path, b_path, first, last, rtol = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
-a = {r["step"]: r["loss"] for r in map(json.loads, open(a_path))}
-b = {r["step"]: r["loss"] for r in map(json.loads, open(b_path))}
+a = {r["step"]: r["loss"] for r in map(json.loads, open(a_path)) if "loss" in r}  # eval records have eval_loss
+b = {r["step"]: r["loss"] for r in map(json.loads, open(b_path)) if "loss" in r}
 worst = 0.0
 for step in range(first, last + 1):
     if step not in a or step not in b:

@@ -25,6 +25,16 @@ TEST(CpuMemoryCounter, DataPtrContextIsItsData) {
   }
 }
 
+// As LibTorch's own allocator: zero bytes have no memory. Parameters built without memory
+// (model::unallocated_tensor) are recognised by their null data pointer; a non-null one made
+// sharded engines read a 0-byte block as a whole weight (an intermittent crash in bf16 runs).
+TEST(CpuMemoryCounter, ZeroBytesHaveANullPointer) {
+  install_cpu_memory_counter();
+  EXPECT_EQ(c10::GetCPUAllocator()->allocate(0).get(), nullptr);
+  const c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::GetCPUAllocator(), /*resizable=*/true);
+  EXPECT_EQ(storage.data(), nullptr);
+}
+
 TEST(CpuMemoryCounter, RawAllocateAndDeallocateThroughTheInstalledAllocator) {
   install_cpu_memory_counter();
   c10::Allocator* allocator = c10::GetCPUAllocator();

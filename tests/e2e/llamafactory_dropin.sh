@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# llamafactory_dropin.sh BUILD_DIR TINY_MODEL: LlamaFactory users' files run as they are.
+#  1. The three example YAMLs of inputs/llamafactory (full SFT with DeepSpeed ZeRO-3, FSDP2 from
+#     the guide, pre-training), changed only in model folder, output_dir and steps.
+#  2. A YAML and the TOML that says the same give the same losses, bitwise.
+#  3. Padding each micro-batch to its longest sequence (pad_to_multiple_of = 8) leaves the losses
+#     of padding to cutoff_len (pad_to_multiple_of = 0), on ddp and on megatron with sequence
+#     parallelism (the tp group pads alike).
+# Run from the repository root.
+set -u
+build=$1 tiny=$2
+out=$(mktemp -d /tmp/lft-lf-XXXXXX)
+trap 'rm -rf "$out"' EXIT
+run() { local np=$1; shift; mpirun --oversubscribe --bind-to none -np "$np" "$build/lftrain" "$@" 2>&1; }
+fail() { echo "llamafactory_dropin: FAIL: $*"; exit 1; }
+expect() { grep -Eq -- "$2" <<<"$1" || { echo "$1" | tail -30; fail "output lacks /$2/"; }; }
+
+# 1. The example files.
+for example in llama3_full_sft_ds3 llama3_full_sft_fsdp2 llama3_full_pt; do
+  text=$(run 2 "inputs/llamafactory/$example.yaml" model_name_or_path="$tiny" output_dir="$out/$example" \
+         max_steps=4) || { echo "$text" | tail -30; fail "$example exited non-zero"; }
+  expect "$text" "note: inputs/llamafactory/$example.yaml:[0-9]+:1: report_to = \"none\" has no effect"
+  expect "$text" "done: 4 steps"
+  [ -s "$out/$example/training_loss.png" ] || fail "$example: no training_loss.png (plot_loss: true)"
+done
+expect "$text" "c4_demo \(inputs/../../shared/data/c4_demo.jsonl\): text, 64 records, 64 used"
+
+# 2. YAML = TOML.
+cat > "$out/same.toml" <<TOML
+distributed = "fsdp2"
+model_name_or_path = "$tiny"
+stage = "sft"
+dataset = "identity,alpaca_en_demo"
+dataset_dir = "inputs"
+template = "llama3"
+cutoff_len = 512
+max_samples = 64
+output_dir = "$out/toml"
+logging_steps = 1
+max_steps = 8
+per_device_train_batch_size = 8
+learning_rate = 1e-5
+lr_scheduler_type = "cosine"
+warmup_ratio = 0.1
+bf16 = true
+eval_dataset = "identity"
+eval_steps = 10
+[dist_config]
+mixed_precision = "bf16"
+reshard_after_forward = true
+offload_params = false
+TOML
+run 2 inputs/llamafactory/llama3_full_sft_fsdp2.yaml model_name_or_path="$tiny" output_dir="$out/yaml" \
+  max_steps=8 >/dev/null || fail "YAML run"
+run 2 "$out/same.toml" >/dev/null || fail "TOML run"
+python3 tests/e2e/compare_logs.py "$out/yaml/trainer_log.jsonl" "$out/toml/trainer_log.jsonl" 1 8 0 \
+  || fail "the YAML and the TOML runs differ"
+
+# 3. Padding to the batch leaves the losses.
+common=(inputs/sft_alpaca.toml model_name_or_path="$tiny" train_dataset=../shared/data/alpaca_en_demo.json
+        cutoff_len=256 max_steps=6 logging_steps=1 val_size=0 save_strategy=no)
+for layout in "ddp 2" "megatron 2 mesh.tp=2 dist_config.sequence_parallel=true"; do
+  set -- $layout
+  engine=$1 np=$2; shift 2
+  for pad in 0 8; do
+    text=$(run "$np" "${common[@]}" distributed="$engine" "$@" pad_to_multiple_of=$pad \
+           output_dir="$out/pad-$engine-$pad") || { echo "$text" | tail -20; fail "$engine pad $pad"; }
+  done
+  expect "$text" "\| pad [0-9]+%"
+  python3 tests/e2e/compare_logs.py "$out/pad-$engine-0/trainer_log.jsonl" "$out/pad-$engine-8/trainer_log.jsonl" \
+    1 6 1e-6 || fail "$engine: padding to the batch changed the losses"
+done
+echo "llamafactory_dropin: ok"
