@@ -7,7 +7,7 @@ CTEST_FLAGS ?=
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps build run sft bench test test-fast check docs clean
+.PHONY: all deps python-env build run sft bench test test-fast check docs clean
 
 all: build
 
@@ -21,16 +21,22 @@ $(BUILD)/CMakeCache.txt:
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Every test: unit, multi-rank (1-8 ranks) and whole-job.
-test: build
+# transformers & co. in .venv, for the tests that compare with them (quick when present).
+python-env: $(BUILD)/CMakeCache.txt
+	@tools/install-python-env
+
+# Every test: unit, multi-rank (1-8 ranks) and whole-job. None is skipped for want of the Python
+# environment: it is installed first.
+test: build python-env
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
 
 # The quick loop while developing: everything but the tests labelled slow.
-test-fast: build
+test-fast: build python-env
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow $(CTEST_FLAGS)
 
-# The main job: the bundled example on 2 ranks (README, "What make run does").
-run: build
+# The main job: the bundled example on 2 ranks (README, "What make run does"). Builds lftrain only.
+run: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS) --target lftrain
 	mpirun --oversubscribe -np 2 $(BUILD)/lftrain inputs/run.toml
 
 # The SFT example: lftrain writes the tiny Llama 3-style model, then fine-tunes it (alpaca data,

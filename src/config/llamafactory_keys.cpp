@@ -1,7 +1,8 @@
 // LlamaFactory's training keys that lftrain has no key of its own for: each is honoured by a
 // mapping onto lftrain's keys, accepted with a note that says why it has no effect here, or
 // refused saying why. Applied to TOML and YAML alike, before validation; a YAML file also gets
-// LlamaFactory's defaults where they differ from lftrain's (see docs/llamafactory.md).
+// LlamaFactory's defaults for the engine (ddp), stage (sft), resuming (auto) and finetuning_type
+// (lora: refused), see docs/llamafactory.md.
 #include <algorithm>
 #include <string>
 #include <variant>
@@ -125,11 +126,16 @@ void apply(Input& in, const Item& item, Problems& problems) {
     else
       problems.check([&] { fail(in.file, &item.loc, "key '" + key + "' must be a bool, got " + describe(item), "write e.g. " + key + " = true"); });
   } else if (key == "overwrite_output_dir") {
-    const bool overwrite = item.kind == ItemKind::Scalar && item.value == Value{true};
-    if (!overwrite && find(in, "resume_from_checkpoint") == nullptr)  // LlamaFactory: resume if it can
+    if (item.kind != ItemKind::Scalar || !std::holds_alternative<bool>(item.value)) {
+      problems.check([&] { fail(in.file, &item.loc, "key '" + key + "' must be a bool, got " + describe(item), "write e.g. " + key + " = true"); });
+      return;
+    }
+    if (find(in, "resume_from_checkpoint") != nullptr) return;  // an explicit resume wins, as in LlamaFactory
+    if (!std::get<bool>(item.value))  // LlamaFactory resumes from output_dir's newest checkpoint, if any
       map_onto(in, item, "resume_from_checkpoint", Value{std::string("auto")}, problems);
-    else in.notes.push_back(item.loc.str() + ": overwrite_output_dir = true: the run starts from scratch; "
-                            "checkpoints of the same steps already in output_dir are replaced when the new ones are complete");
+    else
+      in.notes.push_back(item.loc.str() + ": overwrite_output_dir = true: the run starts from scratch; "
+                         "checkpoints of the same steps already in output_dir are replaced when the new ones are complete");
   } else if (key == "eval_strategy" || key == "evaluation_strategy") {
     const bool known = item.kind == ItemKind::Scalar &&
                        (item.value == Value{std::string("steps")} || item.value == Value{std::string("no")});
@@ -139,7 +145,8 @@ void apply(Input& in, const Item& item, Problems& problems) {
              "lftrain evaluates every eval_steps steps when val_size or eval_dataset is set: use \"steps\" or \"no\"");
       });
     else if (item.value == Value{std::string("no")})
-      map_onto(in, item, "eval_steps", Value{std::int64_t{0}}, problems);
+      in.notes.push_back(item.loc.str() + ": " + key + " = \"no\": lftrain evaluates when val_size or eval_dataset is "
+                         "set (every eval_steps steps, and at the end); leave them out for no evaluation");
   } else if (key == "fsdp" || key == "fsdp_config") {
     problems.check([&] {
       fail(in.file, &item.loc, "key '" + key + "' is the Hugging Face Trainer's FSDP switch",

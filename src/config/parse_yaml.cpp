@@ -65,6 +65,8 @@ class YamlReader {
           scalars = scalars && element.IsScalar();
           if (scalars) joined += (joined.empty() ? "" : "\n") + element.Scalar();  // as split_list reads it
         }
+        if (scalars && node.size() == 0)
+          fail(file_, &loc, "key '" + path + "' is an empty list", "name at least one, or leave the key out");
         if (scalars) {
           item.value = joined;
         } else {

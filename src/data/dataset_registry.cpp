@@ -78,7 +78,10 @@ DatasetSource source_of(const std::string& name, const json& entry, const std::s
       throw UsageError(where + " is a remote dataset (" + hub + "): lftrain reads local files only; "
                        "download it and give it a file_name");
   if (!entry.contains("file_name")) throw UsageError(where + " has no file_name");
-  if (entry.value("ranking", false))
+  const auto ranking = entry.find("ranking");
+  if (ranking != entry.end() && !ranking->is_boolean())
+    throw UsageError(where + ": \"ranking\" must be true or false");
+  if (ranking != entry.end() && ranking->get<bool>())
     throw UsageError(where + " is ranking data (ranking: true), for reward modelling and DPO, which lftrain "
                              "does not train");
   DatasetSource s;
@@ -86,7 +89,7 @@ DatasetSource source_of(const std::string& name, const json& entry, const std::s
   s.max_samples = max_samples;
   std::string file;
   read_string(entry, "file_name", file, where);
-  s.path = dir + "/" + file;
+  s.path = !file.empty() && file[0] == '/' ? file : dir + "/" + file;  // as os.path.join
   struct stat st {};
   if (::stat(s.path.c_str(), &st) != 0)
     throw UsageError(where + ": file " + s.path + " not found");

@@ -9,7 +9,7 @@ out=$(mktemp -d /tmp/lft-export-XXXXXX)
 trap 'rm -rf "$out"' EXIT
 fail() { echo "export_roundtrip: FAIL: $*"; exit 1; }
 [ -x .venv/bin/python ] && .venv/bin/python -c "import transformers" 2>/dev/null \
-  || { echo "export_roundtrip: transformers is not installed (tools/install-python-env)"; exit 77; }
+  || fail "transformers is not installed: run tools/install-python-env (make test does)"
 mpirun --oversubscribe --bind-to none -np 2 "$build/lftrain" inputs/run.toml max_steps=6 \
   save_steps=3 output_dir="$out/run" > "$out/train.log" 2>&1 || { cat "$out/train.log"; fail "training"; }
 "$build/lfmerge" --inspect "$out/run/checkpoint-6" || fail "lfmerge --inspect"

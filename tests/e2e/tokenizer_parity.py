@@ -34,8 +34,9 @@ except ImportError:
     in_venv = os.path.realpath(sys.prefix) == os.path.realpath(os.path.join(ROOT, ".venv"))
     if os.path.exists(venv) and not in_venv:
         os.execv(venv, [venv] + sys.argv)
-    print("tokenizer_parity: the tokenizers package is not installed (tools/install-python-env)")
-    sys.exit(77)
+    print("tokenizer_parity: FAIL: the tokenizers package is not installed; run tools/install-python-env "
+          "(make test does)")
+    sys.exit(1)
 
 
 def data_dir():
