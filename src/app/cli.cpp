@@ -18,10 +18,11 @@ std::int64_t example_number(const std::string& text) {
 }  // namespace
 
 std::string usage_text() {
-  return "usage: lftrain [--check | --print-example N] CONFIG.toml [key=value ...]\n"
+  return "usage: lftrain [--check | --print-example N] CONFIG [key=value ...]\n"
          "       lftrain --help | --version | --help-config [--markdown] | --list-engines\n"
          "\n"
-         "  CONFIG.toml      the run's configuration (docs/config.md)\n"
+         "  CONFIG           the run's configuration: TOML, or YAML (.yaml/.yml, LlamaFactory's\n"
+         "                   format: docs/llamafactory.md); keys in docs/config.md\n"
          "  key=value        override a key of the file, e.g. learning_rate=1e-4 mesh.tp=2\n"
          "  --check          validate the config, build the mesh, test every communicator,\n"
          "                   print the plan and exit without training\n"

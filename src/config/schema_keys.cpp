@@ -124,7 +124,8 @@ std::vector<KeySpec> build() {
         "Held-out share of the sequences for an eval loss: a fraction < 1, or a count >= 1; 0: none")
           .def(0.0)
           .min(0),
-      K("eval_steps", I, "Eval loss every this many steps when val_size > 0; 0: only at the end")
+      K("eval_steps", I,
+        "Eval loss every this many steps when val_size > 0 or eval_dataset is set; 0: only at the end")
           .def(0)
           .min(0),
       K("tokenized_path", S,

@@ -78,6 +78,9 @@ DatasetSource source_of(const std::string& name, const json& entry, const std::s
       throw UsageError(where + " is a remote dataset (" + hub + "): lftrain reads local files only; "
                        "download it and give it a file_name");
   if (!entry.contains("file_name")) throw UsageError(where + " has no file_name");
+  if (entry.contains("num_samples"))
+    throw UsageError(where + ": num_samples (a random subset) is not supported; use max_samples (the first "
+                             "records) in the run's config");
   const auto ranking = entry.find("ranking");
   if (ranking != entry.end() && !ranking->is_boolean())
     throw UsageError(where + ": \"ranking\" must be true or false");

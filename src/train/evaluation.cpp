@@ -23,7 +23,7 @@ double Trainer::evaluate() {
     }
     const double keep = indices.empty() ? 0.0 : 1.0;
     if (indices.empty()) indices.push_back(0);
-    const data::Batch b = eval.batch(indices, s.cfg.integer("pad_to_multiple_of"));
+    const data::Batch b = eval.batch(indices, s.data->pad_to_multiple_of());
     engine::MicroBatchOptions options;
     options.compute = s.plan.compute;
     options.backward = false;

@@ -128,6 +128,7 @@ TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
   if (hf) token_id = [hf](const std::string& s) { return hf->token_id(s); };
   const data::SpecialTokens special = chat.resolve_special_tokens(*tokenizer_, token_id);
   data::SftOptions options = sft_options(cfg, tokenizer_file);
+  if (pretrain && !cfg.is_set("packing")) options.packing = true;  // LlamaFactory packs pt by default
   // Every rank tokenizes its share; rank 0 writes the cache. A set-up phase with its own
   // deadline, not a training collective.
   int rank = 0;

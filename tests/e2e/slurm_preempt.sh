@@ -191,7 +191,7 @@ n=$(grep -Eo 'stopped on a signal at step [0-9]+' "$out" | grep -Eo '[0-9]+$' | 
 expect_in "$out" \
   "train.sbatch: job $cut_id on" "restart 0," \
   "train.sbatch: got SIGUSR1; sending SIGUSR1 to srun" \
-  "lftrain: received signal 10 " "saving a checkpoint at the next step boundary" \
+  "lftrain: received signal 10 " "stopping with a checkpoint at the next step boundary" \
   "saved $tmp/cut/checkpoint-$n in " \
   "exit status 75 asks the batch script to requeue the job" \
   "train.sbatch: lftrain saved a checkpoint and asked to be requeued; requeueing job $cut_id" \

@@ -570,14 +570,30 @@ TEST(CkptStore, ChecksumNamesTheCorruptTensor) {
     const bool shared = mode == StoreMode::SharedFile;
     const std::string path = dir / (shared ? "c.h5" : "c");
     write_store(path, mode, c);
-    const std::string file = shared ? path : path + "/rank-00000.h5";  // rank 0 holds embed rows
+    // The file to damage: the shared one, or the first rank file that holds rows of embed.weight
+    // (some ranks hold none at some world sizes).
+    std::string file = shared ? path : "";
+    int64_t at = -1;
     if (rank() == 0) {
-      std::string bytes = read_bytes(file);
-      const int64_t at = data_offset(file, "model/embed.weight") + 5;
-      ASSERT_GT(at, 5);
-      bytes[static_cast<size_t>(at)] = static_cast<char>(bytes[static_cast<size_t>(at)] ^ 0x10);
-      write_bytes(file, bytes);
+      for (int k = 0; k < size() && at < 0; ++k) {
+        char name[32];
+        std::snprintf(name, sizeof(name), "/rank-%05d.h5", k);
+        const std::string candidate = shared ? path : path + name;
+        const int64_t offset = data_offset(candidate, "model/embed.weight");
+        if (offset > 0 && offset != static_cast<int64_t>(HADDR_UNDEF)) {
+          file = candidate;
+          at = offset + 5;
+        }
+        if (shared) break;
+      }
+      if (at > 0) {
+        std::string bytes = read_bytes(file);
+        bytes[static_cast<size_t>(at)] = static_cast<char>(bytes[static_cast<size_t>(at)] ^ 0x10);
+        write_bytes(file, bytes);
+      }
     }
+    bcast_string(file);
+    ASSERT_FALSE(file.empty()) << "no file holds data of model/embed.weight";  // the same on every rank
     MPI_Barrier(comm());
     StoreReader r(comm(), path);
     expect_usage_error([&] { r.verify("model/embed.weight"); }, {"'model/embed.weight'", "is corrupt", file});

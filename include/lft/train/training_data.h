@@ -42,6 +42,7 @@ class TrainingData {
   // seq_len()). Ranks that must see equal shapes (a tensor- or pipeline-parallel group) read the
   // same sequences, so they pad alike.
   void set_pad_to_multiple_of(std::int64_t multiple) { pad_multiple_ = multiple; }
+  std::int64_t pad_to_multiple_of() const { return pad_multiple_; }
   // Tokens of the sequences `indices` before padding, and after: the micro-batch of `indices`
   // padded as batch() pads it.
   std::int64_t real_tokens(const std::vector<std::int64_t>& indices) const;
