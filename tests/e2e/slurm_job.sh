@@ -4,7 +4,9 @@
 # Debian packages if missing), then
 #   (a) srun --mpi=pmix -n 2 lftrain --check: the ranks meet through PMIx,
 #   (b) sbatch --wait slurm/train.sbatch in --check mode (LFTRAIN_FLAGS): job exit code 0,
-#   (c) sbatch --wait slurm/train.sbatch with a misspelt key: exit code 2, the key named.
+#   (c) sbatch --wait slurm/train.sbatch with a misspelt key: exit code 2, the key named,
+#   (d) srun -n 2 lftrain with rank 0, then rank 1, frozen (SIGSTOP): the step ends within
+#       comm_timeout + 30 s with the watchdog's report, and no process is left.
 # Exits 0 on success, 1 on a failure, 77 (ctest: skipped) when Slurm cannot be installed or
 # started here (not root, no apt, no PMIx in srun, ...). Every step is bounded by `timeout`.
 # Slurm is left running at the end (it idles cheaply); the last lines say how to stop it.
@@ -89,6 +91,33 @@ expect_in "$job_out" "unknown key 'learning_rat'" || fail "(c) job output"
 # Slurm's own record of the job agrees (scontrol keeps finished jobs for MinJobAge).
 rec=$(timeout 10 scontrol show job "$job_id" 2>/dev/null | grep -Eo 'ExitCode=[0-9]+:[0-9]+' | head -n 1)
 [ -z "$rec" ] || [ "$rec" = "ExitCode=2:0" ] || fail "(c) scontrol shows $rec, wanted ExitCode=2:0"
+
+# --- (d) a frozen rank under srun: the step ends within comm_timeout + 30 s, nothing left ----------
+for frozen in 0 1; do
+  say "(d) srun -n 2 lftrain, rank $frozen stopped with SIGSTOP (comm_timeout = 10)"
+  log="$tmp/frozen$frozen.out"
+  sed 's/^max_steps = .*/max_steps = 100000/' "$RUN" > "$tmp/frozen.toml"
+  timeout 300 srun --mpi=pmix -n 2 --overcommit "$LFTRAIN" "$tmp/frozen.toml" output_dir="$tmp/frozen$frozen" \
+    save_strategy=no logging_steps=1 comm_timeout=10 >"$log" 2>&1 &
+  job=$!
+  for _ in $(seq 1 240); do grep -q "step 2/" "$log" && break; sleep 0.5; done
+  grep -q "step 2/" "$log" || fail "(d) training did not start: $(tail -5 "$log")"
+  pid=""
+  for p in $(pgrep -f "$tmp/frozen.toml"); do
+    [ "$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^SLURM_PROCID=//p')" = "$frozen" ] && pid=$p
+  done
+  [ -n "$pid" ] || fail "(d) no process for rank $frozen"
+  kill -STOP "$pid"
+  start=$(date +%s)
+  wait "$job"; rc=$?
+  took=$(( $(date +%s) - start ))
+  say "(d) rank $frozen frozen: srun ended after $took s with status $rc"
+  [ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "(d) srun exited $rc"
+  [ "$took" -le 40 ] || fail "(d) the step took $took s to end (comm_timeout 10 + 30)"
+  grep -q "did not complete within 10 s (comm_timeout)" "$log" || fail "(d) no watchdog report: $(tail -5 "$log")"
+  sleep 2
+  [ -z "$(pgrep -f "$tmp/frozen.toml")" ] || fail "(d) lftrain processes are left: $(pgrep -f "$tmp/frozen.toml")"
+done
 
 say "Slurm is still running (SLURM_CONF=$SLURM_CONF); stop it with: tools/slurm-local stop"
 say "ok"
