@@ -1,8 +1,10 @@
 #include "lft/comm/fault_injection.h"
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "lft/runtime/error.h"
@@ -52,8 +54,11 @@ void inject_fault_if_requested(std::uint64_t collective_number, const std::strin
 }
 
 void inject_save_fault_if_requested() {
-  const char* spec = std::getenv("LFT_TEST_KILL_IN_SAVE");
+  const char* spec = std::getenv("LFT_TEST_KILL_IN_SAVE");  // "RANK" (its first save) or "RANK:N"
   if (spec == nullptr || *spec == '\0' || std::atoi(spec) != world_rank_or_minus_one()) return;
+  static std::atomic<int> saves{0};
+  const char* colon = std::strchr(spec, ':');
+  if (++saves != (colon != nullptr ? std::atoi(colon + 1) : 1)) return;
   log_rank("LFT_TEST_KILL_IN_SAVE: killing this rank in the middle of a checkpoint save");
   std::raise(SIGKILL);
 }

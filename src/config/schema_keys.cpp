@@ -222,6 +222,10 @@ std::vector<KeySpec> build() {
         "one HDF5 file per rank (for filesystems where shared-file I/O is slow)")
           .def("shared")
           .allowed({"shared", "per_rank"}),
+      K("async_checkpoint", B,
+        "Periodic saves copy the state to host memory at the step boundary and write it in the "
+        "background while training goes on (the end-of-run and stop saves are synchronous)")
+          .def(false),
       // ---- robustness and resources ----
       K("comm_timeout", F,
         "Seconds a collective may take; one that does not finish in time aborts the job with a "

@@ -83,6 +83,7 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
   if (plan.compute == at::kHalf) s.scaler = std::make_unique<LossScaler>(loss_scale_options(plan));
   s.data = std::make_unique<TrainingData>(cfg, mesh.world());
   s.data->set_pad_to_multiple_of(pad_multiple(cfg, plan));
+  if (cfg.boolean("async_checkpoint")) s.async_saver = std::make_unique<ckpt::AsyncSaver>(mesh.world());
   check_vocabulary(cfg, plan.model, s.data->tokenizer());
   // LlamaFactory prints the first training example once the data is ready.
   if (world_rank_or_minus_one() == 0 && s.data->num_sequences() > 0) {
@@ -210,7 +211,7 @@ int Trainer::run() {
       return kCheckpointedExitCode;
     }
     const StepResult r = step();
-    if (saving && save_every > 0 && r.step % save_every == 0 && r.step != s.total) save();
+    if (saving && save_every > 0 && r.step % save_every == 0 && r.step != s.total) save(/*background=*/true);
     window_loss += r.loss;
     window_seconds += r.seconds;
     window_tokens += r.tokens;

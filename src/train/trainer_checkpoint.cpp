@@ -66,8 +66,9 @@ void Trainer::resume_if_asked() {
        std::to_string(seconds).substr(0, 5) + " s");
 }
 
-std::string Trainer::save() {
+std::string Trainer::save(bool background) {
   State& s = *s_;
+  if (s.async_saver) s.async_saver->wait();
   ckpt::SaveOptions o;
   o.output_dir = s.cfg.string("output_dir");
   if (s.step == s.saved_step) {  // a stop signal right after a save, or a finished run resumed
@@ -83,6 +84,17 @@ std::string Trainer::save() {
   if (s.scaler) p.loss_scale = s.scaler->scale();
   p.sampler = s.sampler->state();
   const auto start = Clock::now();
+  if (background && s.async_saver) {
+    const double blocked = s.async_saver->start(o, run_info(), p, held_tensors(), *s.optimizer,
+                                                [](const std::string& folder, double seconds) {
+                                                  log0("saved " + folder + " in " + std::to_string(seconds).substr(0, 5) +
+                                                       " s (in the background)");
+                                                });
+    s.saved_step = s.step;
+    log0("checkpoint of step " + std::to_string(s.step) + ": training blocked " + std::to_string(blocked).substr(0, 5) +
+         " s to copy the state; writing it in the background");
+    return o.output_dir + "/" + ckpt::checkpoint_name(s.step);
+  }
   const std::string folder = ckpt::save_checkpoint(s.mesh.world(), o, run_info(), p, held_tensors(), *s.optimizer);
   s.saved_step = s.step;
   log0("saved " + folder + " in " + std::to_string(seconds_since(start)).substr(0, 5) + " s");

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "lft/ckpt/async_save.h"
 #include "lft/comm/mpi_communicator.h"
 #include "lft/config/config.h"
 #include "lft/data/sampler.h"
@@ -46,6 +47,7 @@ struct Trainer::State {
   std::unique_ptr<optim::Optimizer> optimizer;
   std::unique_ptr<optim::LrSchedule> schedule;
   std::int64_t total = 1, step = 0, tokens_seen = 0;
+  std::unique_ptr<ckpt::AsyncSaver> async_saver;  // async_checkpoint: periodic saves in the background
   std::int64_t saved_step = -1;  // the step whose checkpoint output_dir holds from this run (or its resume)
   std::unique_ptr<LossScaler> scaler;  // fp16 only
   double flops_per_token = 0.0;

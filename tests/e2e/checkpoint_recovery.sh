@@ -20,6 +20,31 @@ expect "$text" "resume: $out/straight/checkpoint-20 at step 20"
 python3 tests/e2e/compare_logs.py "$out/straight/trainer_log.jsonl" "$out/cut/trainer_log.jsonl" 21 30 1e-5 \
   || fail "the resumed run does not continue the straight one"
 
+# 1b. async_checkpoint: the background saves hold the same weights as the synchronous ones,
+#     resuming one continues the straight run, and a rank killed while a background save writes
+#     leaves the previous checkpoint as the one auto resumes.
+text=$(run 2 output_dir="$out/async" async_checkpoint=true) || fail "async run: $text"
+expect "$text" "checkpoint of step 10: training blocked [0-9.]+ s to copy the state; writing it in the background"
+expect "$text" "saved $out/async/checkpoint-20 in [0-9.]+ s \(in the background\)"
+for c in 10 20 30; do
+  "$build/lfmerge" "$out/straight/checkpoint-$c" --out "$out/m-sync-$c" >/dev/null || fail "lfmerge sync $c"
+  "$build/lfmerge" "$out/async/checkpoint-$c" --out "$out/m-async-$c" >/dev/null || fail "lfmerge async $c"
+  cmp -s "$out/m-sync-$c/model.safetensors" "$out/m-async-$c/model.safetensors" \
+    || fail "checkpoint-$c written in the background differs from the synchronous one"
+done
+text=$(run 4 output_dir="$out/async-cut" per_device_train_batch_size=2 \
+       resume_from_checkpoint="$out/async/checkpoint-20") || fail "resume of an async checkpoint: $text"
+python3 tests/e2e/compare_logs.py "$out/straight/trainer_log.jsonl" "$out/async-cut/trainer_log.jsonl" 21 30 1e-5 \
+  || fail "the run resumed from a background checkpoint does not continue the straight one"
+text=$(LFT_TEST_KILL_IN_SAVE=1:2 run 2 output_dir="$out/async-kill" async_checkpoint=true); status=$?
+[ $status -ne 0 ] || fail "the run killed in a background save exited 0"
+expect "$text" "LFT_TEST_KILL_IN_SAVE: killing this rank"
+[ -f "$out/async-kill/checkpoint-10/COMPLETE" ] && [ ! -e "$out/async-kill/checkpoint-20" ] \
+  && [ "$(cat "$out/async-kill/latest")" = checkpoint-10 ] || fail "after the killed background save: not checkpoint-10"
+text=$(run 2 output_dir="$out/async-kill" resume_from_checkpoint=auto async_checkpoint=true) \
+  || fail "auto after the killed background save: $text"
+expect "$text" "resume: $out/async-kill/checkpoint-10 at step 10"
+
 # 2a. Eight bytes overwritten inside one tensor of the newest checkpoint: its checksum names it;
 # auto skips the checkpoint, an explicit resume and lfmerge refuse it (exit 2).
 state="$out/straight/checkpoint-30/state.h5"

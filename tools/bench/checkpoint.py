@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Checkpoint I/O of the benchmark model (`make bench` runs it after the training table):
 save and load GB/s at 2 and 4 ranks, both checkpoint formats, next to this disk's sequential
-write rate measured in the same run, and the training time a save costs (save seconds / step
-seconds)."""
+write rate measured in the same run, the training time a save costs (save seconds / step
+seconds), and with async_checkpoint the time training is blocked by a save (the copy of the state
+to host memory) against the synchronous save."""
 import os
 import re
 import subprocess
@@ -46,7 +47,7 @@ def main(build="build"):
         print(f"\ncheckpoints of the benchmark model (weights + AdamW state); disk sequential write "
               f"(dd, fsync) {disk:.2f} GB/s")
         print(f"{'ranks':>5} {'format':9} {'size GB':>8} {'save s':>7} {'save GB/s':>9} {'load s':>7} "
-              f"{'load GB/s':>9} {'save / step':>11}")
+              f"{'load GB/s':>9} {'save / step':>11} {'async blocked s':>15} {'blocked / save':>14}")
         for ranks in (2, 4):
             for fmt in ("shared", "per_rank"):
                 out_dir = os.path.join(tmp, f"{fmt}-{ranks}")
@@ -61,8 +62,12 @@ def main(build="build"):
                                               "save_strategy=no",
                                               f"resume_from_checkpoint={out_dir}/checkpoint-1"])
                 load_s = float(re.findall(r"loaded in ([\d.]+) s", text)[0])
+                text = lftrain(build, ranks, [f"output_dir={out_dir}-async", "max_steps=2", "save_steps=1",
+                                              f"checkpoint_format={fmt}", "async_checkpoint=true"])
+                blocked_s = float(re.findall(r"checkpoint of step 1: training blocked ([\d.]+) s", text)[0])
                 print(f"{ranks:5d} {fmt:9} {gb:8.2f} {save_s:7.2f} {gb / save_s:9.2f} {load_s:7.2f} "
-                      f"{gb / load_s:9.2f} {save_s / step_seconds:10.0%}", flush=True)
+                      f"{gb / load_s:9.2f} {save_s / step_seconds:10.0%} {blocked_s:15.3f} "
+                      f"{blocked_s / save_s:13.1%}", flush=True)
 
 
 if __name__ == "__main__":

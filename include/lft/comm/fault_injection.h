@@ -3,8 +3,9 @@
 //   LFT_TEST_FAULT=skip:RANK:N   world rank RANK never arrives at its N-th collective (counted over
 //                                every communicator, from 1): it sleeps instead, as a hung rank would
 //   LFT_TEST_FAULT=kill:RANK:N   world rank RANK dies (SIGKILL) just before its N-th collective
-//   LFT_TEST_KILL_IN_SAVE=RANK   world rank RANK dies (SIGKILL) in the middle of writing a
-//                                checkpoint, after its tensors and before the file is closed
+//   LFT_TEST_KILL_IN_SAVE=RANK[:N] world rank RANK dies (SIGKILL) in the middle of writing its
+//                                N-th checkpoint (default 1), after its tensors and before the
+//                                file is closed
 #pragma once
 
 #include <cstdint>

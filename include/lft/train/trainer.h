@@ -42,8 +42,9 @@ class Trainer {
   // checkpoints, and a graceful stop on a signal. Returns the exit status: 0, or
   // kCheckpointedExitCode after a signal-triggered save.
   int run();
-  // Saves a checkpoint of the current step (collective); returns its folder.
-  std::string save();
+  // Saves this step's checkpoint; with `background` (async_checkpoint) it returns once the state
+  // is copied and writes it on a thread. Either way a save in flight is finished first.
+  std::string save(bool background = false);
   // One optimizer step. Collective.
   StepResult step();
   // The loss over the held-out sequences (val_size), weighted as in training. Collective.
