@@ -111,7 +111,7 @@ std::string SftDataset::describe() const {
   std::snprintf(padding, sizeof padding, "%.1f%%",
                 100.0 * (1.0 - static_cast<double>(tokens) / slots));
   return std::to_string(num_sequences()) + " sequences of <= " + std::to_string(seq_len()) +
-         " tokens, " + std::to_string(tokens) + " tokens (" + padding + " padding), " +
+         " tokens, " + std::to_string(tokens) + " tokens (" + padding + " would be padding at cutoff_len; batches pad less, see the step lines), " +
          std::to_string(trained_tokens()) + " trained";
 }
 
