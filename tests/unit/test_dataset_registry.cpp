@@ -19,31 +19,6 @@
 namespace lft::data {
 namespace {
 
-// A private temporary folder, removed with everything in it at the end of the test.
-class Folder {
- public:
-  Folder() {
-    std::string tmpl = "/tmp/lft_test_registry_XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir_ = tmpl;
-  }
-  ~Folder() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  Folder(const Folder&) = delete;
-  Folder& operator=(const Folder&) = delete;
-
-  std::string write(const std::string& name, const std::string& content) const {
-    const std::string p = dir_ + "/" + name;
-    std::ofstream(p, std::ios::binary) << content;
-    return p;
-  }
-  const std::string& dir() const { return dir_; }
-
- private:
-  std::string dir_;
-};
 
 const char kDatasetInfo[] = R"json({
   "plain": {"file_name": "plain.json"},
@@ -140,7 +115,7 @@ class DatasetRegistry : public ::testing::Test {
     return test::message_of<UsageError>([&] { resolve(names, stage); });
   }
 
-  Folder folder_;
+  test::TempDir folder_;
 };
 
 void expect_message(const Message& m, Role role, const std::string& text, float weight) {
@@ -297,7 +272,7 @@ TEST_F(DatasetRegistry, NamesInTheOrderGiven) {
 }
 
 TEST_F(DatasetRegistry, RegistryFileErrors) {
-  Folder empty;
+  test::TempDir empty;
   std::string m =
       test::message_of<UsageError>([&] { resolve_datasets({"plain"}, empty.dir(), "sft", -1); });
   EXPECT_CONTAINS(m, empty.dir() + "/dataset_info.json not found");

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -55,27 +56,23 @@ class TempDir {
     dir_ = tmpl;
   }
   ~TempDir() {
-    for (const std::string& f : files_) ::unlink(f.c_str());
-    ::rmdir(dir_.c_str());
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);  // the files written, and any the test made in it
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 
-  std::string write(const std::string& name, const std::string& content) {
+  std::string write(const std::string& name, const std::string& content) const {
     const std::string p = path(name);
     std::ofstream(p, std::ios::binary) << content;
     return p;
   }
-  // A path in the folder, removed at the end (whether or not the test creates it).
-  std::string path(const std::string& name) {
-    files_.push_back(dir_ + "/" + name);
-    return files_.back();
-  }
+  // A path in the folder (removed with it at the end, whether or not the test creates it).
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
   const std::string& dir() const { return dir_; }
 
  private:
   std::string dir_;
-  std::vector<std::string> files_;
 };
 
 
