@@ -142,9 +142,12 @@ void format_tick(PLINT axis, PLFLT value, char* label, PLINT length, PLPointer d
 // Width in pixels of the widest tick label of the range, in DejaVu Sans advances (em fractions).
 double widest_tick_label_px(const Range& r, double step, int decimals) {
   double widest = 0.0;
-  for (double k = std::ceil(r.lo / step - 1e-9); k * step <= r.hi + 1e-9 * step; k += 1.0) {
+  if (!(step > 0) || !std::isfinite(step)) return 0.0;
+  const double first = std::ceil(r.lo / step - 1e-9);
+  // A counted loop: with a step tiny against the values, `k += 1` would not move k.
+  for (int i = 0; i <= 20 && (first + i) * step <= r.hi + 1e-9 * step; ++i) {
     double em = 0.0;
-    for (char c : tick_label(k * step, decimals)) em += c == '.' ? 0.318 : c == '-' ? 0.338 : 0.636;
+    for (char c : tick_label((first + i) * step, decimals)) em += c == '.' ? 0.318 : c == '-' ? 0.338 : 0.636;
     widest = std::max(widest, em * kLabelPx);
   }
   return widest;
@@ -254,6 +257,10 @@ void write_metric_plot(const std::string& png_path, const std::string& key,
                        const std::vector<double>& values) {
   if (values.empty())
     throw std::invalid_argument("cannot plot " + png_path + ": no " + key + " values");
+  // PLplot's axis drawing never returned for some one-point ranges (x 10, y 9.03): a line needs
+  // two points anyway.
+  if (steps.size() < 2)
+    throw std::invalid_argument("cannot plot " + png_path + ": one " + key + " value is no line");
   if (steps.size() != values.size()) {
     throw std::invalid_argument("cannot plot " + png_path + ": " + std::to_string(steps.size()) +
                                 " steps for " + std::to_string(values.size()) + " values");

@@ -39,6 +39,10 @@ void plot_losses(const std::string& output_dir, const std::string& log_path,
       log("no metric " + key + " to plot");
       continue;
     }
+    if (series.values.size() < 2) {
+      log("plot_loss: one logged value of " + key + " is no line; nothing drawn (log more often: logging_steps)");
+      continue;
+    }
     std::string file = key;
     for (char& c : file)
       if (c == '/') c = '_';

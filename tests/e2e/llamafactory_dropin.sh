@@ -17,7 +17,7 @@ expect() { grep -Eq -- "$2" <<<"$1" || { echo "$1" | tail -30; fail "output lack
 
 # 1. The example files.
 for example in llama3_full_sft_ds3 llama3_full_sft_fsdp2 llama3_full_pt; do
-  text=$(run 2 "inputs/llamafactory/$example.yaml" model_name_or_path="$tiny" output_dir="$out/$example" \
+  text=$(run 2 "inputs/llamafactory/$example.yaml" model_name_or_path="$tiny" output_dir="$out/$example" logging_steps=2 \
          max_steps=4) || { echo "$text" | tail -30; fail "$example exited non-zero"; }
   expect "$text" "note: inputs/llamafactory/$example.yaml:[0-9]+:1: report_to = \"none\" has no effect"
   expect "$text" "done: 4 steps"

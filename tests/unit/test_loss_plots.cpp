@@ -19,6 +19,7 @@ const char* const kLog =
     "{\"current_steps\": 4, \"total_steps\": 6, \"loss\": 2.0, \"lr\": 0.001, \"step\": 4}\n"
     "{\"current_steps\": 4, \"total_steps\": 6, \"eval_loss\": 2.25, \"step\": 4}\n"
     "{\"current_steps\": 6, \"total_steps\": 6, \"loss\": 1.5, \"lr\": 0.001, \"step\": 6}\n"
+    "{\"current_steps\": 6, \"total_steps\": 6, \"eval_loss\": 1.75, \"step\": 6}\n"
     "{\"current_steps\": 8, \"total_steps\":\n";
 
 off_t file_size(const std::string& path) {
@@ -33,8 +34,8 @@ TEST(LossPlots, ReadsEachMetricWithItsSteps) {
   EXPECT_EQ(loss.steps, (std::vector<double>{2, 4, 6}));
   EXPECT_EQ(loss.values, (std::vector<double>{2.5, 2.0, 1.5}));
   const MetricSeries eval = read_logged_metric(log, "eval_loss");
-  EXPECT_EQ(eval.steps, (std::vector<double>{4}));
-  EXPECT_EQ(eval.values, (std::vector<double>{2.25}));
+  EXPECT_EQ(eval.steps, (std::vector<double>{4, 6}));
+  EXPECT_EQ(eval.values, (std::vector<double>{2.25, 1.75}));
   EXPECT_TRUE(read_logged_metric(log, "eval_accuracy").values.empty());
   EXPECT_THROW(read_logged_metric(dir.dir() + "/missing.jsonl", "loss"), std::runtime_error);
 }
@@ -54,7 +55,8 @@ TEST(LossPlots, DrawsOnePngPerMetricAndSaysWhere) {
 TEST(LossPlots, AMetricWithoutValuesIsSkippedWithAMessage) {
   test::TempDir dir;
   const std::string log = dir.write("trainer_log.jsonl",
-                                    "{\"current_steps\": 1, \"total_steps\": 1, \"loss\": 3.0, \"step\": 1}\n");
+                                    "{\"current_steps\": 1, \"total_steps\": 2, \"loss\": 3.0, \"step\": 1}\n"
+                                    "{\"current_steps\": 2, \"total_steps\": 2, \"loss\": 2.0, \"step\": 2}\n");
   const std::string loss_png = dir.path("training_loss.png");
   const std::string eval_png = dir.path("training_eval_loss.png");
   std::vector<std::string> lines;
