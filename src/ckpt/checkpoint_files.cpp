@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "lft/runtime/error.h"
+#include "store_util.h"
 
 namespace lft::ckpt {
 namespace {
@@ -54,20 +55,13 @@ void sync_directory(const std::string& dir) {
 
 }  // namespace
 
-namespace {
-std::string folder_of(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-}
-}  // namespace
-
 void write_file_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) fatal_one("cannot write " + tmp + ": " + std::strerror(errno));
   const ssize_t n = write(fd, text.data(), text.size());
   if (n != static_cast<ssize_t>(text.size()) || fsync(fd) != 0)
-    fatal_one("cannot write " + tmp + ": " + describe_write_error(n >= 0 && n < static_cast<ssize_t>(text.size()) ? ENOSPC : errno, folder_of(path)));
+    fatal_one("cannot write " + tmp + ": " + describe_write_error(n >= 0 && n < static_cast<ssize_t>(text.size()) ? ENOSPC : errno, detail::parent_dir(path)));
   close(fd);
   if (rename(tmp.c_str(), path.c_str()) != 0)
     fatal_one("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));

@@ -500,32 +500,25 @@ at::Tensor StoreReader::read(const std::string& name, const std::vector<int64_t>
 
 at::Tensor StoreReader::read_full(const std::string& name) const {
   const Impl& s = *impl_;
-  const TensorInfo& i = s.entry(name).info;
-  if (s.mode == StoreMode::PerRank) verify(i.name);
-  at::Tensor out = read(i.name, std::vector<int64_t>(i.shape.size(), 0), i.shape);
+  const Entry& e = s.entry(name);
+  const std::vector<int64_t> zero(e.info.shape.size(), 0);
+  at::Tensor out = read(e.info.name, zero, e.info.shape);
+  QuietH5Errors quiet;
   if (s.mode == StoreMode::SharedFile) {
-    QuietH5Errors quiet;
-    s.check(s.main_file.get(), s.path, i.name, out, std::vector<int64_t>(i.shape.size(), 0), i.shape);
+    s.check(s.main_file.get(), s.path, e.info.name, out, zero, e.info.shape);
+    return out;
+  }
+  for (const PieceRef& p : e.pieces) {  // each rank file's box carries its own checksum
+    at::Tensor box = out;
+    for (size_t d = 0; d < p.shape.size(); ++d)
+      box = box.narrow(static_cast<int64_t>(d), p.offset[d], p.shape[d]);
+    s.check(s.rank_file(p.file), s.path + "/" + rank_file_name(p.file), e.info.name, box.contiguous(), p.offset,
+            e.info.shape);
   }
   return out;
 }
 
-void StoreReader::verify(const std::string& name) const {
-  const Impl& s = *impl_;
-  const Entry& e = s.entry(name);
-  if (s.mode == StoreMode::SharedFile) {
-    read_full(e.info.name);
-    return;
-  }
-  QuietH5Errors quiet;
-  for (const PieceRef& p : e.pieces) {
-    at::Tensor box = at::empty(p.shape, at::TensorOptions().dtype(e.info.dtype));
-    const std::vector<int64_t> zero(p.shape.size(), 0);
-    const hid_t file = s.rank_file(p.file);
-    if (box.numel() > 0) s.read_box(file, e.info.name, zero, p.shape, zero, p.shape, box);
-    s.check(file, s.path + "/" + rank_file_name(p.file), e.info.name, box, p.offset, e.info.shape);
-  }
-}
+void StoreReader::verify(const std::string& name) const { read_full(name); }
 
 namespace {
 

@@ -61,8 +61,6 @@ const OnlyDefault kOnlyDefault[] = {
 const char* const kLoraKeys[] = {"lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target",
                                  "use_rslora", "use_dora", "pissa_init", "loraplus_lr_ratio"};
 
-bool same(const Value& a, const Value& b) { return a == b; }
-
 std::string shown(const Item& item) { return item.kind == ItemKind::Scalar ? format_value(item.value) : describe(item); }
 
 Item* find(Input& in, const std::string& path) {
@@ -74,7 +72,7 @@ Item* find(Input& in, const std::string& path) {
 // an error if the two disagree).
 void map_onto(Input& in, const Item& from, const std::string& path, const Value& value, Problems& problems) {
   if (const Item* own = find(in, path)) {
-    if (own->kind != ItemKind::Scalar || !same(own->value, value))
+    if (own->kind != ItemKind::Scalar || own->value != value)
       problems.check([&] {
         fail(in.file, &from.loc,
              "'" + from.path + "' = " + shown(from) + " means " + path + " = " + format_value(value) +
@@ -89,6 +87,20 @@ void map_onto(Input& in, const Item& from, const std::string& path, const Value&
   in.items.push_back(mapped);
 }
 
+// The item's bool, or nullptr with a type error added.
+const bool* bool_of(const Input& in, const Item& item, Problems& problems) {
+  if (item.kind == ItemKind::Scalar && std::holds_alternative<bool>(item.value)) return &std::get<bool>(item.value);
+  problems.check([&] {
+    fail(in.file, &item.loc, "key '" + item.path + "' must be a bool, got " + describe(item),
+         "write e.g. " + item.path + " = true");
+  });
+  return nullptr;
+}
+
+// Keys lftrain handles in its own way (each branch of apply()).
+const char* const kSpecialKeys[] = {"finetuning_type", "disable_gradient_checkpointing", "overwrite_output_dir",
+                                    "eval_strategy", "evaluation_strategy", "fsdp", "fsdp_config", "optim"};
+
 void apply(Input& in, const Item& item, Problems& problems) {
   const std::string& key = item.path;
   for (const Inert& k : kInert)
@@ -98,7 +110,7 @@ void apply(Input& in, const Item& item, Problems& problems) {
     }
   for (const OnlyDefault& k : kOnlyDefault)
     if (key == k.key) {
-      if (item.kind != ItemKind::Scalar || !same(item.value, k.value))
+      if (item.kind != ItemKind::Scalar || item.value != k.value)
         problems.check([&] {
           fail(in.file, &item.loc, key + " = " + shown(item) + " is not supported: " + k.why,
                "remove it, or set " + key + " = " + format_value(k.value));
@@ -114,24 +126,19 @@ void apply(Input& in, const Item& item, Problems& problems) {
       return;
     }
   if (key == "finetuning_type") {
-    if (item.kind != ItemKind::Scalar || !same(item.value, Value{std::string("full")}))
+    if (item.kind != ItemKind::Scalar || item.value != Value{std::string("full")})
       problems.check([&] {
         fail(in.file, &item.loc,
              "finetuning_type = " + shown(item) + " is not implemented: lftrain trains all parameters",
              "set finetuning_type = \"full\" (LoRA, freeze and OFT are not implemented yet)");
       });
   } else if (key == "disable_gradient_checkpointing") {
-    if (item.kind == ItemKind::Scalar && std::holds_alternative<bool>(item.value))
-      map_onto(in, item, "gradient_checkpointing", Value{!std::get<bool>(item.value)}, problems);
-    else
-      problems.check([&] { fail(in.file, &item.loc, "key '" + key + "' must be a bool, got " + describe(item), "write e.g. " + key + " = true"); });
+    if (const bool* disable = bool_of(in, item, problems))
+      map_onto(in, item, "gradient_checkpointing", Value{!*disable}, problems);
   } else if (key == "overwrite_output_dir") {
-    if (item.kind != ItemKind::Scalar || !std::holds_alternative<bool>(item.value)) {
-      problems.check([&] { fail(in.file, &item.loc, "key '" + key + "' must be a bool, got " + describe(item), "write e.g. " + key + " = true"); });
-      return;
-    }
-    if (find(in, "resume_from_checkpoint") != nullptr) return;  // an explicit resume wins, as in LlamaFactory
-    if (!std::get<bool>(item.value))  // LlamaFactory resumes from output_dir's newest checkpoint, if any
+    const bool* overwrite = bool_of(in, item, problems);
+    if (overwrite == nullptr || find(in, "resume_from_checkpoint") != nullptr) return;  // an explicit resume wins
+    if (!*overwrite)  // LlamaFactory resumes from output_dir's newest checkpoint, if any
       map_onto(in, item, "resume_from_checkpoint", Value{std::string("auto")}, problems);
     else
       in.notes.push_back(item.loc.str() + ": overwrite_output_dir = true: the run starts from scratch; "
@@ -158,22 +165,24 @@ void apply(Input& in, const Item& item, Problems& problems) {
                                                          item.value == Value{std::string("adamw_torch_fused")});
     if (!adamw)
       problems.check([&] { fail(in.file, &item.loc, "optim = " + shown(item) + " is not implemented", "lftrain's optimizer is AdamW: use \"adamw_torch\""); });
-  } else {
-    return;  // not one of these keys: validated as usual
   }
 }
 
 bool handled(const std::string& key) {
-  for (const Inert& k : kInert)
-    if (key == k.key) return true;
-  for (const OnlyDefault& k : kOnlyDefault)
-    if (key == k.key) return true;
-  for (const char* lora : kLoraKeys)
-    if (key == lora) return true;
-  for (const char* other : {"finetuning_type", "disable_gradient_checkpointing", "overwrite_output_dir",
-                            "eval_strategy", "evaluation_strategy", "fsdp", "fsdp_config", "optim"})
-    if (key == other) return true;
-  return false;
+  const auto is = [&](const char* k) { return key == k; };
+  return std::any_of(std::begin(kInert), std::end(kInert), [&](const Inert& k) { return is(k.key); }) ||
+         std::any_of(std::begin(kOnlyDefault), std::end(kOnlyDefault), [&](const OnlyDefault& k) { return is(k.key); }) ||
+         std::any_of(std::begin(kLoraKeys), std::end(kLoraKeys), is) ||
+         std::any_of(std::begin(kSpecialKeys), std::end(kSpecialKeys), is);
+}
+
+// A key LlamaFactory sets by default where lftrain's default differs, located at the file.
+void add_default(Input& in, const std::string& path, const std::string& value) {
+  Item item;
+  item.path = path;
+  item.value = value;
+  item.loc.file = in.file;
+  in.items.push_back(item);
 }
 
 }  // namespace
@@ -198,35 +207,17 @@ void apply_llamafactory_keys(Input& in, Problems& problems) {
   }
   if (!in.yaml) return;
   // LlamaFactory's defaults where they differ from lftrain's.
-  Location file_loc;
-  file_loc.file = in.file;
   if (!has_finetuning_type)
     problems.check([&] {
       fail(in.file, nullptr,
            "no finetuning_type: LlamaFactory's default is \"lora\", which lftrain does not implement yet",
            "add `finetuning_type: full` to train all parameters");
     });
-  if (find(in, "distributed") == nullptr) {
-    Item engine;  // LlamaFactory trains with DDP when launched on several processes
-    engine.path = "distributed";
-    engine.value = std::string("ddp");
-    engine.loc = file_loc;
-    in.items.push_back(engine);
-  }
-  if (find(in, "stage") == nullptr) {
-    Item stage;
-    stage.path = "stage";
-    stage.value = std::string("sft");  // LlamaFactory's default stage
-    stage.loc = file_loc;
-    in.items.push_back(stage);
-  }
-  if (!has_overwrite && find(in, "resume_from_checkpoint") == nullptr) {
-    Item resume;  // LlamaFactory resumes from the newest checkpoint in output_dir unless told otherwise
-    resume.path = "resume_from_checkpoint";
-    resume.value = std::string("auto");
-    resume.loc = file_loc;
-    in.items.push_back(resume);
-  }
+  // DDP when launched on several processes; stage sft; resume from output_dir's newest checkpoint.
+  if (find(in, "distributed") == nullptr) add_default(in, "distributed", "ddp");
+  if (find(in, "stage") == nullptr) add_default(in, "stage", "sft");
+  if (!has_overwrite && find(in, "resume_from_checkpoint") == nullptr)
+    add_default(in, "resume_from_checkpoint", "auto");
 }
 
 }  // namespace lft::config::detail

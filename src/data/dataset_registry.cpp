@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -56,12 +57,11 @@ void read_names(const json& entry, const char* group, const std::vector<std::pai
   if (it == entry.end() || it->is_null()) return;
   if (!it->is_object()) throw UsageError(where + ": \"" + group + "\" must be an object");
   for (auto f = it->begin(); f != it->end(); ++f) {
-    bool known = false;
-    for (const auto& [key, target] : fields) known = known || f.key() == key;
-    if (!known && f.key() != "tools" && f.key() != "images" && f.key() != "videos" && f.key() != "audios")
+    for (const char* unsupported : {"tools", "images", "videos", "audios"})
+      if (f.key() == unsupported)
+        throw UsageError(where + ": " + group + " \"" + f.key() + "\" (tool calls and media) is not supported by lftrain");
+    if (std::none_of(fields.begin(), fields.end(), [&](const auto& field) { return f.key() == field.first; }))
       throw UsageError(where + ": unknown " + group + " key \"" + f.key() + "\"");
-    if (f.key() == "tools" || f.key() == "images" || f.key() == "videos" || f.key() == "audios")
-      throw UsageError(where + ": " + group + " \"" + f.key() + "\" (tool calls and media) is not supported by lftrain");
   }
   for (const auto& [key, target] : fields) {
     *target = "";

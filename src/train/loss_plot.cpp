@@ -334,11 +334,6 @@ void write_metric_plot(const std::string& png_path, const std::string& key,
   draw_line(steps, values);
   plcol0(kSmooth);
   draw_line(steps, smooth);
-  if (values.size() == 1 && std::isfinite(steps[0]) && std::isfinite(values[0])) {
-    // A single point has no line to draw (matplotlib shows nothing): mark it instead.
-    plssym(0.0, 1.2);
-    plpoin(1, steps.data(), smooth.data(), 17);
-  }
 
   // Legend: a white box with a light grey edge, as matplotlib's (which is 80% opaque).
   const char* texts[2] = {"original", "smoothed"};

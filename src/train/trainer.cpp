@@ -3,8 +3,6 @@
 
 #include <ATen/ATen.h>
 
-#include <numeric>
-
 #include <cmath>
 #include <exception>
 #include <numeric>

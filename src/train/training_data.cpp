@@ -100,11 +100,11 @@ TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
   Watchdog::Scope scope("reading and tokenizing the training data", Watchdog::setup_timeout(),
                         "setup_timeout");
   const bool pretrain = cfg.string("stage") == "pt";
-  for (const char* eval_key : {"val_size", "eval_dataset"})
-    if (pretrain && cfg.is_set(eval_key) && (std::string(eval_key) != "val_size" || cfg.real("val_size") > 0))
-      fail(cfg.where(eval_key) + ": " + eval_key + " needs stage = \"sft\" in this build (pre-training "
-                                 "data is one packed stream)",
-           std::string("remove ") + eval_key + ", or train with stage = \"sft\"");
+  const std::string eval_key = cfg.real("val_size") > 0 ? "val_size" : cfg.is_set("eval_dataset") ? "eval_dataset" : "";
+  if (pretrain && !eval_key.empty())
+    fail(cfg.where(eval_key) + ": " + eval_key + " needs stage = \"sft\" in this build (pre-training "
+                               "data is one packed stream)",
+         "remove " + eval_key + ", or train with stage = \"sft\"");
   if (pretrain && !cfg.is_set("dataset")) {
     const std::vector<std::string> paths = cfg.strings("train_dataset");
     std::string joined;
