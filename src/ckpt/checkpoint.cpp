@@ -153,6 +153,20 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
   writer.set_attribute("/", "config", run.config_text);
   writer.set_attribute("/", "global_batch", run.global_batch);
   writer.set_attribute("/", "seed", run.seed);
+  if (run.finetuning_type != "full") {
+    writer.set_attribute("/", "finetuning_type", run.finetuning_type);
+    writer.set_attribute("/", "base_model", run.base_model);
+    writer.set_attribute("/", "base_model_hash", run.base_model_hash);
+  }
+  if (run.finetuning_type == "lora") {
+    writer.set_attribute("/", "lora_rank", run.lora_rank);
+    writer.set_attribute("/", "lora_alpha", run.lora_alpha);
+    writer.set_attribute("/", "lora_scaling", run.lora_scaling);
+    writer.set_attribute("/", "lora_dropout", run.lora_dropout);
+    writer.set_attribute("/", "use_rslora", static_cast<int64_t>(run.use_rslora));
+    writer.set_attribute("/", "lora_target", run.lora_target);
+    writer.set_attribute("/", "additional_target", run.additional_target);
+  }
   writer.set_attribute("/optim", "step", optimizer.steps());
   for (const auto& [key, value] : optimizer.hyperparameters()) writer.set_attribute("/optim", key, value);
   writer.set_attribute("/", "data_epoch", progress.sampler.epoch);
@@ -246,6 +260,16 @@ Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInf
         std::to_string(batch) + " sequences, this run has " + std::to_string(run.global_batch) +
         " (per_device_train_batch_size x gradient_accumulation_steps x data-parallel ranks): "
         "resume with the same global batch");
+  const std::string type = store.has_attribute("/", "finetuning_type") ? store.string_attribute("/", "finetuning_type") : "full";
+  if (type != run.finetuning_type)
+    throw CheckpointMismatch("checkpoint error: " + folder + " was trained with finetuning_type = \"" + type +
+                             "\", this run has \"" + run.finetuning_type + "\": resume with the same finetuning_type");
+  if (type != "full" && store.string_attribute("/", "base_model_hash") != run.base_model_hash)
+    throw CheckpointMismatch("checkpoint error: " + folder + " was trained on base model " +
+                             store.string_attribute("/", "base_model") + " (hash " +
+                             store.string_attribute("/", "base_model_hash") + "); this run's base " + run.base_model +
+                             " hashes to " + run.base_model_hash +
+                             ": its frozen weights differ, so resume on the base the checkpoint was trained on");
   const auto stored = store.tensors("model");
   std::vector<Slice> held;  // every rank's tensor names, to count the model's tensors
   for (const HeldTensor& t : params) held.push_back({"model/" + t.name, t.box.global_shape, t.box.offset, t.local});

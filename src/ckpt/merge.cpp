@@ -46,7 +46,7 @@ bool is_export_file(std::string name) {
   if (name.size() > tmp.size() && name.compare(name.size() - tmp.size(), tmp.size(), tmp) == 0)
     name.resize(name.size() - tmp.size());
   if (name == "model.safetensors" || name == "model.safetensors.index.json" || name == "model.h5" ||
-      name == "config.json")
+      name == "config.json" || name == "adapter_model.safetensors" || name == "adapter_config.json")
     return true;
   for (const std::string& n : copied_model_files())
     if (name == n) return true;
@@ -139,6 +139,21 @@ std::string dtype_flag(at::ScalarType dtype) {
   return dtype == at::kBFloat16 ? "bf16" : dtype == at::kHalf ? "fp16" : "fp32";
 }
 
+std::string format_flag(ExportFormat format) {
+  return format == ExportFormat::HuggingFace ? "hf"
+         : format == ExportFormat::Hdf5      ? "hdf5"
+                                             : "peft";
+}
+
+// The root attributes model.h5 carries: those of a whole model (a freeze or LoRA checkpoint's
+// export is one).
+std::vector<Attribute> whole_model_attributes(const Source& src) {
+  std::vector<Attribute> out;
+  for (const Attribute& a : src.attributes)
+    if (!is_finetuning_attribute(a.key)) out.push_back(a);
+  return out;
+}
+
 }  // namespace
 
 MergeReport merge_checkpoint(const MergeOptions& o) {
@@ -151,8 +166,11 @@ MergeReport merge_checkpoint(const MergeOptions& o) {
   // 1. Everything about the input, before touching the output.
   Source src = open_checkpoint(o.checkpoint, /*allow_incomplete=*/false);
   const RunModel run = rebuild_model(src);
-  const std::vector<TensorInfo> tensors = model_tensors(src);
-  check_model_tensors(src, tensors, run.config);
+  const Finetuning finetuning = read_finetuning(src);
+  const std::vector<TensorInfo> stored = model_tensors(src);
+  check_model_tensors(src, stored, run.config, finetuning);
+  const ExportTensors exported = plan_export_tensors(src, run, finetuning, stored, o.format);
+  const std::vector<TensorInfo>& tensors = exported.tensors;
 
   // 2. The plan.
   const std::int64_t element = static_cast<std::int64_t>(c10::elementSize(o.dtype));
@@ -167,7 +185,8 @@ MergeReport merge_checkpoint(const MergeOptions& o) {
   std::vector<std::pair<std::string, std::string>> lines;  // file, description
   std::vector<Shard> shards;
   std::vector<std::string> copies;  // names copied from the model folder
-  std::string config_json;
+  std::string config_json, adapter_config;
+  const std::vector<Attribute> attributes = whole_model_attributes(src);
   if (o.format == ExportFormat::HuggingFace) {
     config_json = hf_config_json(run, o.dtype);
     shards = plan_shards(tensors, element, o.max_shard_bytes);
@@ -185,10 +204,16 @@ MergeReport merge_checkpoint(const MergeOptions& o) {
       copies.push_back(name);
       lines.emplace_back(name, "copied from " + run.model_folder);
     }
-  } else {
+  } else if (o.format == ExportFormat::Hdf5) {
     lines.emplace_back("model.h5", std::to_string(tensors.size()) + " tensors, " +
                                        human_bytes(report.total_bytes) + ", " +
-                                       std::to_string(src.attributes.size()) + " root attributes");
+                                       std::to_string(attributes.size()) + " root attributes");
+  } else {
+    adapter_config = peft_adapter_config(finetuning, stored);
+    lines.emplace_back("adapter_model.safetensors", std::to_string(tensors.size()) + " tensors, " +
+                                                        human_bytes(report.total_bytes));
+    lines.emplace_back("adapter_config.json",
+                       "LoRA r=" + std::to_string(finetuning.lora_rank) + ", PEFT's format");
   }
   for (const auto& l : lines) report.files.push_back(dir + "/" + l.first);
 
@@ -206,8 +231,8 @@ MergeReport merge_checkpoint(const MergeOptions& o) {
   const std::string what = "checkpoint " + o.checkpoint + " (step " +
                            (src.attribute("step") ? src.attribute("step")->text() : "?") + ")";
   text << (o.dry_run ? "lfmerge: dry run, nothing written. Would export " : "lfmerge: exported ")
-       << what << " to " << dir << " (" << (o.format == ExportFormat::HuggingFace ? "hf" : "hdf5")
-       << ", " << dtype_flag(o.dtype) << "):\n";
+       << what << " to " << dir << " (" << format_flag(o.format) << ", " << dtype_flag(o.dtype)
+       << "):\n";
   std::size_t width = 0;
   for (const auto& l : lines) width = std::max(width, l.first.size());
   for (const auto& l : lines)
@@ -216,6 +241,7 @@ MergeReport merge_checkpoint(const MergeOptions& o) {
   text << report.tensor_count << " tensors, " << report.parameters << " parameters, "
        << human_bytes(report.total_bytes) << " (" << report.total_bytes << " bytes) as "
        << dtype_name(o.dtype) << "; model: " << report.model_summary << "\n";
+  if (!exported.origin.empty()) text << exported.origin << "\n";
   report.text = text.str();
   if (o.dry_run) return report;
 
@@ -239,9 +265,7 @@ MergeReport merge_checkpoint(const MergeOptions& o) {
                        human_bytes(needed) + ", " + human_bytes(available) +
                        " are free: free space or choose another --out");
 
-  const TensorLoader load = [&src](const TensorInfo& t) {
-    return src.reader.read_full("model/" + t.name);
-  };
+  const TensorLoader& load = exported.load;
   if (o.format == ExportFormat::HuggingFace) {
     for (const Shard& s : shards)
       write_safetensors_streaming(out + "/" + s.file, s.tensors, o.dtype, load, files);
@@ -257,8 +281,11 @@ MergeReport merge_checkpoint(const MergeOptions& o) {
     write_text_file(out + "/config.json", config_json, files);
     for (const std::string& name : copies)
       copy_file(run.model_folder + "/" + name, out + "/" + name, files);
+  } else if (o.format == ExportFormat::Hdf5) {
+    write_hdf5_export(out + "/model.h5", tensors, o.dtype, load, attributes, files);
   } else {
-    write_hdf5_export(out + "/model.h5", tensors, o.dtype, load, src.attributes, files);
+    write_safetensors_streaming(out + "/adapter_model.safetensors", tensors, o.dtype, load, files);
+    write_text_file(out + "/adapter_config.json", adapter_config, files);
   }
   if (const int rc = detail::fsync_path(out, /*directory=*/true); rc != 0)
     throw MergeIoError("cannot sync the folder " + out + ": " + std::strerror(rc));
@@ -298,6 +325,19 @@ std::string inspect_checkpoint(const std::string& path) {
   row("world size", attr("world_size"));
   row("global batch", attr("global_batch"));
   row("seed", attr("seed"));
+  if (src.attribute("finetuning_type") != nullptr) {
+    row("finetuning", attr("finetuning_type"));
+    row("base model", attr("base_model").empty()
+                          ? "the inline [model], initialised with the seed"
+                          : attr("base_model") + " (hash " + attr("base_model_hash") + ")");
+  }
+  if (attr("finetuning_type") == "lora") {
+    row("lora", "rank " + attr("lora_rank") + ", alpha " + attr("lora_alpha") + ", scaling " +
+                    attr("lora_scaling") + ", dropout " + attr("lora_dropout") + ", rslora " +
+                    attr("use_rslora"));
+    row("lora target", attr("lora_target"));
+    row("additional", attr("additional_target").empty() ? "-" : attr("additional_target"));
+  }
   const bool shared = src.reader.mode() == StoreMode::SharedFile;
   row("store", std::string(shared ? "shared file " : "per-rank files in ") + src.state +
                    ", written by " + std::to_string(src.reader.store_world_size()) + " rank" +
@@ -417,17 +457,24 @@ at::ScalarType parse_export_dtype(const std::string& text) {
 }
 
 std::string merge_usage() {
-  return "usage: lfmerge CHECKPOINT --out DIR [--format hf|hdf5] [--dtype bf16|fp16|fp32]\n"
+  return "usage: lfmerge CHECKPOINT --out DIR [--format hf|hdf5|peft] [--dtype bf16|fp16|fp32]\n"
          "                [--max-shard-size 5GB] [--dry-run] [--force]\n"
          "       lfmerge --inspect CHECKPOINT\n"
          "\n"
          "Exports the model of an lftrain checkpoint (output_dir/checkpoint-<step>) as a Hugging "
-         "Face\nmodel folder, or describes a checkpoint. No optimizer state is exported.\n"
+         "Face\nmodel folder, or describes a checkpoint. No optimizer state is exported. A freeze "
+         "or LoRA\ncheckpoint is exported as the whole model: its trained tensors over the base "
+         "model's weights,\nwith the LoRA adapters merged in (the base folder must be the one "
+         "the run trained on).\n"
          "\n"
          "  --out DIR             folder to write (created; must be empty unless --force)\n"
-         "  --format hf|hdf5      hf (default): model.safetensors (+ shards and index), "
+         "  --format F            hf (default): model.safetensors (+ shards and index), "
          "config.json,\n"
-         "                        tokenizer files; hdf5: DIR/model.h5 with full tensors\n"
+         "                        tokenizer files; hdf5: DIR/model.h5 with full tensors; peft "
+         "(LoRA\n"
+         "                        checkpoints): adapter_model.safetensors and "
+         "adapter_config.json\n"
+         "                        for peft.PeftModel.from_pretrained\n"
          "  --dtype D             fp32 (default, the master weights), bf16 or fp16\n"
          "  --max-shard-size S    hf: shard when the weights exceed S (default 5GB; 500MB, "
          "2GiB, ...)\n"
@@ -478,8 +525,10 @@ MergeCommand parse_merge_command_line(const std::vector<std::string>& args) {
         cmd.options.format = ExportFormat::HuggingFace;
       else if (f == "hdf5")
         cmd.options.format = ExportFormat::Hdf5;
+      else if (f == "peft")
+        cmd.options.format = ExportFormat::Peft;
       else
-        throw UsageError("--format '" + f + "' is not one of hf, hdf5");
+        throw UsageError("--format '" + f + "' is not one of hf, hdf5, peft");
     } else if (arg == "--dtype") {
       cmd.options.dtype = parse_export_dtype(take());
     } else if (arg == "--max-shard-size") {
@@ -504,7 +553,10 @@ MergeCommand parse_merge_command_line(const std::vector<std::string>& args) {
     return cmd;
   }
   if (shard_size_given && cmd.options.format != ExportFormat::HuggingFace)
-    throw UsageError("--max-shard-size applies to --format hf only (model.h5 is one file)" + see);
+    throw UsageError(
+        "--max-shard-size applies to --format hf only (model.h5 and adapter_model.safetensors are "
+        "one file)" +
+        see);
   if (positional.size() != 1)
     throw UsageError(
         std::string(positional.empty() ? "no checkpoint given" : "more than one checkpoint given") +

@@ -1,13 +1,17 @@
-// Internals of lfmerge (merge.h) shared by merge.cpp, merge_source.cpp and merge_output.cpp.
+// Internals of lfmerge (merge.h) shared by merge.cpp, merge_source.cpp, merge_output.cpp and
+// merge_adapters.cpp.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "lft/ckpt/merge.h"
 #include "lft/ckpt/tensor_store.h"
 #include "lft/model/model_config.h"
 
@@ -52,14 +56,17 @@ struct RunModel {
 };
 RunModel rebuild_model(const Source& source);
 
-// The /model tensors, names without the "model/" prefix, in export order (embeddings, layers in
-// numeric order, final norm, lm_head).
+// The /model tensors, names without the "model/" prefix, in export order.
 std::vector<TensorInfo> model_tensors(const Source& source);
+// Export order: embeddings, layers in numeric order, final norm, lm_head.
+void sort_export_order(std::vector<TensorInfo>& tensors);
 
-// Checks names (Hugging Face parameter names) and shapes against `config`. UsageError listing the
-// problems (tensor and both shapes).
+struct Finetuning;
+// Checks names (Hugging Face parameter names) and shapes against `config`: a full checkpoint
+// holds every parameter; a freeze or LoRA one only those that trained, a LoRA one also adapters
+// (adapter_problems). UsageError listing the problems (tensor and both shapes).
 void check_model_tensors(const Source& source, const std::vector<TensorInfo>& tensors,
-                         const model::ModelConfig& config);
+                         const model::ModelConfig& config, const Finetuning& finetuning);
 
 // Orders "model.layers.10" after "model.layers.9": digit runs compare as numbers.
 bool natural_less(const std::string& a, const std::string& b);
@@ -94,7 +101,7 @@ class OutputFiles {
   std::vector<std::string> paths_;
 };
 
-// Reads one /model tensor in full (CPU, contiguous, stored dtype).
+// Reads one tensor of an export in full (CPU, any floating dtype: the writer converts it).
 using TensorLoader = std::function<at::Tensor(const TensorInfo&)>;
 
 // A safetensors file of `tensors` (converted to `dtype`) streamed one tensor at a time, laid out
@@ -117,5 +124,59 @@ bool is_regular_file(const std::string& path);
 std::vector<std::string> list_folder(const std::string& dir);
 // Free bytes for an unprivileged user on the file system of `dir`, or -1 if unknown.
 std::int64_t free_bytes(const std::string& dir);
+
+// ---- freeze and LoRA checkpoints (merge_adapters.cpp) ------------------------------------------
+
+// How the run trained, from the root attributes (docs/checkpoint.md); "full" when there are none.
+// A freeze or LoRA checkpoint holds only the trained tensors, the rest are the base model's.
+struct Finetuning {
+  std::string type = "full";  // "full", "freeze" or "lora"
+  std::string base_model;     // the run's model_name_or_path; "" for an inline [model]
+  std::string base_model_hash;
+  std::int64_t seed = 0;  // an inline base is init_parameter(name, shape, seed)
+  // LoRA. The modules trained whole beside the adapters are the tensors the checkpoint holds whole.
+  std::int64_t lora_rank = 0;
+  double lora_scaling = 0, lora_dropout = 0;
+  bool use_rslora = false;
+  std::vector<std::string> lora_target;  // module names
+};
+// UsageError when an attribute it needs is missing or of another kind.
+Finetuning read_finetuning(const Source& source);
+// The root attributes above: a whole-model export does not carry them.
+bool is_finetuning_attribute(const std::string& key);
+
+// "model.layers.0.mlp.up_proj.lora_A.weight" -> {"model.layers.0.mlp.up_proj.weight", 'A'}.
+struct AdapterName {
+  std::string parameter;
+  char matrix = 'A';  // 'A': [r, in_features]; 'B': [out_features, r]
+};
+std::optional<AdapterName> adapter_name(const std::string& tensor);
+
+// What is wrong with the LoRA adapters among `tensors` (the other tensors are not looked at): an
+// adapter of something that is not a linear of the model, a shape other than [rank, in] /
+// [out, rank], a lora_A without its lora_B or the reverse.
+std::vector<std::string> adapter_problems(
+    const std::vector<TensorInfo>& tensors,
+    const std::map<std::string, std::vector<std::int64_t>>& expected, std::int64_t rank);
+
+// The tensors an export writes, in export order, and how to read each.
+struct ExportTensors {
+  std::vector<TensorInfo> tensors;
+  TensorLoader load;
+  std::string origin;  // where a freeze or LoRA checkpoint's whole model comes from; "" otherwise
+};
+// `stored`: model_tensors(source), checked. A full checkpoint: those tensors. A freeze or LoRA
+// one as hf or hdf5: every parameter of the model, the checkpoint's when it holds it whole, else
+// the base model's (its folder is checked against base_model_hash first), plus
+// lora_scaling * B @ A where it has adapters. Peft (LoRA only): `stored`, named as PEFT saves them.
+// UsageError for a format the checkpoint cannot be exported as, or a base that does not fit.
+// The loader refers to `source`.
+ExportTensors plan_export_tensors(const Source& source, const RunModel& run,
+                                  const Finetuning& finetuning,
+                                  const std::vector<TensorInfo>& stored, ExportFormat format);
+
+// adapter_config.json of a --format peft export, as peft 0.21.2 writes it.
+std::string peft_adapter_config(const Finetuning& finetuning,
+                                const std::vector<TensorInfo>& stored);
 
 }  // namespace lft::ckpt::merge_detail

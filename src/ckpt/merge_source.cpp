@@ -267,20 +267,27 @@ std::vector<TensorInfo> model_tensors(const Source& source) {
     t.name = t.name.substr(std::string("model/").size());
     out.push_back(std::move(t));
   }
-  auto rank = [](const std::string& n) { return n.rfind("lm_head.", 0) == 0 ? 1 : 0; };
-  std::sort(out.begin(), out.end(), [&](const TensorInfo& a, const TensorInfo& b) {
-    if (rank(a.name) != rank(b.name)) return rank(a.name) < rank(b.name);
-    return natural_less(a.name, b.name);
-  });
+  sort_export_order(out);
   return out;
 }
 
+void sort_export_order(std::vector<TensorInfo>& tensors) {
+  auto rank = [](const std::string& n) { return n.rfind("lm_head.", 0) == 0 ? 1 : 0; };
+  std::sort(tensors.begin(), tensors.end(), [&](const TensorInfo& a, const TensorInfo& b) {
+    if (rank(a.name) != rank(b.name)) return rank(a.name) < rank(b.name);
+    return natural_less(a.name, b.name);
+  });
+}
+
 void check_model_tensors(const Source& source, const std::vector<TensorInfo>& tensors,
-                         const model::ModelConfig& config) {
+                         const model::ModelConfig& config, const Finetuning& finetuning) {
   const auto expected = expected_parameter_shapes(config);
+  const bool lora = finetuning.type == "lora";
   std::vector<std::string> problems;
+  if (lora) problems = adapter_problems(tensors, expected, finetuning.lora_rank);
   std::set<std::string> seen;
   for (const TensorInfo& t : tensors) {
+    if (lora && adapter_name(t.name)) continue;
     seen.insert(t.name);
     const std::string id = "tensor '/model/" + t.name + "'";
     if (t.name.rfind("model.", 0) != 0 && t.name != "lm_head.weight") {
@@ -302,9 +309,10 @@ void check_model_tensors(const Source& source, const std::vector<TensorInfo>& te
                          ", the run's model config gives " + shape_text(it->second));
     }
   }
-  for (const auto& [name, shape] : expected)
-    if (seen.count(name) == 0)
-      problems.push_back("tensor '/model/" + name + "' " + shape_text(shape) + " is missing");
+  if (finetuning.type == "full")  // a freeze or LoRA checkpoint holds only what trained
+    for (const auto& [name, shape] : expected)
+      if (seen.count(name) == 0)
+        problems.push_back("tensor '/model/" + name + "' " + shape_text(shape) + " is missing");
   if (problems.empty()) return;
   std::string msg = source.state + " does not hold the model of its run configuration (" +
                     config.summary() + "): " + std::to_string(problems.size()) + " problem" +

@@ -2,7 +2,7 @@
 // mapping onto lftrain's keys, accepted with a note that says why it has no effect here, or
 // refused saying why. Applied to TOML and YAML alike, before validation; a YAML file also gets
 // LlamaFactory's defaults for the engine (ddp), stage (sft), resuming (auto) and finetuning_type
-// (lora: refused), see docs/llamafactory.md.
+// (lora), see docs/llamafactory.md.
 #include <algorithm>
 #include <string>
 #include <variant>
@@ -56,10 +56,15 @@ const OnlyDefault kOnlyDefault[] = {
     {"train_on_prompt", Value{false}, "prompts are always masked from the loss"},
     {"mask_history", Value{false}, "every assistant turn is trained"},
     {"pure_bf16", Value{false}, "use bf16 (mixed precision with fp32 master weights)"},
+    {"use_dora", Value{false}, "DoRA (weight-decomposed LoRA) is not implemented: lftrain's adapters are LoRA's"},
+    {"pissa_init", Value{false}, "PiSSA initialisation is not implemented: adapters start as PEFT's default"},
+    {"create_new_adapter", Value{false}, "adapter_name_or_path is trained on, not merged under a new adapter"},
+    {"use_llama_pro", Value{false}, "LLaMA Pro's block expansion is not implemented"},
 };
 
-const char* const kLoraKeys[] = {"lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target",
-                                 "use_rslora", "use_dora", "pissa_init", "loraplus_lr_ratio"};
+// LoRA variants lftrain does not implement: refused whenever they are set.
+const char* const kLoraKeys[] = {"loraplus_lr_ratio", "loraplus_lr_embedding", "lora_bf16_mode", "pissa_iter",
+                                 "pissa_convert", "module_dropout", "use_unsloth"};
 
 std::string shown(const Item& item) { return item.kind == ItemKind::Scalar ? format_value(item.value) : describe(item); }
 
@@ -98,7 +103,7 @@ const bool* bool_of(const Input& in, const Item& item, Problems& problems) {
 }
 
 // Keys lftrain handles in its own way (each branch of apply()).
-const char* const kSpecialKeys[] = {"finetuning_type", "disable_gradient_checkpointing", "overwrite_output_dir",
+const char* const kSpecialKeys[] = {"disable_gradient_checkpointing", "overwrite_output_dir",
                                     "eval_strategy", "evaluation_strategy", "fsdp", "fsdp_config", "optim"};
 
 void apply(Input& in, const Item& item, Problems& problems) {
@@ -120,19 +125,13 @@ void apply(Input& in, const Item& item, Problems& problems) {
   for (const char* lora : kLoraKeys)
     if (key == lora) {
       problems.check([&] {
-        fail(in.file, &item.loc, "key '" + key + "' configures LoRA, which lftrain does not implement yet",
-             "train all parameters: finetuning_type = full, without LoRA keys");
+        fail(in.file, &item.loc, "key '" + key + "' configures a LoRA variant that lftrain does not implement",
+             "remove it: lftrain's LoRA takes lora_rank, lora_alpha, lora_dropout, lora_target, additional_target, "
+             "use_rslora and adapter_name_or_path");
       });
       return;
     }
-  if (key == "finetuning_type") {
-    if (item.kind != ItemKind::Scalar || item.value != Value{std::string("full")})
-      problems.check([&] {
-        fail(in.file, &item.loc,
-             "finetuning_type = " + shown(item) + " is not implemented: lftrain trains all parameters",
-             "set finetuning_type = \"full\" (LoRA, freeze and OFT are not implemented yet)");
-      });
-  } else if (key == "disable_gradient_checkpointing") {
+  if (key == "disable_gradient_checkpointing") {
     if (const bool* disable = bool_of(in, item, problems))
       map_onto(in, item, "gradient_checkpointing", Value{!*disable}, problems);
   } else if (key == "overwrite_output_dir") {
@@ -193,7 +192,6 @@ void apply_llamafactory_keys(Input& in, Problems& problems) {
   for (const Item& item : all)
     if (!handled(item.path)) own.push_back(item);
   const bool deepspeed_without_engine = find(in, "deepspeed") != nullptr && find(in, "distributed") == nullptr;
-  const bool has_finetuning_type = find(in, "finetuning_type") != nullptr;
   const bool has_overwrite = find(in, "overwrite_output_dir") != nullptr;
   in.items = own;
   for (const Item& item : all)
@@ -207,13 +205,8 @@ void apply_llamafactory_keys(Input& in, Problems& problems) {
   }
   if (!in.yaml) return;
   // LlamaFactory's defaults where they differ from lftrain's.
-  if (!has_finetuning_type)
-    problems.check([&] {
-      fail(in.file, nullptr,
-           "no finetuning_type: LlamaFactory's default is \"lora\", which lftrain does not implement yet",
-           "add `finetuning_type: full` to train all parameters");
-    });
-  // DDP when launched on several processes; stage sft; resume from output_dir's newest checkpoint.
+  // DDP when launched on several processes; stage sft; LoRA; resume from output_dir's newest checkpoint.
+  if (find(in, "finetuning_type") == nullptr) add_default(in, "finetuning_type", "lora");
   if (find(in, "distributed") == nullptr) add_default(in, "distributed", "ddp");
   if (find(in, "stage") == nullptr) add_default(in, "stage", "sft");
   if (!has_overwrite && find(in, "resume_from_checkpoint") == nullptr)

@@ -132,6 +132,26 @@ void data_sources(const Input& in) {
              "eval_dataset and val_size both say what to evaluate on", "keep one of them");
 }
 
+// The LoRA keys only with finetuning_type = "lora", the freeze keys only with "freeze".
+void finetuning_keys(const Input& in) {
+  const std::string type = std::get<std::string>(value(in, "finetuning_type"));
+  const std::pair<const char*, std::vector<const char*>> owners[] = {
+      {"lora", {"lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_rslora",
+                "adapter_name_or_path"}},
+      {"freeze", {"freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules"}}};
+  for (const auto& [owner, keys] : owners)
+    for (const char* key : keys) {
+      const Checked* c = get(in, key);
+      if (c == nullptr || type == owner) continue;
+      const Checked* ft = get(in, "finetuning_type");
+      const std::string what = std::string("key '") + key + "' applies to finetuning_type = \"" + owner +
+                               "\", but " + shown(in, "finetuning_type");
+      const std::string hint = std::string("set finetuning_type = \"") + owner + "\", or remove " + key;
+      if (ft != nullptr) fail_two(in, c->loc, std::string("key '") + key + "'", ft->loc, "finetuning_type", what, hint);
+      fail(in.file, &c->loc, what + " (the default)", hint);
+    }
+}
+
 void mesh(const Input& in) {
   std::vector<std::string> fill;
   for (const KeySpec& spec : schema()) {
@@ -216,7 +236,8 @@ void check_rules(const Input& in, Problems& problems) {
   // The rules read each other's keys (model_shape needs the required ones): the first that fails
   // ends this phase.
   for (void (*rule)(const Input&) :
-       {output_location, model_source, required_keys, data_sources, contradictions, mesh, model_shape}) {
+       {output_location, model_source, required_keys, data_sources, contradictions, finetuning_keys, mesh,
+        model_shape}) {
     problems.check([&] { rule(in); });
     if (!problems.empty()) return;
   }

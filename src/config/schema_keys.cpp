@@ -144,6 +144,38 @@ std::vector<KeySpec> build() {
         "it must stay false")
           .def(false)
           .engines({"fsdp2"}),
+      // ---- which parameters train (LlamaFactory's finetuning_args) ----
+      K("finetuning_type", S,
+        "\"full\": every parameter trains; \"freeze\": only the layers and modules the freeze_* "
+        "keys choose; \"lora\": low-rank adapters beside the lora_target linears, the base frozen")
+          .def("full")
+          .allowed({"full", "freeze", "lora"}),
+      K("lora_rank", I, "LoRA: the adapters' rank r").def(8).min(1),
+      K("lora_alpha", I, "LoRA: the scale numerator (scaling = alpha / r); default 2 x lora_rank").min(1),
+      K("lora_dropout", F, "LoRA: dropout on the adapters' input while training").def(0.0).min(0).max(0.999),
+      K("lora_target", S,
+        "LoRA: \"all\" (every linear of the decoder layers) or module names (q_proj, k_proj, v_proj, "
+        "o_proj, gate_proj, up_proj, down_proj), a list or one comma-separated string")
+          .def("all")
+          .list(),
+      K("additional_target", S,
+        "LoRA: modules trained whole beside the adapters (embed_tokens, lm_head, norm), saved with them")
+          .list(),
+      K("use_rslora", B, "LoRA: rank-stabilised scaling alpha / sqrt(r)").def(false),
+      K("adapter_name_or_path", S,
+        "LoRA: a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to start from")
+          .path(PathCheck::Directory),
+      K("freeze_trainable_layers", I,
+        "freeze: train the last n decoder layers (n > 0) or the first -n (n < 0)")
+          .def(2),
+      K("freeze_trainable_modules", S,
+        "freeze: the modules of those layers that train: \"all\" or names (self_attn, mlp, "
+        "input_layernorm, post_attention_layernorm)")
+          .def("all")
+          .list(),
+      K("freeze_extra_modules", S,
+        "freeze: modules outside the decoder layers that train too (embed_tokens, norm, lm_head)")
+          .list(),
       // ---- optimisation ----
       K("per_device_train_batch_size", I, "Sequences per rank in one micro-step").def(1).min(1),
       K("gradient_accumulation_steps", I, "Micro-steps accumulated into one optimizer step")

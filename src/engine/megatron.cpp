@@ -19,7 +19,7 @@ namespace {
 // The model's parameters and roles without their memory, to validate a layout before the model
 // is built.
 MegatronPlan plan_for(const EngineContext& ctx) {
-  const auto meta = model::create_causal_lm(ctx.plan.model, at::TensorOptions().device(at::kMeta));
+  const auto meta = create_run_model(ctx.cfg, ctx.plan, at::TensorOptions().device(at::kMeta));
   return make_megatron_plan(ctx.cfg, *meta, ctx.mesh.shape());
 }
 
@@ -114,6 +114,7 @@ void MegatronEngine::place_parameters() {
     } else if (slice.dim >= 0) {
       p.set_data(p.narrow(slice.dim, slice.begin, slice.count).clone());
     }
+    if (!p.requires_grad()) continue;  // frozen (fine-tuning): this rank's box, never updated
     if (slice.dim >= 0) r.box.offset[static_cast<std::size_t>(slice.dim)] = slice.begin;
     const int pair = static_cast<int>(stages.size()), pair_index = static_cast<int>(mine - stages.begin());
     r.holders = pair * slice.holders;

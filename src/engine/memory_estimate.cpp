@@ -9,26 +9,34 @@
 #include "lft/engine/megatron_plan.h"
 #include "lft/engine/pipeline_schedule.h"
 #include "lft/engine/shard_layout.h"
-#include "lft/model/families.h"
+#include "lft/model/finetuning.h"
 
 namespace lft::engine {
 namespace {
 
 std::shared_ptr<model::CausalLM> meta_model(const RunPlan& run) {
-  return model::create_causal_lm(run.model, at::TensorOptions().device(at::kMeta));
+  return model::create_finetuning_model(run.model, run.finetuning, at::TensorOptions().device(at::kMeta));
+}
+
+// Elements of the model's parameters: all of them, or those that train.
+double parameter_count(const model::CausalLM& m, bool trained_only) {
+  double n = 0;
+  for (const auto& item : m.named_parameters())
+    if (!trained_only || item.value().requires_grad()) n += static_cast<double>(item.value().numel());
+  return n;
 }
 
 double element_bytes(at::ScalarType t) { return static_cast<double>(c10::elementSize(t)); }
 
-// Parameter shapes grouped as the sharded engine groups them: the root unit (everything that is
-// not a decoder layer) first, then one unit per layer.
-std::vector<std::vector<Shape>> sharding_units(const model::CausalLM& m) {
-  std::map<std::size_t, std::vector<Shape>> by_unit;
+// Parameter shapes grouped as the sharded engine groups them, by unit: [0] the root unit
+// (everything that is not a decoder layer), then one per layer (empty when none of its
+// parameters is counted).
+std::vector<std::vector<Shape>> sharding_units(const model::CausalLM& m, bool trained_only) {
+  std::vector<std::vector<Shape>> units(static_cast<std::size_t>(m.num_layers()) + 1);
   for (const auto& item : m.named_parameters())
-    by_unit[sharded_unit_of(m, item.key())].push_back(item.value().sizes().vec());
-  std::vector<std::vector<Shape>> out;
-  for (auto& [unit, shapes] : by_unit) out.push_back(std::move(shapes));
-  return out;
+    if (!trained_only || item.value().requires_grad())
+      units[sharded_unit_of(m, item.key())].push_back(item.value().sizes().vec());
+  return units;
 }
 
 double numel(const std::vector<Shape>& shapes) {
@@ -83,16 +91,17 @@ std::string MemoryEstimate::str() const {
 }
 
 MemoryEstimate estimate_replicated(const RunPlan& run, bool buckets) {
-  const double p = static_cast<double>(run.model.num_parameters());
+  const auto model = meta_model(run);
+  const double p = parameter_count(*model, false), trained = parameter_count(*model, true);
   MemoryEstimate e;
   e.weights = 4 * p;
-  e.gradients = 4 * p;
-  e.optimizer = 8 * p;
+  e.gradients = 4 * trained;
+  e.optimizer = 8 * trained;
   // ddp keeps a flat bucket copy of every gradient for its all-reduce; autocast keeps a 16-bit
   // copy of every weight it casts for the forward.
-  e.gathered = (buckets ? 4 * p : 0.0) + (run.compute != at::kFloat ? 2 * p : 0.0);
+  e.gathered = (buckets ? 4 * trained : 0.0) + (run.compute != at::kFloat ? 2 * p : 0.0);
   e.activations = activation_bytes(run, static_cast<double>(run.model.num_hidden_layers),
-                                   model_widths(*meta_model(run), 1, false), true, true);
+                                   model_widths(*model, 1, false), true, true);
   e.gradients_during_forward = run.accumulation > 1;
   return e;
 }
@@ -100,22 +109,34 @@ MemoryEstimate estimate_replicated(const RunPlan& run, bool buckets) {
 MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
   const int n = run.mesh[MeshDim::DPShard];
   const auto model = meta_model(run);
-  const auto units = sharding_units(*model);
-  double shard = 0, whole = 0, largest_layer = 0;
-  for (std::size_t u = 0; u < units.size(); ++u) {
-    const UnitLayout layout = plan.per_parameter_cut ? per_parameter_layout(units[u], n) : flat_layout(units[u], n);
-    shard += static_cast<double>(layout.shard_numel);
-    whole += numel(units[u]);
-    if (u > 0) largest_layer = std::max(largest_layer, numel(units[u]));
-  }
-  const double root = numel(units.front());
+  // Sums over units of their shard and whole sizes, and the largest layer unit.
+  struct Totals {
+    double shard = 0, whole = 0, root = 0, largest_layer = 0;
+  };
+  auto totals = [&](bool trained_only) {
+    Totals t;
+    const auto units = sharding_units(*model, trained_only);
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      const UnitLayout layout = plan.per_parameter_cut ? per_parameter_layout(units[u], n) : flat_layout(units[u], n);
+      t.shard += static_cast<double>(layout.shard_numel);
+      t.whole += numel(units[u]);
+      if (u > 0) t.largest_layer = std::max(t.largest_layer, numel(units[u]));
+    }
+    t.root = numel(units.front());
+    return t;
+  };
+  const Totals all = totals(false), trained = totals(true);
+  // Frozen parameters are sharded with the others only when parameters are sharded.
+  const Totals& kept = plan.shard_parameters ? all : trained;
+  const double shard = kept.shard, whole = kept.whole, root = kept.root, largest_layer = kept.largest_layer;
   const double cb = element_bytes(plan.compute_dtype);
   MemoryEstimate e;
-  e.weights = 4 * shard;    // fp32 masters
-  e.gradients = 4 * shard;  // reduced gradient shards, summed over micro-batches
-  e.optimizer = 8 * whole / n;
+  e.weights = 4 * shard;            // fp32 masters
+  e.gradients = 4 * trained.shard;  // reduced gradient shards, summed over micro-batches
+  e.optimizer = 8 * trained.whole / n;
+  if (!plan.shard_parameters) e.weights += 4 * (all.whole - trained.whole);  // frozen, whole
   // A unit's whole gradients (or its reduce-scatter buffer) while backward reaches the next.
-  const double unit_gradients = 4 * std::max(root, largest_layer);
+  const double unit_gradients = 4 * std::max(trained.root, trained.largest_layer);
   if (plan.shard_parameters) {
     // The root unit stays gathered through the step, with the layer running and the one
     // prefetched beside it; without resharding every layer stays gathered until its backward.
@@ -124,7 +145,7 @@ MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
     // ZeRO-1/2: whole fp32 parameters on every rank; ZeRO-1 also keeps whole gradients over the
     // micro-batches, ZeRO-2 one unit's at a time.
     e.weights += 4 * whole;
-    e.gathered = plan.reduce_during_backward ? unit_gradients : 4 * whole;
+    e.gathered = plan.reduce_during_backward ? unit_gradients : 4 * trained.whole;
   }
   e.activations = activation_bytes(run, static_cast<double>(run.model.num_hidden_layers),
                                    model_widths(*model, 1, false), true, true);
@@ -143,7 +164,7 @@ MemoryEstimate estimate_megatron(const config::Config& cfg, const RunPlan& run) 
   MemoryEstimate worst;
   for (int stage = 0; stage < plan.pp; ++stage) {
     auto runs_unit = [&](std::int64_t unit) { return stage_of_unit(plan, *m, unit) == stage; };
-    double local = 0, layers = 0;
+    double local = 0, trained = 0, layers = 0;
     for (const auto& item : m->named_parameters()) {
       const model::ParameterPlacement placement = m->placement(item.key());
       if (std::none_of(placement.units.begin(), placement.units.end(), runs_unit)) continue;
@@ -152,16 +173,17 @@ MemoryEstimate estimate_megatron(const config::Config& cfg, const RunPlan& run) 
       if (slice.dim >= 0)
         elements = elements / static_cast<double>(item.value().size(slice.dim)) * static_cast<double>(slice.count);
       local += elements;
+      if (item.value().requires_grad()) trained += elements;
     }
     for (std::int64_t layer = 0; layer < run.model.num_hidden_layers; ++layer)
       if (runs_unit(model::CausalLM::layer_unit(layer))) layers += 1;
     MemoryEstimate e;
     e.weights = 4 * local;
-    e.gradients = 4 * local;
-    e.optimizer = 8 * local / (plan.distributed_optimizer ? dp : 1);
+    e.gradients = 4 * trained;
+    e.optimizer = 8 * trained / (plan.distributed_optimizer ? dp : 1);
     if (run.compute != at::kFloat) e.gathered = 2 * local;
     // The data-parallel reduction flattens every gradient (and receives its share back).
-    if (dp > 1) e.buffers = 4 * local * (1.0 + (plan.distributed_optimizer ? 1.0 / dp : 1.0));
+    if (dp > 1) e.buffers = 4 * trained * (1.0 + (plan.distributed_optimizer ? 1.0 / dp : 1.0));
     const bool first = stage == 0, last = stage == plan.pp - 1;
     const int in_flight = live[static_cast<std::size_t>(stage)];
     e.activations = in_flight * activation_bytes(run, layers / plan.virtual_stages, widths, first, last);

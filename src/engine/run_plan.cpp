@@ -2,11 +2,104 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "lft/engine/registry.h"
+#include "lft/model/adapter_weights.h"
+#include "lft/model/families.h"
 #include "lft/runtime/log.h"
 
 namespace lft::engine {
+
+namespace {
+
+// A list key's names, each value also split at commas ("q_proj,v_proj"), blanks trimmed.
+std::vector<std::string> names(const config::Config& cfg, const std::string& key) {
+  std::vector<std::string> out;
+  for (const std::string& value : cfg.strings(key)) {
+    std::size_t start = 0;
+    while (start <= value.size()) {
+      std::size_t end = value.find(',', start);
+      if (end == std::string::npos) end = value.size();
+      std::string name = value.substr(start, end - start);
+      name.erase(0, name.find_first_not_of(" \t"));
+      name.erase(name.find_last_not_of(" \t") + 1);
+      if (!name.empty()) out.push_back(name);
+      start = end + 1;
+    }
+  }
+  return out;
+}
+
+[[noreturn]] void adapter_conflict(const config::Config& cfg, const std::string& key, const std::string& theirs) {
+  throw config::ConfigError("config error: " + cfg.where(key) + ": " + key + " contradicts adapter_name_or_path " +
+                            cfg.string("adapter_name_or_path") + ", whose adapter has " + theirs +
+                            "\n  hint: remove " + key + ": training continues the adapter as it was made");
+}
+
+std::string text_of(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : ",") + s;
+  return out;
+}
+
+void take_adapter_config(const config::Config& cfg, model::FinetuningSpec& f) {
+  const model::PeftAdapter adapter(cfg.string("adapter_name_or_path"));
+  if (cfg.is_set("lora_rank") && f.lora_rank != adapter.rank)
+    adapter_conflict(cfg, "lora_rank", "r = " + std::to_string(adapter.rank));
+  if (cfg.is_set("lora_alpha") && f.lora_alpha != adapter.lora_alpha)
+    adapter_conflict(cfg, "lora_alpha", "lora_alpha = " + std::to_string(adapter.lora_alpha));
+  if (cfg.is_set("use_rslora") && f.use_rslora != adapter.use_rslora)
+    adapter_conflict(cfg, "use_rslora", std::string("use_rslora = ") + (adapter.use_rslora ? "true" : "false"));
+  auto sorted = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  if (cfg.is_set("lora_target") && sorted(f.lora_target) != sorted(adapter.target_modules))
+    adapter_conflict(cfg, "lora_target", "target_modules = " + text_of(adapter.target_modules));
+  if (cfg.is_set("additional_target") && sorted(f.additional_target) != sorted(adapter.modules_to_save))
+    adapter_conflict(cfg, "additional_target", "modules_to_save = " + text_of(adapter.modules_to_save));
+  f.lora_rank = adapter.rank;
+  f.lora_alpha = adapter.lora_alpha;
+  f.use_rslora = adapter.use_rslora;
+  f.lora_target = adapter.target_modules;
+  f.additional_target = adapter.modules_to_save;
+  if (!cfg.is_set("lora_dropout")) f.lora_dropout = adapter.lora_dropout;
+}
+
+}  // namespace
+
+model::FinetuningSpec finetuning_spec(const config::Config& cfg) {
+  model::FinetuningSpec f;
+  f.type = cfg.string("finetuning_type");
+  if (f.type == "lora") {
+    f.lora_rank = cfg.integer("lora_rank");
+    f.lora_alpha = cfg.is_set("lora_alpha") ? static_cast<double>(cfg.integer("lora_alpha")) : 2.0 * static_cast<double>(f.lora_rank);
+    f.lora_dropout = cfg.real("lora_dropout");
+    f.use_rslora = cfg.boolean("use_rslora");
+    f.lora_target = names(cfg, "lora_target");
+    if (cfg.is_set("additional_target")) f.additional_target = names(cfg, "additional_target");
+    if (cfg.is_set("adapter_name_or_path")) take_adapter_config(cfg, f);
+  } else if (f.type == "freeze") {
+    f.freeze_trainable_layers = cfg.integer("freeze_trainable_layers");
+    f.freeze_trainable_modules = names(cfg, "freeze_trainable_modules");
+    if (cfg.is_set("freeze_extra_modules")) f.freeze_extra_modules = names(cfg, "freeze_extra_modules");
+  }
+  return f;
+}
+
+std::shared_ptr<model::CausalLM> create_run_model(const config::Config& cfg, const RunPlan& plan,
+                                                  const c10::TensorOptions& options) {
+  std::shared_ptr<model::CausalLM> m = model::create_causal_lm(plan.model, options);
+  try {
+    model::apply_finetuning(*m, plan.finetuning, options);
+  } catch (const model::FinetuningError& e) {
+    throw config::ConfigError("config error: " + cfg.where(e.key) + ": " + e.what());
+  }
+  return m;
+}
 
 RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh) {
   RunPlan p;
@@ -18,6 +111,9 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh) {
   p.seq_len = cfg.integer("cutoff_len");
   p.compute = cfg.boolean("bf16") ? at::kBFloat16 : cfg.boolean("fp16") ? at::kHalf : at::kFloat;
   p.gradient_checkpointing = cfg.boolean("gradient_checkpointing");
+  p.finetuning = finetuning_spec(cfg);
+  if (p.finetuning.type == "lora" && cfg.is_set("adapter_name_or_path")) p.adapter_folder = cfg.string("adapter_name_or_path");
+  create_run_model(cfg, p, at::TensorOptions().device(at::kMeta));  // module names checked before anything starts
   if (cfg.string("distributed") == "deepspeed") p.deepspeed = config::read_deepspeed_config(cfg, mesh.dp_size());
   p.memory = engine_for(cfg).estimate_memory(cfg, p);
   return p;

@@ -32,11 +32,13 @@ std::size_t sharded_unit_of(const model::CausalLM& model, const std::string& nam
 }
 
 struct ShardedEngine::Unit {
-  std::vector<std::size_t> params;  // indices into params_
-  std::vector<std::size_t> pieces;  // per unit parameter: index into pieces_
-  UnitLayout layout;
-  at::Tensor master;  // [shard_numel] fp32: this rank's shard
-  at::Tensor grad;    // [shard_numel] fp32: reduced gradient shard, summed over micro-batches
+  std::vector<std::size_t> params;   // indices into params_
+  std::vector<std::size_t> trained;  // the positions in `params` of those that train
+  std::vector<std::size_t> pieces;   // per trained parameter: index into pieces_
+  UnitLayout layout;       // every parameter of the unit (what is gathered)
+  UnitLayout grad_layout;  // the trained ones (what is reduced)
+  at::Tensor master;  // [layout.shard_numel] fp32: this rank's shard
+  at::Tensor grad;    // [grad_layout.shard_numel] fp32: reduced gradient shard, summed over micro-batches
   bool gathered = true;
   at::Tensor gather_in, gather_out;
   WorkPtr gather;
@@ -77,7 +79,8 @@ void ShardedEngine::prepare(model::CausalLM& model) {
   }
   if (plan_.reduce_during_backward)
     for (std::size_t k = 0; k < params_.size(); ++k)
-      torch::autograd::impl::set_post_acc_grad_hooks(params_[k], std::make_unique<GradReadyHook>(this, k));
+      if (params_[k].requires_grad())
+        torch::autograd::impl::set_post_acc_grad_hooks(params_[k], std::make_unique<GradReadyHook>(this, k));
   after_forward_.assign(units_.size() - 1, 0);
 }
 
@@ -90,8 +93,10 @@ void ShardedEngine::prepare_from(model::CausalLM& model, const model::WeightSour
 
 void ShardedEngine::build_units(model::CausalLM& model) {
   std::vector<std::string> param_names;
+  // Frozen parameters (fine-tuning) are sharded and gathered like the others when parameters are
+  // sharded, but never reduced or updated; otherwise they stay whole in the model.
   for (const auto& item : model.named_parameters()) {
-    if (!item.value().requires_grad()) continue;
+    if (!item.value().requires_grad() && !plan_.shard_parameters) continue;
     param_names.push_back(item.key());
     params_.push_back(item.value());
     shapes_.push_back(item.value().sizes().vec());
@@ -110,12 +115,21 @@ void ShardedEngine::build_units(model::CausalLM& model) {
   for (std::size_t k = 0; k < params_.size(); ++k) units_[unit_of_[k]]->params.push_back(k);
   const int ranks = shard_comm_.size(), me = shard_comm_.rank();
   const auto f32 = params_.front().options().dtype(at::kFloat);
+  auto layout_of = [&](const std::vector<Shape>& shapes) {
+    return plan_.per_parameter_cut ? per_parameter_layout(shapes, ranks) : flat_layout(shapes, ranks);
+  };
   for (auto& u : units_) {
-    std::vector<Shape> shapes;
-    for (std::size_t k : u->params) shapes.push_back(shapes_[k]);
-    u->layout = plan_.per_parameter_cut ? per_parameter_layout(shapes, ranks) : flat_layout(shapes, ranks);
+    std::vector<Shape> shapes, trained_shapes;
+    for (std::size_t i = 0; i < u->params.size(); ++i) {
+      shapes.push_back(shapes_[u->params[i]]);
+      if (!params_[u->params[i]].requires_grad()) continue;
+      u->trained.push_back(i);
+      trained_shapes.push_back(shapes_[u->params[i]]);
+    }
+    u->layout = layout_of(shapes);
+    u->grad_layout = layout_of(trained_shapes);
     u->master = at::zeros({u->layout.shard_numel}, f32);
-    u->grad = at::zeros({u->layout.shard_numel}, f32);
+    u->grad = at::zeros({u->grad_layout.shard_numel}, f32);
     for (std::size_t i = 0; i < u->params.size(); ++i) {
       const std::size_t k = u->params[i];
       const ShardPiece& piece = u->layout.pieces[static_cast<std::size_t>(me)][i];
@@ -123,6 +137,7 @@ void ShardedEngine::build_units(model::CausalLM& model) {
       at::Tensor view = u->master.narrow(0, piece.local_offset, piece.rows * row_numel(shapes_[k])).view(shape);
       if (weights_ != nullptr) weights_->read_rows(param_names[k], piece.row_begin, piece.rows, view);
       else view.copy_(params_[k].narrow(0, piece.row_begin, piece.rows));
+      if (!params_[k].requires_grad()) continue;
       u->pieces.push_back(pieces_.size());
       pieces_.push_back(view);
       names_.push_back(param_names[k]);
@@ -237,18 +252,19 @@ void ShardedEngine::on_gradient_ready(std::size_t param) {
 }
 
 void ShardedEngine::launch_reduce(Unit& u) {
+  if (u.trained.empty()) return;
   // At most one reduce-scatter in flight (it overlaps the next layer's backward): each holds a
   // whole unit of fp32 gradients.
   finish_all_reduces();
   c10::NoGradGuard no_grad;
-  const std::int64_t k = u.layout.shard_numel;
+  const std::int64_t k = u.grad_layout.shard_numel;
   u.reduce_in = at::zeros({k * shard_comm_.size()}, u.master.options());
-  for (std::size_t i = 0; i < u.params.size(); ++i) {
-    at::Tensor& param = params_[u.params[i]];
-    const Shape& shape = shapes_[u.params[i]];
+  for (std::size_t j = 0; j < u.trained.size(); ++j) {
+    at::Tensor& param = params_[u.params[u.trained[j]]];
+    const Shape& shape = shapes_[u.params[u.trained[j]]];
     if (!param.grad().defined()) continue;  // no gradient this micro-batch: zeros
-    for (std::size_t r = 0; r < u.layout.pieces.size(); ++r) {
-      const ShardPiece& piece = u.layout.pieces[r][i];
+    for (std::size_t r = 0; r < u.grad_layout.pieces.size(); ++r) {
+      const ShardPiece& piece = u.grad_layout.pieces[r][j];
       if (piece.rows == 0) continue;
       u.reduce_in
           .narrow(0, static_cast<std::int64_t>(r) * k + piece.local_offset, piece.rows * row_numel(shape))
@@ -282,7 +298,7 @@ void ShardedEngine::begin_micro_batch(bool) {
     for (auto& u : units_) u->grad.zero_();
     step_open_ = true;
   }
-  for (auto& u : units_) u->pending = plan_.reduce_during_backward ? u->params.size() : 0;
+  for (auto& u : units_) u->pending = plan_.reduce_during_backward ? u->trained.size() : 0;
   if (plan_.shard_parameters) {
     ensure_gathered(*units_[0]);
     prefetch(1);
@@ -296,6 +312,10 @@ void ShardedEngine::finish_gradients() {
   for (auto& u : units_)
     if (!plan_.reduce_during_backward || u->pending > 0) launch_reduce(*u);
   finish_all_reduces();
+  // A unit that trains nothing has no reduce to free it after its backward.
+  if (plan_.shard_parameters)
+    for (auto& u : units_)
+      if (u->trained.empty() && u->gathered) free_parameters(*u);
   if (replicate_comm_.size() > 1) {
     std::vector<WorkPtr> works;
     for (auto& u : units_) works.push_back(replicate_comm_.all_reduce_async(u->grad, ReduceOp::Sum));
@@ -303,9 +323,9 @@ void ShardedEngine::finish_gradients() {
   }
   c10::NoGradGuard no_grad;
   for (auto& u : units_)
-    for (std::size_t i = 0; i < u->params.size(); ++i) {
-      at::Tensor& piece = pieces_[u->pieces[i]];
-      const ShardPiece& where = u->layout.pieces[static_cast<std::size_t>(shard_comm_.rank())][i];
+    for (std::size_t j = 0; j < u->trained.size(); ++j) {
+      at::Tensor& piece = pieces_[u->pieces[j]];
+      const ShardPiece& where = u->grad_layout.pieces[static_cast<std::size_t>(shard_comm_.rank())][j];
       piece.mutable_grad() = u->grad.narrow(0, where.local_offset, piece.numel()).view(piece.sizes());
     }
   step_open_ = false;

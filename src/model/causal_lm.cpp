@@ -9,6 +9,7 @@
 #include <c10/core/GradMode.h>
 
 #include "lft/model/checkpoint.h"
+#include "lft/model/init.h"
 #include "lft/model/loss.h"
 #include "lft/model/segments.h"
 
@@ -38,7 +39,31 @@ CausalLM::CausalLM(const ModelConfig& config, const c10::TensorOptions& options,
     lm_head = register_module("lm_head", Linear(config_.hidden_size, config_.vocab_size, false, options));
 }
 
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The role of LoRA's A (`is_a`) or B beside a linear of role `base`.
+TpSplit lora_split(const TpSplit& base, bool is_a) {
+  TpSplit whole;
+  whole.role = TpRole::ReplicatedInsideTp;
+  if (base.role == TpRole::ColumnParallel) return is_a ? whole : base;
+  if (base.role == TpRole::RowParallel) return is_a ? base : whole;
+  return {};
+}
+
+}  // namespace
+
 ParameterPlacement CausalLM::placement(const std::string& name) const {
+  for (const char* factor : {".lora_A.weight", ".lora_B.weight"})
+    if (ends_with(name, factor)) {
+      const std::string linear = name.substr(0, name.size() - std::string(factor).size());
+      ParameterPlacement p = placement(linear + ".weight");
+      p.tp = lora_split(p.tp, factor[6] == 'A');
+      return p;
+    }
   ParameterPlacement p;
   TpSplit vocab;
   vocab.role = TpRole::VocabParallel;
@@ -96,15 +121,27 @@ AttentionInputs CausalLM::attention_inputs(const at::Tensor& input_ids, const at
   return in;
 }
 
+void CausalLM::set_dropout_seed(std::uint64_t seed) {
+  dropout_seed_ = seed;
+  forwards_from_unit_.assign(static_cast<std::size_t>(num_units()), 0);
+}
+
 at::Tensor CausalLM::run_layers(std::int64_t first, std::int64_t last, at::Tensor h, const AttentionInputs& in) {
   const bool recompute = gradient_checkpointing_ && at::GradMode::is_enabled();
   for (std::int64_t i = first; i < last; ++i) {
     const std::shared_ptr<DecoderBlock>& block = model->blocks[static_cast<std::size_t>(i)];
     if (layer_hooks_) layer_hooks_->before_layer(i);
+    const std::uint64_t layer_seed = in.dropout_seed == 0 ? 0 : mix_seed(in.dropout_seed, static_cast<std::uint64_t>(i));
     if (recompute) {
       ParallelOps* ops = ops_;  // the lambda owns references to the block and the inputs
-      h = checkpoint([block, in, ops](const at::Tensor& x) { return block->forward(x, in, *ops); }, h);
+      h = checkpoint(
+          [block, in, ops, layer_seed](const at::Tensor& x) {
+            DropoutSeedScope seed(layer_seed);
+            return block->forward(x, in, *ops);
+          },
+          h);
     } else {
+      DropoutSeedScope seed(layer_seed);
       h = block->forward(h, in, *ops_);
     }
     if (layer_hooks_) layer_hooks_->after_layer(i, h);
@@ -123,7 +160,13 @@ at::Tensor CausalLM::forward_units(std::int64_t begin, std::int64_t end, const a
   at::Tensor h = begin == 0 ? ops_->embed(model->embed_tokens->weight, input_ids) : hidden;
   const std::int64_t first = std::max<std::int64_t>(begin, 1) - 1;
   const std::int64_t last = std::min(end, head_unit()) - 1;
-  if (first < last) h = run_layers(first, last, h, attention_inputs(input_ids, segment_ids, h.options()));
+  if (first < last) {
+    AttentionInputs in = attention_inputs(input_ids, segment_ids, h.options());
+    if (dropout_seed_ != 0 && at::GradMode::is_enabled())
+      in.dropout_seed = mix_seed(mix_seed(dropout_seed_, static_cast<std::uint64_t>(begin)),
+                                 forwards_from_unit_[static_cast<std::size_t>(begin)]++);
+    h = run_layers(first, last, h, in);
+  }
   return end == num_units() ? head_losses(h, input_ids) : h;
 }
 

@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <vector>
 #include <fstream>
 #include <map>
 #include <set>
@@ -79,7 +82,9 @@ std::vector<std::string> hf_weight_files(const std::string& folder) {
                              "safetensors checkpoints are supported)");
 }
 
-HfWeights::HfWeights(const std::string& folder, torch::nn::Module& model) : folder_(folder) {
+HfWeights::HfWeights(const std::string& folder, torch::nn::Module& model,
+                     const std::function<bool(const std::string&)>& not_in_folder)
+    : folder_(folder) {
   const auto params = model.named_parameters(/*recurse=*/true);
   std::map<std::string, Location> tied_head;
   for (const std::string& file : hf_weight_files(folder)) {
@@ -107,7 +112,7 @@ HfWeights::HfWeights(const std::string& folder, torch::nn::Module& model) : fold
     }
   }
   for (const auto& item : params) {
-    if (tensors_.count(item.key()) == 0) {
+    if (tensors_.count(item.key()) == 0 && !(not_in_folder && not_in_folder(item.key()))) {
       throw ConfigError(folder + ": the checkpoint has no tensor '" + item.key() + "'");
     }
   }
@@ -139,6 +144,48 @@ void HfWeights::read_rows(const std::string& name, std::int64_t row_begin, std::
   if (it == tensors_.end()) throw std::logic_error(folder_ + ": no weights for parameter '" + name + "'");
   at::NoGradGuard no_grad;
   out.copy_(read_safetensors_rows(it->second.file, *it->second.header, name, row_begin, rows).view(out.sizes()));
+}
+
+namespace {
+
+std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  return x ^ (x >> 33);
+}
+
+// Folds the bytes of `path` into `h`, eight at a time (the tail zero-padded), then its length.
+std::uint64_t hash_file(const std::string& path, std::uint64_t h) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot be read to hash the base model");
+  std::vector<char> buffer(std::size_t{1} << 22);
+  std::uint64_t length = 0;
+  while (in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const auto got = static_cast<std::size_t>(in.gcount());
+    std::fill(buffer.begin() + static_cast<std::ptrdiff_t>(got),
+              buffer.begin() + static_cast<std::ptrdiff_t>((got + 7) / 8 * 8), 0);
+    for (std::size_t i = 0; i < got; i += 8) {
+      std::uint64_t word;
+      std::memcpy(&word, buffer.data() + i, 8);
+      h = mix64(h ^ word) + 0x9e3779b97f4a7c15ULL;
+    }
+    length += got;
+  }
+  return mix64(h ^ length);
+}
+
+}  // namespace
+
+std::string model_folder_hash(const std::string& folder) {
+  std::uint64_t h = 0x6c66747261696e00ULL;
+  h = hash_file(folder + "/config.json", h);
+  for (const std::string& file : hf_weight_files(folder)) h = hash_file(file, h);
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+  return text;
 }
 
 void load_hf_checkpoint(torch::nn::Module& model, const std::string& folder) {

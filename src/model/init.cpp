@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <cmath>
 #include <torch/nn/module.h>
 
 namespace lft::model {
@@ -31,6 +32,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
+std::uint64_t mix_seed(std::uint64_t a, std::uint64_t b) { return splitmix64(splitmix64(a) ^ b); }
+
 std::uint64_t parameter_seed(const std::string& name, std::uint64_t seed) {
   return splitmix64(splitmix64(seed) ^ fnv1a64(name));
 }
@@ -38,8 +41,12 @@ std::uint64_t parameter_seed(const std::string& name, std::uint64_t seed) {
 at::Tensor init_parameter(const std::string& name, at::IntArrayRef shape, std::uint64_t seed) {
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
   if (ends_with(name, "norm.weight")) return at::ones(shape, f32);
-  if (ends_with(name, ".bias")) return at::zeros(shape, f32);
+  if (ends_with(name, ".bias") || ends_with(name, ".lora_B.weight")) return at::zeros(shape, f32);
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(parameter_seed(name, seed));
+  if (ends_with(name, ".lora_A.weight")) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(shape[1]));
+    return at::empty(shape, f32).uniform_(-bound, bound, gen);
+  }
   return at::normal(0.0, kInitStd, shape, gen, f32);
 }
 

@@ -5,7 +5,10 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
 
+#include "lft/model/init.h"
 #include "lft/model/parameter_storage.h"
 
 namespace lft::model {
@@ -37,7 +40,37 @@ LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias,
   if (with_bias) bias = register_parameter("bias", new_parameter({out}, options, 0.0));
 }
 
-at::Tensor LinearImpl::forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
+at::Tensor LinearImpl::forward(const at::Tensor& x) {
+  at::Tensor y = at::linear(x, weight, bias);
+  if (!lora_A) return y;
+  at::Tensor in = x;
+  const std::uint64_t seed = DropoutSeedScope::current();
+  if (lora_dropout > 0 && seed != 0 && at::GradMode::is_enabled()) {
+    // Drawn on the CPU from a generator of (the scope's seed, this adapter): the same mask when
+    // the layer is recomputed, and on every tensor-parallel rank of the same input.
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed, dropout_id_));
+    const at::Tensor keep = at::bernoulli(at::full(x.sizes(), 1.0 - lora_dropout, at::kFloat), gen);
+    in = x * (keep / (1.0 - lora_dropout)).to(x.options());
+  }
+  return y + at::linear(at::linear(in, lora_A->weight), lora_B->weight) * lora_scaling;
+}
+
+void LinearImpl::add_lora(std::int64_t rank, double scaling, double dropout, std::uint64_t dropout_id,
+                          const c10::TensorOptions& options) {
+  lora_A = register_module("lora_A", std::make_shared<LinearImpl>(in_features, rank, false, options));
+  lora_B = register_module("lora_B", std::make_shared<LinearImpl>(rank, out_features, false, options));
+  lora_scaling = scaling;
+  lora_dropout = dropout;
+  dropout_id_ = dropout_id;
+}
+
+namespace {
+thread_local std::uint64_t dropout_seed = 0;
+}  // namespace
+
+DropoutSeedScope::DropoutSeedScope(std::uint64_t seed) : previous_(dropout_seed) { dropout_seed = seed; }
+DropoutSeedScope::~DropoutSeedScope() { dropout_seed = previous_; }
+std::uint64_t DropoutSeedScope::current() { return dropout_seed; }
 
 EmbeddingImpl::EmbeddingImpl(std::int64_t num_embeddings, std::int64_t dim,
                              const c10::TensorOptions& options) {

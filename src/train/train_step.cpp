@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "lft/model/init.h"
 #include "lft/runtime/error.h"
 #include "lft/runtime/log.h"
 #include "trainer_state.h"
@@ -49,6 +50,10 @@ StepResult Trainer::step() {
   engine::MicroBatchOptions options;
   options.compute = s.plan.compute;
   options.loss_factor = (s.scaler ? s.scaler->scale() : 1.0) / targets;
+  if (s.plan.finetuning.type == "lora" && s.plan.finetuning.lora_dropout > 0)  // new masks each step and dp rank
+    s.model->set_dropout_seed(model::mix_seed(model::mix_seed(static_cast<std::uint64_t>(s.cfg.integer("seed")) + 1,
+                                                              static_cast<std::uint64_t>(s.step)),
+                                              static_cast<std::uint64_t>(dp_rank)));
   const at::Tensor local = s.engine->run_micro_batches(*s.model, batches, options);
   s.engine->finish_gradients();
 

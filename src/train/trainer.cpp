@@ -12,7 +12,8 @@
 #include "lft/comm/watchdog.h"
 #include "lft/data/tokenizer.h"
 #include "lft/engine/registry.h"
-#include "lft/model/families.h"
+#include "lft/model/adapter_weights.h"
+#include "lft/model/finetuning.h"
 #include "lft/model/hf_checkpoint.h"
 #include "lft/model/init.h"
 #include "lft/model/parameter_storage.h"
@@ -72,6 +73,26 @@ std::int64_t pad_multiple(const config::Config& cfg, const engine::RunPlan& plan
   return std::lcm(multiple, static_cast<std::int64_t>(plan.mesh[MeshDim::TP]));
 }
 
+// The model's starting weights: the model folder's (or the seed's initialisation), and with LoRA
+// the adapters from adapter_name_or_path (or PEFT's initialisation from the seed).
+std::unique_ptr<model::WeightSource> starting_weights(const config::Config& cfg, const engine::RunPlan& plan,
+                                                      model::CausalLM& model) {
+  const auto seed = static_cast<std::uint64_t>(cfg.integer("seed"));
+  if (!cfg.is_set("model_name_or_path")) {
+    if (plan.adapter_folder.empty()) return std::make_unique<model::InitWeights>(model, seed);
+    auto adapter = std::make_shared<const model::PeftAdapter>(plan.adapter_folder);
+    return std::make_unique<model::FinetuningWeights>(std::make_unique<model::InitWeights>(model, seed),
+                                                      std::make_unique<model::PeftAdapterWeights>(adapter), adapter);
+  }
+  auto base = std::make_unique<model::HfWeights>(cfg.string("model_name_or_path"), model, model::is_lora_parameter);
+  if (plan.finetuning.type != "lora") return base;
+  if (plan.adapter_folder.empty())
+    return std::make_unique<model::FinetuningWeights>(std::move(base), std::make_unique<model::InitWeights>(model, seed));
+  auto adapter = std::make_shared<const model::PeftAdapter>(plan.adapter_folder);
+  return std::make_unique<model::FinetuningWeights>(std::move(base), std::make_unique<model::PeftAdapterWeights>(adapter),
+                                                    adapter);
+}
+
 }  // namespace
 
 Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceMesh& mesh,
@@ -103,15 +124,27 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
   {
     std::optional<model::UnallocatedParameters> unallocated;
     if (s.engine->reads_weight_shards()) unallocated.emplace();
-    s.model = model::create_causal_lm(plan.model, at::TensorOptions().device(s.torch_device()));
+    s.model = engine::create_run_model(cfg, plan, at::TensorOptions().device(s.torch_device()));
   }
   s.model->set_gradient_checkpointing(plan.gradient_checkpointing);
-  if (cfg.is_set("model_name_or_path")) {
-    const std::string folder = cfg.string("model_name_or_path");
-    Watchdog::Scope scope("loading " + folder, Watchdog::setup_timeout(), "setup_timeout");
-    s.engine->prepare_from(*s.model, model::HfWeights(folder, *s.model));
-  } else {
-    s.engine->prepare_from(*s.model, model::InitWeights(*s.model, static_cast<std::uint64_t>(cfg.integer("seed"))));
+  {
+    const std::string what = cfg.is_set("model_name_or_path") ? cfg.string("model_name_or_path") : "the initial weights";
+    Watchdog::Scope scope("loading " + what, Watchdog::setup_timeout(), "setup_timeout");
+    s.engine->prepare_from(*s.model, *starting_weights(cfg, plan, *s.model));
+  }
+  if (plan.finetuning.type != "full" && cfg.is_set("model_name_or_path")) {
+    // World rank 0 reads the base's files once; the others take its hash (or its error).
+    std::string hash;
+    if (world_rank_or_minus_one() == 0) {
+      try {
+        hash = model::model_folder_hash(cfg.string("model_name_or_path"));
+      } catch (const std::exception& e) {
+        hash = std::string("!") + e.what();
+      }
+    }
+    hash = all_gather_bytes(mesh.world(), hash).front();
+    if (!hash.empty() && hash[0] == '!') throw config::ConfigError(hash.substr(1));
+    s.base_model_hash = hash;
   }
   for (Communicator* c : s.engine->communicators()) c->reset_stats();  // count training only
   optim::AdamWOptions o;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "lft/ckpt/checkpoint_files.h"
+#include "lft/model/finetuning.h"
 #include "lft/runtime/log.h"
 #include "trainer_state.h"
 
@@ -40,6 +41,21 @@ ckpt::RunInfo Trainer::run_info() const {
   for (const auto& o : s.cfg.overrides()) info.config_text += "\n# override: " + o;
   info.global_batch = s.plan.global_batch;
   info.seed = s.cfg.integer("seed");
+  const model::FinetuningSpec& f = s.plan.finetuning;
+  info.finetuning_type = f.type;
+  if (f.type == "full") return info;
+  info.base_model = s.cfg.is_set("model_name_or_path") ? s.cfg.string("model_name_or_path") : "";
+  info.base_model_hash = s.base_model_hash;
+  if (f.type != "lora") return info;
+  info.lora_rank = f.lora_rank;
+  info.lora_alpha = f.lora_alpha;
+  info.lora_scaling = f.lora_scaling();
+  info.lora_dropout = f.lora_dropout;
+  info.use_rslora = f.use_rslora;
+  for (const std::string& name : model::lora_target_names(*s.model, f))
+    info.lora_target += (info.lora_target.empty() ? "" : ",") + name;
+  for (const std::string& name : f.additional_target)
+    info.additional_target += (info.additional_target.empty() ? "" : ",") + name;
   return info;
 }
 

@@ -51,6 +51,7 @@ struct Trainer::State {
   std::int64_t saved_step = -1;  // the step whose checkpoint output_dir holds from this run (or its resume)
   std::unique_ptr<LossScaler> scaler;  // fp16 only
   double flops_per_token = 0.0;
+  std::string base_model_hash;  // freeze/lora from a model folder: model_folder_hash of it
   double step_seconds = 0.0;  // of the steps run by this process
 
   State(const config::Config& c, const engine::RunPlan& p, DeviceMesh& m, const DeviceChoice& d)

@@ -1,6 +1,7 @@
-// lfmerge: exports an lftrain checkpoint as a Hugging Face model folder (or one HDF5 file), or
-// describes it (--inspect). A thin main over lft/ckpt/merge.h. One process: MPI is initialised as
-// a singleton (it also runs under `mpirun -np 1`), the checkpoint is read with MPI_COMM_SELF.
+// lfmerge: exports an lftrain checkpoint as a Hugging Face model folder (or one HDF5 file, or a
+// LoRA checkpoint's adapters for PEFT), or describes it (--inspect). A thin main over
+// lft/ckpt/merge.h. One process: MPI is initialised as a singleton (it also runs under
+// `mpirun -np 1`), the checkpoint is read with MPI_COMM_SELF.
 // Exit status: 0 done, 2 wrong command line or input, 1 writing failed.
 #include <mpi.h>
 #include <signal.h>

@@ -45,6 +45,18 @@ struct RunInfo {
   std::string config_text;  // the TOML file, then one "# override: key=value" line per override
   std::int64_t global_batch = 0;
   std::int64_t seed = 0;
+  // Which parameters trained (finetuning_type). With "freeze" or "lora" the checkpoint holds only
+  // the trained tensors; the rest are the base model's: model_name_or_path ("" for an inline
+  // [model], then the seed's initialisation) whose files hash to base_model_hash. Written as root
+  // attributes; a resume from another base is refused.
+  std::string finetuning_type = "full";
+  std::string base_model, base_model_hash;
+  // LoRA: the adapters' rank, alpha, scaling (alpha / r, or alpha / sqrt(r) with rslora), dropout,
+  // the module names they sit beside, and the modules trained whole (comma-separated).
+  std::int64_t lora_rank = 0;
+  double lora_alpha = 0, lora_scaling = 0, lora_dropout = 0;
+  bool use_rslora = false;
+  std::string lora_target, additional_target;
 };
 
 // Where training stands.

@@ -7,10 +7,21 @@
 //         when the tensor data exceeds max_shard_bytes), DIR/config.json, and, for a run that
 //         started from model_name_or_path, that folder's tokenizer and generation files
 //   hdf5  DIR/model.h5: a SharedFile tensor store with /model/<name> and the checkpoint's root
-//         attributes
+//         attributes (less the finetuning ones: it holds a whole model)
+//   peft  LoRA checkpoints only: DIR/adapter_model.safetensors ("base_model.model." + each tensor
+//         of the checkpoint: the lora_A/lora_B adapters and the modules trained whole) and
+//         DIR/adapter_config.json, as peft 0.21.2 saves them, for
+//         peft.PeftModel.from_pretrained(base model, DIR)
+//
+// A freeze or LoRA checkpoint (root attribute finetuning_type) holds only the tensors its run
+// trained. hf and hdf5 export the whole model: every parameter from the checkpoint when it holds
+// it, else from the base (the run's model_name_or_path, whose files must still hash to the
+// recorded base_model_hash; or the seed's initialisation for an inline [model]), with
+// W + lora_scaling * B @ A (in float32) where the checkpoint has LoRA adapters.
 //
 // Errors: lft::UsageError for a wrong input (missing or incomplete checkpoint, names or shapes that
-// do not match the run's model config, an existing non-empty output folder without `force`);
+// do not match the run's model config, a base model folder that changed, peft for a checkpoint
+// that is not LoRA, an existing non-empty output folder without `force`);
 // MergeIoError when writing fails (disk full, ...). Either way the files of this export written so
 // far are removed. (An HDF5 write failure inside the tensor store aborts the process instead, see
 // tensor_store.h; it leaves DIR/model.h5.tmp, never a model.h5.)
@@ -28,7 +39,7 @@
 
 namespace lft::ckpt {
 
-enum class ExportFormat { HuggingFace, Hdf5 };
+enum class ExportFormat { HuggingFace, Hdf5, Peft };
 
 struct MergeOptions {
   std::string checkpoint;  // a checkpoint-<step> folder: COMPLETE and state.h5 or state/
@@ -38,7 +49,7 @@ struct MergeOptions {
   std::int64_t max_shard_bytes = 5'000'000'000;  // "5GB" (hf): larger exports are sharded
   bool dry_run = false;                          // check everything, write nothing
   // Write into an existing non-empty out_dir. The export's own file names found there (model*,
-  // config.json, the tokenizer files, ...) are removed first, nothing else.
+  // config.json, adapter_*, the tokenizer files, ...) are removed first, nothing else.
   bool force = false;
 };
 

@@ -13,6 +13,7 @@
 #include "lft/config/config.h"
 #include "lft/config/deepspeed.h"
 #include "lft/mesh/device_mesh.h"
+#include "lft/model/finetuning.h"
 #include "lft/model/model_config.h"
 
 namespace lft::engine {
@@ -45,9 +46,21 @@ struct RunPlan {
   std::int64_t seq_len = 1;       // cutoff_len
   at::ScalarType compute = at::kFloat;  // bf16 / fp16: autocast over fp32 weights
   bool gradient_checkpointing = false;
+  model::FinetuningSpec finetuning;                  // which parameters train
+  std::string adapter_folder;                        // adapter_name_or_path ("" when none)
   std::optional<config::DeepSpeedConfig> deepspeed;  // distributed = "deepspeed"
   MemoryEstimate memory;                             // from the engine (EngineInfo::estimate_memory)
 };
+
+// The finetuning_* keys as a spec: list values split at commas as LlamaFactory's, lora_alpha
+// 2 x lora_rank by default, and with adapter_name_or_path the adapter's own rank, alpha, targets
+// and modules_to_save (a key that contradicts them is a ConfigError at that key).
+model::FinetuningSpec finetuning_spec(const config::Config& cfg);
+
+// The model of `plan` with its adapters and frozen parameters, built with `options`. ConfigError
+// (at the key) for a module name the model does not have.
+std::shared_ptr<model::CausalLM> create_run_model(const config::Config& cfg, const RunPlan& plan,
+                                                  const c10::TensorOptions& options);
 
 // Resolves the plan of `cfg` on `mesh` (collective-free; every rank reaches the same plan).
 // Throws config::ConfigError for a model or DeepSpeed file that does not fit.

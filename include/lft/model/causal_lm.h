@@ -59,6 +59,7 @@ struct ParameterPlacement {
 // causal).
 struct AttentionInputs {
   at::Tensor cos, sin, mask;
+  std::uint64_t dropout_seed = 0;  // the LoRA dropout masks' seed of this forward (0: none)
 };
 
 // The communication a model's forward calls at its tensor-parallel points. The defaults are one
@@ -125,7 +126,11 @@ class CausalLM : public torch::nn::Module {
   static std::int64_t layer_unit(std::int64_t layer) { return layer + 1; }
   bool is_layer_unit(std::int64_t unit) const { return unit >= 1 && unit <= num_layers(); }
 
-  // Where parameter `name` (of named_parameters()) is used, and its tensor-parallel role.
+  // Where parameter `name` (of named_parameters()) is used, and its tensor-parallel role. A LoRA
+  // adapter follows its linear: beside a column-parallel one A is whole (its gradient summed over
+  // the tensor-parallel ranks) and B split as the linear's rows; beside a row-parallel one A is
+  // split as the linear's columns and B whole (gradient summed), its partial output summed with
+  // the linear's.
   ParameterPlacement placement(const std::string& name) const;
   // Elements per token that backward keeps (memory estimates): the largest decoder layer's, and
   // the head's (its normed input and the log-softmax of this rank's vocabulary rows).
@@ -154,6 +159,10 @@ class CausalLM : public torch::nn::Module {
   // (lft::model::checkpoint). Only has an effect while grad mode is on.
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
+  // Training forwards draw LoRA dropout masks from `seed` (per step and data-parallel rank), the
+  // forward's first unit and how many forwards from that unit came before since: each layer of
+  // each micro-batch gets its own masks, and a recomputed layer the same. 0: no dropout.
+  void set_dropout_seed(std::uint64_t seed);
   void set_layer_hooks(LayerHooks* hooks) { layer_hooks_ = hooks; }  // not owned
   void set_parallel_ops(ParallelOps* ops) { ops_ = ops != nullptr ? ops : &one_rank_; }  // not owned
 
@@ -167,6 +176,8 @@ class CausalLM : public torch::nn::Module {
   ModelConfig config_;
   RotaryEmbedding rotary_;
   bool gradient_checkpointing_ = false;
+  std::uint64_t dropout_seed_ = 0;
+  std::vector<std::uint64_t> forwards_from_unit_;
   LayerHooks* layer_hooks_ = nullptr;
   ParallelOps one_rank_;
   ParallelOps* ops_ = &one_rank_;

@@ -2,6 +2,7 @@
 // model.safetensors.index.json) into a module whose parameter names are the HF names.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -29,7 +30,10 @@ std::vector<std::string> hf_weight_files(const std::string& folder);
 // the destination's dtype).
 class HfWeights final : public WeightSource {
  public:
-  HfWeights(const std::string& folder, torch::nn::Module& model);
+  // `not_in_folder`: parameters the folder need not hold (a fine-tuning run's adapters, read from
+  // elsewhere).
+  HfWeights(const std::string& folder, torch::nn::Module& model,
+            const std::function<bool(const std::string&)>& not_in_folder = {});
   void read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows,
                  at::Tensor out) const override;
   std::string describe() const override { return folder_; }
@@ -45,6 +49,11 @@ class HfWeights final : public WeightSource {
   std::map<std::string, SafetensorsHeader> headers_;  // per file
   std::map<std::string, Location> tensors_;           // per parameter name
 };
+
+// A 64-bit content hash of a model folder's config.json and weight files (hf_weight_files), as
+// 16 hex digits: what a LoRA or freeze checkpoint records of the base it was trained on. Reads
+// every byte (about 2 GB/s). ConfigError when a file cannot be read.
+std::string model_folder_hash(const std::string& folder);
 
 // Copies every checkpoint tensor into the parameter of the same name, converted to the
 // parameter's dtype and device (no autograd history), with HfWeights' checks.

@@ -26,9 +26,14 @@ constexpr double kInitStd = 0.02;
 // `name`.
 std::uint64_t parameter_seed(const std::string& name, std::uint64_t seed);
 
+// splitmix64 mixing of two 64-bit values (seeds of derived generators).
+std::uint64_t mix_seed(std::uint64_t a, std::uint64_t b);
+
 // The full logical tensor (CPU, float32) of the parameter `name` with global shape `shape`:
 //   "*norm.weight" (RMSNorm)      ones
-//   "*.bias"                      zeros
+//   "*.bias", "*.lora_B.weight"   zeros (a LoRA adapter starts as no change, as PEFT's)
+//   "*.lora_A.weight" [r, in]     uniform(-1/sqrt(in), 1/sqrt(in)): PEFT's kaiming_uniform(a=sqrt(5))
+//                                 bound, from the generator below
 //   anything else (embedding, linear weights)   normal(0, kInitStd) from a CPU generator seeded
 //                                 with parameter_seed(name, seed)
 at::Tensor init_parameter(const std::string& name, at::IntArrayRef shape, std::uint64_t seed);

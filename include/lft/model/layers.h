@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 #include <ATen/core/Tensor.h>
@@ -19,18 +20,28 @@ namespace lft::model {
 // gives them values; inside an UnallocatedParameters scope they get no memory.
 
 // y = x W^T (+ b). Parameters: "weight" [out, in], and "bias" [out] when `bias`. A small holder
-// rather than torch::nn::Linear, so construction does no random init and a LoRA adapter can later
-// be added here as submodules without changing the parameter names.
+// rather than torch::nn::Linear, so construction does no random init. With a LoRA adapter
+// (add_lora) it adds scaling * B(A(dropout(x))), as PEFT's lora.Linear: submodules "lora_A"
+// (weight [r, in]) and "lora_B" (weight [out, r]), so the names are PEFT's saved ones.
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(std::int64_t in_features, std::int64_t out_features, bool bias,
              const c10::TensorOptions& options = {});
   at::Tensor forward(const at::Tensor& x);
+  // `dropout_id` tells this adapter's dropout mask apart from the others' (a hash of its name).
+  void add_lora(std::int64_t rank, double scaling, double dropout, std::uint64_t dropout_id,
+                const c10::TensorOptions& options = {});
+  bool has_lora() const { return lora_A != nullptr; }
 
   std::int64_t in_features;
   std::int64_t out_features;
   at::Tensor weight;
   at::Tensor bias;  // undefined without bias
+  std::shared_ptr<LinearImpl> lora_A, lora_B;
+  double lora_scaling = 0.0, lora_dropout = 0.0;
+
+ private:
+  std::uint64_t dropout_id_ = 0;
 };
 TORCH_MODULE(Linear);
 
@@ -56,6 +67,21 @@ class RMSNormImpl : public torch::nn::Module {
   at::Tensor weight;
 };
 TORCH_MODULE(RMSNorm);
+
+// The seed of LoRA dropout masks for the forward running on this thread: a decoder layer's
+// forward (and its recomputation) runs inside a scope holding the seed its micro-batch drew, so a
+// recomputed forward draws the same masks. Outside any scope (or seed 0) LoRA has no dropout.
+class DropoutSeedScope {
+ public:
+  explicit DropoutSeedScope(std::uint64_t seed);
+  ~DropoutSeedScope();
+  DropoutSeedScope(const DropoutSeedScope&) = delete;
+  DropoutSeedScope& operator=(const DropoutSeedScope&) = delete;
+  static std::uint64_t current();
+
+ private:
+  std::uint64_t previous_;
+};
 
 // Rotary position embedding in HF's rotate-half convention (dimension i pairs with i + d/2).
 class RotaryEmbedding {

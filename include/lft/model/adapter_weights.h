@@ -1,0 +1,69 @@
+// Where a fine-tuning run's adapters start: a PEFT adapter folder (adapter_config.json,
+// adapter_model.safetensors), and the WeightSource that reads adapters from one source and the base
+// model from another.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lft/model/safetensors.h"
+#include "lft/model/weight_source.h"
+
+namespace lft::model {
+
+// A PEFT LoRA adapter folder. Tensor names in the file are "base_model.model." + the parameter
+// name (lora_A/lora_B weights, and the modules_to_save it trained whole). ConfigError (naming the
+// file and field) when it is not a LoRA adapter lftrain can load.
+class PeftAdapter {
+ public:
+  explicit PeftAdapter(const std::string& folder);
+  const std::string& folder() const { return folder_; }
+  std::int64_t rank = 0;
+  double lora_alpha = 0;
+  double lora_dropout = 0;
+  bool use_rslora = false;
+  std::vector<std::string> target_modules;
+  std::vector<std::string> modules_to_save;
+  // Whether the file holds parameter `name`, and its rows.
+  bool has(const std::string& name) const;
+  void read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows, at::Tensor out) const;
+  const SafetensorsHeader& header() const { return header_; }
+
+ private:
+  std::string folder_, file_;
+  SafetensorsHeader header_;
+};
+
+// The parameter prefix PEFT writes in adapter_model.safetensors.
+inline constexpr const char* kPeftPrefix = "base_model.model.";
+
+// Adapter parameters (is_lora_parameter) and whatever `adapter` holds from `adapters`; the rest
+// from `base`.
+class FinetuningWeights final : public WeightSource {
+ public:
+  FinetuningWeights(std::unique_ptr<WeightSource> base, std::unique_ptr<WeightSource> adapters,
+                    std::shared_ptr<const PeftAdapter> adapter = nullptr);
+  void read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows, at::Tensor out) const override;
+  std::string describe() const override;
+
+ private:
+  std::unique_ptr<WeightSource> base_, adapters_;
+  std::shared_ptr<const PeftAdapter> adapter_;
+};
+
+// A PeftAdapter as a WeightSource.
+class PeftAdapterWeights final : public WeightSource {
+ public:
+  explicit PeftAdapterWeights(std::shared_ptr<const PeftAdapter> adapter) : adapter_(std::move(adapter)) {}
+  void read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows, at::Tensor out) const override {
+    adapter_->read_rows(name, row_begin, rows, out);
+  }
+  std::string describe() const override { return adapter_->folder(); }
+
+ private:
+  std::shared_ptr<const PeftAdapter> adapter_;
+};
+
+}  // namespace lft::model

@@ -1,0 +1,87 @@
+// PEFT adapter folders, and the starting weights of a fine-tuning run.
+#include "lft/model/adapter_weights.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "lft/config/config.h"
+#include "lft/model/finetuning.h"
+
+namespace lft::model {
+namespace {
+
+using config::ConfigError;
+
+std::vector<std::string> string_list(const nlohmann::json& j, const std::string& file, const char* field) {
+  if (!j.contains(field) || j[field].is_null()) return {};
+  const nlohmann::json& v = j[field];
+  if (v.is_string()) return {v.get<std::string>()};
+  std::vector<std::string> out;
+  if (v.is_array())
+    for (const auto& item : v) {
+      if (!item.is_string()) throw ConfigError(file + ": field '" + field + "' must list strings");
+      out.push_back(item.get<std::string>());
+    }
+  else
+    throw ConfigError(file + ": field '" + field + "' must be a string or a list of strings");
+  return out;
+}
+
+}  // namespace
+
+PeftAdapter::PeftAdapter(const std::string& folder) : folder_(folder), file_(folder + "/adapter_model.safetensors") {
+  const std::string config_file = folder + "/adapter_config.json";
+  std::ifstream in(config_file);
+  if (!in) throw ConfigError(config_file + ": cannot be read (is " + folder + " a PEFT adapter folder?)");
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) throw ConfigError(config_file + ": not valid JSON");
+  const std::string type = j.value("peft_type", std::string());
+  if (type != "LORA") throw ConfigError(config_file + ": peft_type \"" + type + "\": lftrain loads LoRA adapters only");
+  for (const char* unsupported : {"use_dora", "fan_in_fan_out"})
+    if (j.value(unsupported, false)) throw ConfigError(config_file + ": " + unsupported + " = true is not supported");
+  if (!j.contains("r") || !j["r"].is_number_integer() || j["r"].get<std::int64_t>() < 1)
+    throw ConfigError(config_file + ": field 'r' must be a positive integer");
+  rank = j["r"].get<std::int64_t>();
+  lora_alpha = j.contains("lora_alpha") && j["lora_alpha"].is_number() ? j["lora_alpha"].get<double>() : 8.0;
+  lora_dropout = j.contains("lora_dropout") && j["lora_dropout"].is_number() ? j["lora_dropout"].get<double>() : 0.0;
+  use_rslora = j.value("use_rslora", false);
+  target_modules = string_list(j, config_file, "target_modules");
+  modules_to_save = string_list(j, config_file, "modules_to_save");
+  if (target_modules.empty()) throw ConfigError(config_file + ": field 'target_modules' is empty");
+  header_ = read_safetensors_header(file_);
+}
+
+bool PeftAdapter::has(const std::string& name) const { return header_.find(kPeftPrefix + name) != nullptr; }
+
+void PeftAdapter::read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows, at::Tensor out) const {
+  const SafetensorsEntry* e = header_.find(kPeftPrefix + name);
+  if (e == nullptr) throw ConfigError(file_ + ": no tensor '" + kPeftPrefix + name + "' for the model's " + name);
+  const std::vector<std::int64_t> have = out.sizes().vec();
+  const bool fits = e->shape.size() == have.size() && std::equal(have.begin() + (have.empty() ? 0 : 1), have.end(),
+                                                                  e->shape.begin() + (have.empty() ? 0 : 1));
+  if (!fits)
+    throw ConfigError(file_ + ": tensor '" + e->name + "' does not fit the model's " + name +
+                      " (is the adapter for this base model?)");
+  at::NoGradGuard no_grad;
+  out.copy_(read_safetensors_rows(file_, header_, e->name, row_begin, rows).view(out.sizes()));
+}
+
+FinetuningWeights::FinetuningWeights(std::unique_ptr<WeightSource> base, std::unique_ptr<WeightSource> adapters,
+                                     std::shared_ptr<const PeftAdapter> adapter)
+    : base_(std::move(base)), adapters_(std::move(adapters)), adapter_(std::move(adapter)) {}
+
+void FinetuningWeights::read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows,
+                                  at::Tensor out) const {
+  const bool from_adapters = is_lora_parameter(name) || (adapter_ && adapter_->has(name));
+  (from_adapters ? adapters_ : base_)->read_rows(name, row_begin, rows, out);
+}
+
+std::string FinetuningWeights::describe() const { return base_->describe() + " + adapters from " + adapters_->describe(); }
+
+}  // namespace lft::model
