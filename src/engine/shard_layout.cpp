@@ -61,4 +61,21 @@ UnitLayout flat_layout(const std::vector<Shape>& shapes, int ranks) {
   return layout;
 }
 
+UnitLayout sub_layout(const UnitLayout& layout, const std::vector<std::size_t>& keep, const std::vector<Shape>& shapes) {
+  UnitLayout out;
+  out.pieces.assign(layout.pieces.size(), {});
+  for (std::size_t r = 0; r < layout.pieces.size(); ++r) {
+    std::int64_t filled = 0;
+    for (std::size_t j = 0; j < keep.size(); ++j) {
+      ShardPiece piece = layout.pieces[r][keep[j]];
+      piece.param = j;
+      piece.local_offset = filled;
+      filled += piece.rows * row_numel(shapes[keep[j]]);
+      out.pieces[r].push_back(piece);
+    }
+    out.shard_numel = std::max(out.shard_numel, filled);
+  }
+  return out;
+}
+
 }  // namespace lft::engine

@@ -115,19 +115,14 @@ void ShardedEngine::build_units(model::CausalLM& model) {
   for (std::size_t k = 0; k < params_.size(); ++k) units_[unit_of_[k]]->params.push_back(k);
   const int ranks = shard_comm_.size(), me = shard_comm_.rank();
   const auto f32 = params_.front().options().dtype(at::kFloat);
-  auto layout_of = [&](const std::vector<Shape>& shapes) {
-    return plan_.per_parameter_cut ? per_parameter_layout(shapes, ranks) : flat_layout(shapes, ranks);
-  };
   for (auto& u : units_) {
-    std::vector<Shape> shapes, trained_shapes;
+    std::vector<Shape> shapes;
     for (std::size_t i = 0; i < u->params.size(); ++i) {
       shapes.push_back(shapes_[u->params[i]]);
-      if (!params_[u->params[i]].requires_grad()) continue;
-      u->trained.push_back(i);
-      trained_shapes.push_back(shapes_[u->params[i]]);
+      if (params_[u->params[i]].requires_grad()) u->trained.push_back(i);
     }
-    u->layout = layout_of(shapes);
-    u->grad_layout = layout_of(trained_shapes);
+    u->layout = plan_.per_parameter_cut ? per_parameter_layout(shapes, ranks) : flat_layout(shapes, ranks);
+    u->grad_layout = sub_layout(u->layout, u->trained, shapes);
     u->master = at::zeros({u->layout.shard_numel}, f32);
     u->grad = at::zeros({u->grad_layout.shard_numel}, f32);
     for (std::size_t i = 0; i < u->params.size(); ++i) {
@@ -235,6 +230,9 @@ void ShardedEngine::after_layer(std::int64_t index, const at::Tensor& output) {
     // Before this layer's backward: gather it again, and prefetch the layer before it.
     if (output.requires_grad())
       output.register_hook([this, unit](const at::Tensor&) {
+        // The gradient of this layer's output is complete: the next layer's backward is done.
+        if (unit + 1 < units_.size() && units_[unit + 1]->gathered && !units_[unit + 1]->gather)
+          free_parameters(*units_[unit + 1]);
         ensure_gathered(*units_[unit]);
         prefetch(unit - 1);
       });
@@ -276,7 +274,9 @@ void ShardedEngine::launch_reduce(Unit& u) {
   u.reduce_out = at::empty({k}, u.master.options());
   u.reduce = shard_comm_.reduce_scatter_async(u.reduce_in, u.reduce_out, ReduceOp::Sum);
   u.pending = 0;
-  if (plan_.shard_parameters) free_parameters(u);
+  // With frozen parameters the last gradient may come before the unit's backward has used them
+  // all (a frozen norm after the adapters): such a unit is freed once backward has left it.
+  if (plan_.shard_parameters && u.trained.size() == u.params.size()) free_parameters(u);
 }
 
 void ShardedEngine::finish_reduce(Unit& u) {
@@ -312,10 +312,10 @@ void ShardedEngine::finish_gradients() {
   for (auto& u : units_)
     if (!plan_.reduce_during_backward || u->pending > 0) launch_reduce(*u);
   finish_all_reduces();
-  // A unit that trains nothing has no reduce to free it after its backward.
+  // Units with frozen parameters that backward left gathered (the first layers, the root).
   if (plan_.shard_parameters)
     for (auto& u : units_)
-      if (u->trained.empty() && u->gathered) free_parameters(*u);
+      if (u->gathered) free_parameters(*u);
   if (replicate_comm_.size() > 1) {
     std::vector<WorkPtr> works;
     for (auto& u : units_) works.push_back(replicate_comm_.all_reduce_async(u->grad, ReduceOp::Sum));

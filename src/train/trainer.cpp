@@ -175,6 +175,7 @@ Trainer::~Trainer() = default;
 std::int64_t Trainer::total_steps() const { return s_->total; }
 std::int64_t Trainer::current_step() const { return s_->step; }
 engine::Engine& Trainer::engine() { return *s_->engine; }
+model::CausalLM& Trainer::model() { return *s_->model; }
 
 std::string Trainer::describe() const {
   const State& s = *s_;

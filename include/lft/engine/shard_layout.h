@@ -35,6 +35,11 @@ using Shape = std::vector<std::int64_t>;
 UnitLayout per_parameter_layout(const std::vector<Shape>& shapes, int ranks);
 UnitLayout flat_layout(const std::vector<Shape>& shapes, int ranks);
 
+// The layout of the parameters `keep` (positions in `layout`'s parameters, whose shapes are
+// `shapes`) cut exactly as in `layout`, packed back to back in each rank's buffer: the gradient
+// shards of the parameters that train, cut as their parameter shards are.
+UnitLayout sub_layout(const UnitLayout& layout, const std::vector<std::size_t>& keep, const std::vector<Shape>& shapes);
+
 // Elements in one dim-0 row of `shape` (1 for a 1-d tensor).
 std::int64_t row_numel(const Shape& shape);
 

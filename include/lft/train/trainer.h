@@ -53,6 +53,7 @@ class Trainer {
   std::int64_t total_steps() const;
   std::int64_t current_step() const;
   engine::Engine& engine();
+  model::CausalLM& model();  // the parameters this rank holds (whole, boxes, or freed shards)
   // One line on the model, data and plan for the log.
   std::string describe() const;
   // Peak memory per rank and communication per step (collective: gathers from every rank).

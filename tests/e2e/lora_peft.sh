@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# lora_peft.sh BUILD_DIR: LoRA against PEFT. (a) A PEFT adapter with random nonzero weights (every
+# linear, lm_head saved whole) loaded over the llama-tiny fixture gives lftrain PEFT's logits;
+# (b) again with rsLoRA scaling on q_proj,v_proj alone. (c) lftrain fine-tunes such an adapter
+# (fsdp2, 2 ranks) over a Llama folder with the byte tokenizer's vocabulary; PEFT reloading
+# lfmerge --format peft's export gives the logits of lfmerge's merged model, which transformers
+# loads too. (d) The run changed the adapter.
+set -u
+build=$1
+out=$(mktemp -d /tmp/lft-lora-peft-XXXXXX)
+trap 'rm -rf "$out"' EXIT
+fail() { echo "lora_peft: FAIL: $*"; exit 1; }
+py=.venv/bin/python
+[ -x $py ] && $py -c "import transformers, peft" 2>/dev/null \
+  || fail "transformers or peft is not installed: run tools/install-python-env (make test does)"
+fixture=$PWD/tests/fixtures/llama-tiny
+
+# (a) every linear, lm_head in modules_to_save.
+$py tools/check-peft.py make-adapter "$fixture" "$out/a" --r 4 --alpha 8 --targets all \
+  --modules-to-save lm_head --seed 1 || fail "make-adapter (a)"
+mkdir -p "$out/a-logits"
+"$build/tests/export_logits" "$fixture" "$out/a-logits" --adapter "$out/a" || fail "export_logits (a)"
+$py tools/check-peft.py compare "$fixture" "$out/a" "$out/a-logits/ids.safetensors" \
+  "$out/a-logits/logits.safetensors" --tol 1e-4 || fail "PEFT's logits differ from lftrain's (a)"
+
+# (b) rsLoRA (alpha / sqrt(r)), q_proj and v_proj only, nothing saved whole.
+$py tools/check-peft.py make-adapter "$fixture" "$out/b" --r 8 --alpha 4 --targets q_proj,v_proj \
+  --rslora --seed 2 || fail "make-adapter (b)"
+mkdir -p "$out/b-logits"
+"$build/tests/export_logits" "$fixture" "$out/b-logits" --adapter "$out/b" || fail "export_logits (b)"
+$py tools/check-peft.py compare "$fixture" "$out/b" "$out/b-logits/ids.safetensors" \
+  "$out/b-logits/logits.safetensors" --tol 1e-4 || fail "PEFT's logits differ from lftrain's (b)"
+
+# (c) The fixture's vocabulary (61) is smaller than the byte tokenizer's (259 ids): training runs
+# on the same architecture with vocab_size 300, written by transformers, and an adapter like (a)'s.
+$py - "$fixture" "$out/base" <<'PY' || fail "writing the base folder"
+import sys, torch, transformers
+from transformers import AutoConfig, AutoModelForCausalLM
+transformers.utils.logging.disable_progress_bar()
+torch.manual_seed(0)
+config = AutoConfig.from_pretrained(sys.argv[1])
+config.vocab_size = 300
+AutoModelForCausalLM.from_config(config).save_pretrained(sys.argv[2])
+PY
+$py tools/check-peft.py make-adapter "$out/base" "$out/start" --r 4 --alpha 8 --targets all \
+  --modules-to-save lm_head --seed 3 || fail "make-adapter (c)"
+printf '%s\n' 'distributed = "fsdp2"' "model_name_or_path = \"$out/base\"" 'tokenizer = "bytes"' \
+  'finetuning_type = "lora"' "adapter_name_or_path = \"$out/start\"" \
+  'train_dataset = "inputs/data/arithmetic.txt"' "output_dir = \"$out/run\"" \
+  'per_device_train_batch_size = 2' 'cutoff_len = 32' 'learning_rate = 1e-3' 'max_steps = 4' \
+  'save_steps = 4' > "$out/lora.toml"
+mpirun --oversubscribe --bind-to none -np 2 "$build/lftrain" "$out/lora.toml" \
+  > "$out/train.log" 2>&1 || { cat "$out/train.log"; fail "training"; }
+grep -q 'done: 4 steps' "$out/train.log" || { cat "$out/train.log"; fail "the run did not end at step 4"; }
+"$build/lfmerge" "$out/run/checkpoint-4" --out "$out/peft" --format peft || fail "lfmerge --format peft"
+"$build/lfmerge" "$out/run/checkpoint-4" --out "$out/merged" || fail "lfmerge"
+ls -la "$out/peft" "$out/merged"
+mkdir -p "$out/c-logits"
+"$build/tests/export_logits" "$out/merged" "$out/c-logits" || fail "export_logits (c)"
+$py tools/check-peft.py compare "$out/base" "$out/peft" "$out/c-logits/ids.safetensors" \
+  "$out/c-logits/logits.safetensors" --tol 1e-4 \
+  || fail "PEFT over the exported adapter differs from lfmerge's merged model (c)"
+$py tools/check-export.py "$out/merged" "$out/c-logits/ids.safetensors" \
+  "$out/c-logits/logits.safetensors" || fail "transformers' logits differ from lftrain's (c)"
+
+# (d) The exported adapter holds the tensors the run started from, and some changed, each by little
+# (4 AdamW steps of 1e-3 move a value by about 4e-3; an adapter made afresh, lora_B zero, would be
+# about 0.1 away from the start's random values).
+$py - "$out/start/adapter_model.safetensors" "$out/peft/adapter_model.safetensors" <<'PY' \
+  || fail "the trained adapter (d)"
+import sys
+from safetensors.torch import load_file
+start, trained = load_file(sys.argv[1]), load_file(sys.argv[2])
+if set(start) != set(trained):
+    sys.exit(f"tensors differ: only in the start {sorted(set(start) - set(trained))}, "
+             f"only in the export {sorted(set(trained) - set(start))}")
+changes = {k: (trained[k].float() - start[k].float()).abs().max().item() for k in start}
+changed = [k for k, v in changes.items() if v > 0]
+print(f"lora_peft: {len(changed)} of {len(changes)} adapter tensors changed in training, by up to "
+      f"{max(changes.values()):.3e}")
+if not changed:
+    sys.exit("the trained adapter equals the one the run started from")
+if max(changes.values()) > 0.02:
+    sys.exit("the trained adapter is far from the one the run started from: was it loaded?")
+PY
+echo "lora_peft: ok"

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Makes PEFT LoRA adapters for a base model, and checks logits computed by lftrain against PEFT's.
+
+usage: check-peft.py make-adapter BASE_DIR OUT_DIR [--r 4] [--alpha 8] [--targets all|q_proj,...]
+                                   [--modules-to-save lm_head] [--rslora] [--seed 0] [--std 0.05]
+       check-peft.py compare BASE_DIR ADAPTER_DIR INPUT_IDS_SAFETENSORS EXPECTED_LOGITS_SAFETENSORS
+                                   [--tol 1e-4]
+
+make-adapter: loads BASE_DIR with transformers (float32), wraps it with peft.get_peft_model (a
+LoraConfig of rank --r, lora_alpha --alpha, the --targets linears: "all" is every linear of the
+decoder layers, q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj; --rslora for alpha /
+sqrt(r) scaling; --modules-to-save: comma-separated modules trained whole), then gives every
+lora_A and lora_B random nonzero values (normal, --std, from a generator seeded with --seed; PEFT
+starts lora_B at zero, which would leave the logits unchanged) and adds such noise to the
+modules_to_save copies, and writes OUT_DIR with save_pretrained (adapter_config.json,
+adapter_model.safetensors). Prints how much the adapter changes the base's logits.
+
+compare: loads BASE_DIR with transformers.AutoModelForCausalLM (float32), puts the adapter in
+ADAPTER_DIR over it with peft.PeftModel.from_pretrained, runs the input ids ([batch, seq]
+integers: the tensor "input_ids", or the file's only tensor) and compares the logits with the
+expected ones ("logits", or the only tensor; [batch, seq, vocab]), as written by
+tests/export_logits MODEL_DIR OUT_DIR --adapter ADAPTER_DIR (or by export_logits on an lfmerge
+export of the run that trained the adapter). Prints the max abs difference, and how much the
+adapter changes the base's logits (a check against an adapter that does nothing is no check).
+
+Exit status: 0 when the difference is <= the tolerance (make-adapter: the adapter was written), 1
+when it is larger (or the shapes differ, or the base or adapter does not load), 2 for a wrong
+command line or unreadable input files.
+
+Run it with the project's Python environment (.venv/bin/python), which has torch, transformers
+and peft.
+"""
+import argparse
+import os
+import sys
+
+ALL_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def fail_usage(message):
+    print(f"check-peft: {message}", file=sys.stderr)
+    return 2
+
+
+def load_tensor(path, preferred):
+    from safetensors.torch import load_file
+
+    tensors = load_file(path)
+    if preferred in tensors:
+        return tensors[preferred]
+    if len(tensors) == 1:
+        return next(iter(tensors.values()))
+    raise ValueError(f"{path} has no tensor '{preferred}' and holds {len(tensors)} tensors "
+                     f"({', '.join(sorted(tensors))}): name the one to use '{preferred}'")
+
+
+def load_base(base_dir):
+    import warnings
+
+    import torch
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    # `dtype` since 4.56; `torch_dtype` before (and deprecated after).
+    dtype_key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+    model = transformers.AutoModelForCausalLM.from_pretrained(base_dir, **{dtype_key: torch.float32})
+    model.eval()
+    return model
+
+
+def names(text):
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def make_adapter(args):
+    if not os.path.isfile(os.path.join(args.base_dir, "config.json")):
+        return fail_usage(f"{args.base_dir} has no config.json: is it a Hugging Face model folder?")
+    if os.path.exists(os.path.join(args.out_dir, "adapter_config.json")):
+        return fail_usage(f"{args.out_dir} already holds an adapter: choose another folder")
+    targets = ALL_TARGETS if args.targets == "all" else names(args.targets)
+    if not targets:
+        return fail_usage("--targets names no module")
+    modules_to_save = names(args.modules_to_save) if args.modules_to_save else None
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    try:
+        base = load_base(args.base_dir)
+    except Exception as e:  # noqa: BLE001 - report why the base does not load
+        print(f"check-peft: transformers cannot load {args.base_dir}: {type(e).__name__}: {e}",
+              file=sys.stderr)
+        return 1
+    ids = (torch.arange(32) * 7 + 3).remainder(base.config.vocab_size).view(2, 16)
+    with torch.no_grad():
+        before = base(input_ids=ids).logits.clone()
+    config = LoraConfig(r=args.r, lora_alpha=args.alpha, lora_dropout=0.0, target_modules=targets,
+                        modules_to_save=modules_to_save, use_rslora=args.rslora, bias="none",
+                        task_type="CAUSAL_LM")
+    try:
+        model = get_peft_model(base, config)
+    except Exception as e:  # noqa: BLE001 - a target or module the base lacks is a usage error
+        return fail_usage(f"peft cannot make the adapter: {type(e).__name__}: {e}")
+    generator = torch.Generator().manual_seed(args.seed)
+    lora, saved = 0, 0
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            noise = torch.randn(p.shape, generator=generator, dtype=torch.float32) * args.std
+            if ".lora_A." in name or ".lora_B." in name:
+                p.copy_(noise.to(p.dtype))
+                lora += 1
+            elif ".modules_to_save." in name:
+                p.add_(noise.to(p.dtype))
+                saved += 1
+    if lora == 0:
+        print(f"check-peft: no LoRA parameters were made for targets {targets}", file=sys.stderr)
+        return 1
+    if modules_to_save and saved == 0:
+        print(f"check-peft: no modules_to_save copies were made for {modules_to_save}",
+              file=sys.stderr)
+        return 1
+    model.eval()
+    with torch.no_grad():
+        after = model(input_ids=ids).logits
+    model.save_pretrained(args.out_dir)
+    print(f"check-peft: wrote {args.out_dir}: r {args.r}, alpha {args.alpha}"
+          f"{' (rslora)' if args.rslora else ''}, targets {','.join(targets)}, "
+          f"{lora} lora tensors, modules_to_save {','.join(modules_to_save or []) or 'none'} "
+          f"({saved} tensors); it changes the base's logits by up to "
+          f"{(after - before).abs().max().item():.3e}")
+    return 0
+
+
+def compare(args):
+    for path in (args.input_ids, args.expected_logits):
+        if not os.path.isfile(path):
+            return fail_usage(f"{path} does not exist")
+    if not os.path.isfile(os.path.join(args.base_dir, "config.json")):
+        return fail_usage(f"{args.base_dir} has no config.json: is it a Hugging Face model folder?")
+    if not os.path.isfile(os.path.join(args.adapter_dir, "adapter_config.json")):
+        return fail_usage(f"{args.adapter_dir} has no adapter_config.json: is it a PEFT adapter "
+                          "folder (lfmerge --format peft)?")
+
+    import torch
+
+    try:
+        ids = load_tensor(args.input_ids, "input_ids").to(torch.long)
+        expected = load_tensor(args.expected_logits, "logits").to(torch.float32)
+    except Exception as e:  # noqa: BLE001 - any unreadable input is a usage error
+        return fail_usage(str(e))
+    if ids.dim() == 1:
+        ids = ids.unsqueeze(0)
+    if expected.dim() == 2:
+        expected = expected.unsqueeze(0)
+
+    from peft import PeftModel
+
+    try:
+        base = load_base(args.base_dir)
+        model = PeftModel.from_pretrained(base, args.adapter_dir)
+    except Exception as e:  # noqa: BLE001 - report why the base or adapter does not load
+        print(f"check-peft: PEFT cannot load {args.adapter_dir} over {args.base_dir}: "
+              f"{type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits.to(torch.float32)
+        with model.disable_adapter():
+            plain = model(input_ids=ids).logits.to(torch.float32)
+
+    if logits.shape != expected.shape:
+        print(f"check-peft: logits have shape {list(logits.shape)}, expected {list(expected.shape)}")
+        return 1
+    diff = (logits - expected).abs().max().item()
+    ok = diff <= args.tol
+    print(f"check-peft: PEFT {args.adapter_dir} over {args.base_dir}: max abs logit diff "
+          f"{diff:.3e} over {list(logits.shape)} ({'ok' if ok else 'FAIL'}, tolerance {args.tol:g}); "
+          f"the adapter changes the base's logits by up to {(logits - plain).abs().max().item():.3e}")
+    return 0 if ok else 1
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    make = commands.add_parser("make-adapter", help="write a random nonzero LoRA adapter")
+    make.add_argument("base_dir")
+    make.add_argument("out_dir")
+    make.add_argument("--r", type=int, default=4, help="LoRA rank (4)")
+    make.add_argument("--alpha", type=int, default=8, help="lora_alpha (8)")
+    make.add_argument("--targets", default="all",
+                      help="all, or comma-separated module names (q_proj,v_proj,...)")
+    make.add_argument("--modules-to-save", default="",
+                      help="comma-separated modules trained whole (lm_head, embed_tokens, norm)")
+    make.add_argument("--rslora", action="store_true", help="alpha / sqrt(r) scaling")
+    make.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    make.add_argument("--std", type=float, default=0.05, help="std of the random values (0.05)")
+    cmp = commands.add_parser("compare", help="PEFT's logits against expected ones")
+    cmp.add_argument("base_dir")
+    cmp.add_argument("adapter_dir")
+    cmp.add_argument("input_ids")
+    cmp.add_argument("expected_logits")
+    cmp.add_argument("--tol", type=float, default=1e-4, help="max abs difference (1e-4)")
+    args = parser.parse_args()
+    if args.command == "make-adapter":
+        if args.r < 1 or args.alpha < 1 or args.std <= 0:
+            return fail_usage("--r and --alpha must be >= 1 and --std > 0")
+        return make_adapter(args)
+    return compare(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
