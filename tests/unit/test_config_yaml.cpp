@@ -324,10 +324,9 @@ TEST(ConfigYaml, AllErrorsAtOnceInYaml) {
       m, "config error: run.yaml:5:1: key 'warmup_ratio' must be between 0 and 1, got 2.0");
   EXPECT_CONTAINS(m, "\n  4 | seed: x\n");
   EXPECT_TRUE(ends_with(m, "\n3 config errors; fix them all and run again")) << m;
-  // Without finetuning_type, that is a fourth.
+  // Without finetuning_type (LlamaFactory's default, lora, applies), still those three.
   m = yaml_error("train_dataset: " + data_path() + "\n" + bad + yaml_model());
-  EXPECT_CONTAINS(m, "no finetuning_type");
-  EXPECT_TRUE(ends_with(m, "\n4 config errors; fix them all and run again")) << m;
+  EXPECT_TRUE(ends_with(m, "\n3 config errors; fix them all and run again")) << m;
 }
 
 TEST(ConfigYaml, ValueErrorsAndMissingFilesTogether) {
@@ -367,37 +366,37 @@ TEST(LlamaFactoryKeys, DoTrainMustBeTrue) {
   EXPECT_CONTAINS(m, "hint: remove it, or set do_train = true");
 }
 
-TEST(LlamaFactoryKeys, FinetuningTypeMustBeFull) {
-  std::string m =
-      yaml_error("train_dataset: " + data_path() + "\nfinetuning_type: lora\n" + yaml_model());
-  EXPECT_CONTAINS(m, "config error: run.yaml:2:1: finetuning_type = \"lora\" is not implemented");
-  EXPECT_CONTAINS(m, "LoRA");
-  m = yaml_error("train_dataset: " + data_path() + "\nfinetuning_type: freeze\n" + yaml_model());
-  EXPECT_CONTAINS(m, "finetuning_type = \"freeze\" is not implemented");
-  // A YAML file without it would get LlamaFactory's default, LoRA.
-  m = yaml_error("train_dataset: " + data_path() + "\n" + yaml_model());
-  EXPECT_CONTAINS(m,
-                  "config error: run.yaml: no finetuning_type: LlamaFactory's default is "
-                  "\"lora\"");
-  EXPECT_CONTAINS(m, "finetuning_type: full");
-  // A TOML file needs none; given, it is checked the same way.
-  EXPECT_NO_THROW(parse_toml(toml_data() + toml_model()));
-  EXPECT_NO_THROW(parse_toml(toml_data() + "finetuning_type = \"full\"\n" + toml_model()));
-  m = toml_error(toml_data() + "finetuning_type = \"lora\"\n" + toml_model());
-  EXPECT_CONTAINS(m, "run.toml:2:1: finetuning_type = \"lora\" is not implemented");
+TEST(LlamaFactoryKeys, FinetuningTypeDefaultsAndItsKeys) {
+  // A YAML file without it gets LlamaFactory's default, LoRA; a TOML file lftrain's, full.
+  EXPECT_EQ(parse_yaml("train_dataset: " + data_path() + "\n" + yaml_model()).string("finetuning_type"), "lora");
+  EXPECT_EQ(parse_toml(toml_data() + toml_model()).string("finetuning_type"), "full");
+  const Config c = parse_yaml("train_dataset: " + data_path() + "\nfinetuning_type: lora\nlora_rank: 16\n"
+                              "lora_target: q_proj,v_proj\nadditional_target: [lm_head]\n" + yaml_model());
+  EXPECT_EQ(c.integer("lora_rank"), 16);
+  EXPECT_EQ(c.strings("lora_target"), std::vector<std::string>{"q_proj,v_proj"});
+  EXPECT_EQ(c.strings("additional_target"), std::vector<std::string>{"lm_head"});
+  std::string m = yaml_error("train_dataset: " + data_path() + "\nfinetuning_type: oft\n" + yaml_model());
+  EXPECT_CONTAINS(m, "run.yaml:2:1: key 'finetuning_type' = \"oft\" is not allowed; allowed values: \"full\", \"freeze\", \"lora\"");
+  // A key of another finetuning_type: at the key, naming where finetuning_type is set.
+  m = yaml_error(yaml_head() + "lora_rank: 8\n" + yaml_model());
+  EXPECT_CONTAINS(m, "run.yaml:3:1: key 'lora_rank' applies to finetuning_type = \"lora\", but finetuning_type = \"full\"");
+  EXPECT_CONTAINS(m, "finetuning_type is set at run.yaml:2:1");
+  EXPECT_CONTAINS(m, "hint: set finetuning_type = \"lora\", or remove lora_rank");
+  m = toml_error(toml_data() + "freeze_trainable_layers = 3\n" + toml_model());
+  EXPECT_CONTAINS(m, "run.toml:2:1: key 'freeze_trainable_layers' applies to finetuning_type = \"freeze\", but "
+                     "finetuning_type = \"full\" (the default)");
 }
 
-TEST(LlamaFactoryKeys, LoraKeysAreRefused) {
-  std::string m = yaml_error(yaml_head() + "lora_rank: 8\n" + yaml_model());
-  EXPECT_CONTAINS(m,
-                  "config error: run.yaml:3:1: key 'lora_rank' configures LoRA, which lftrain "
-                  "does not implement yet");
-  m = yaml_error(yaml_head() + "lora_target: all\n" + yaml_model());
-  EXPECT_CONTAINS(m, "run.yaml:3:1: key 'lora_target' configures LoRA");
+TEST(LlamaFactoryKeys, LoraVariantsAreRefused) {
+  std::string m = yaml_error(yaml_head() + "use_dora: true\n" + yaml_model());
+  EXPECT_CONTAINS(m, "config error: run.yaml:3:1: use_dora = true is not supported");
+  EXPECT_NO_THROW(parse_yaml("train_dataset: " + data_path() + "\nfinetuning_type: lora\nuse_dora: false\n" + yaml_model()));
+  m = yaml_error(yaml_head() + "loraplus_lr_ratio: 16.0\n" + yaml_model());
+  EXPECT_CONTAINS(m, "run.yaml:3:1: key 'loraplus_lr_ratio' configures a LoRA variant that lftrain does not implement");
   // With other refusals: every one reported.
-  m = yaml_error(yaml_head() + "do_train: false\nlora_rank: 8\noptim: sgd\n" + yaml_model());
+  m = yaml_error(yaml_head() + "do_train: false\nloraplus_lr_ratio: 16.0\noptim: sgd\n" + yaml_model());
   EXPECT_CONTAINS(m, "do_train = false");
-  EXPECT_CONTAINS(m, "key 'lora_rank'");
+  EXPECT_CONTAINS(m, "key 'loraplus_lr_ratio'");
   EXPECT_CONTAINS(m, "optim = \"sgd\"");
   EXPECT_TRUE(ends_with(m, "\n3 config errors; fix them all and run again")) << m;
 }

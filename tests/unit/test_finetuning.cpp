@@ -1,0 +1,189 @@
+// Freeze and LoRA fine-tuning on one process: which parameters train (LlamaFactory's freeze rules,
+// PEFT's target matching), the adapters' arithmetic, initialisation, tensor-parallel roles and
+// dropout masks.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "lft/model/families.h"
+#include "lft/model/finetuning.h"
+#include "lft/model/init.h"
+#include "lft/model/layers.h"
+#include "test_util.h"
+
+namespace lft::model {
+namespace {
+
+ModelConfig tiny(std::int64_t layers = 4) {
+  ModelConfig c;
+  c.vocab_size = 37;
+  c.hidden_size = 32;
+  c.intermediate_size = 40;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 64;
+  return c;
+}
+
+std::set<std::string> trained(const CausalLM& m) {
+  std::set<std::string> out;
+  for (const auto& item : m.named_parameters())
+    if (item.value().requires_grad()) out.insert(item.key());
+  return out;
+}
+
+std::shared_ptr<CausalLM> build(const FinetuningSpec& spec) { return create_finetuning_model(tiny(), spec); }
+
+std::string error_of(const FinetuningSpec& spec, std::string* key = nullptr) {
+  try {
+    build(spec);
+  } catch (const FinetuningError& e) {
+    if (key) *key = e.key;
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Lora, AdaptersBesideEveryLinearOfTheLayersByDefault) {
+  FinetuningSpec spec;
+  spec.type = "lora";
+  spec.lora_rank = 4;
+  const auto m = build(spec);
+  const std::set<std::string> t = trained(*m);
+  EXPECT_EQ(t.size(), 4u * 7 * 2);  // 4 layers x 7 linears x (A, B)
+  EXPECT_TRUE(t.count("model.layers.3.mlp.down_proj.lora_A.weight"));
+  EXPECT_EQ(m->named_parameters()["model.layers.0.self_attn.k_proj.lora_A.weight"].sizes(), (at::IntArrayRef{4, 32}));
+  EXPECT_EQ(m->named_parameters()["model.layers.0.self_attn.k_proj.lora_B.weight"].sizes(), (at::IntArrayRef{16, 4}));
+  EXPECT_FALSE(t.count("lm_head.weight"));
+  EXPECT_EQ(lora_target_names(*m, spec), (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                                   "up_proj", "down_proj"}));
+  spec.lora_target = {"q_proj", "v_proj"};
+  spec.additional_target = {"lm_head", "norm"};
+  const std::set<std::string> subset = trained(*build(spec));
+  EXPECT_EQ(subset.size(), 4u * 2 * 2 + 2);
+  EXPECT_TRUE(subset.count("lm_head.weight"));
+  EXPECT_TRUE(subset.count("model.norm.weight"));  // "norm" names model.norm, not the layers' norms
+  EXPECT_FALSE(subset.count("model.layers.0.input_layernorm.weight"));
+}
+
+TEST(Lora, UnknownModulesNameTheKey) {
+  FinetuningSpec spec;
+  spec.type = "lora";
+  spec.lora_target = {"q_proj", "qkv_proj"};
+  std::string key;
+  EXPECT_CONTAINS(error_of(spec, &key), "lora_target names 'qkv_proj', which is no linear of the decoder layers");
+  EXPECT_EQ(key, "lora_target");
+  EXPECT_CONTAINS(error_of(spec), "down_proj, gate_proj");
+  spec.lora_target = {"all"};
+  spec.additional_target = {"score"};
+  EXPECT_CONTAINS(error_of(spec, &key), "additional_target names 'score', which is no module of the model");
+  EXPECT_EQ(key, "additional_target");
+}
+
+TEST(Lora, ForwardIsTheBasePlusScaledLowRankUpdate) {
+  at::manual_seed(0);
+  Linear base(6, 5, true);
+  base->weight.data().normal_();
+  base->bias.data().normal_();
+  const at::Tensor x = at::randn({2, 3, 6});
+  const at::Tensor before = base(x);
+  base->add_lora(2, 1.5, 0.0, 1);
+  EXPECT_TRUE(at::equal(base(x), before)) << "B starts at zero in PEFT; here it is filled with zeros too";
+  base->lora_A->weight.data().normal_();
+  base->lora_B->weight.data().normal_();
+  const at::Tensor expected = before + 1.5 * at::matmul(at::matmul(x, base->lora_A->weight.t()), base->lora_B->weight.t());
+  EXPECT_TRUE(at::allclose(base(x), expected, 1e-5, 1e-6));
+}
+
+TEST(Lora, InitialisationIsPeftsAndDependsOnlyOnTheName) {
+  const at::Tensor a = init_parameter("model.layers.0.mlp.up_proj.lora_A.weight", {8, 100}, 42);
+  EXPECT_LE(a.abs().max().item<double>(), 0.1);  // kaiming_uniform(a=sqrt(5)): bound 1/sqrt(100)
+  EXPECT_GT(a.abs().max().item<double>(), 0.09);
+  EXPECT_TRUE(at::equal(a, init_parameter("model.layers.0.mlp.up_proj.lora_A.weight", {8, 100}, 42)));
+  EXPECT_EQ(init_parameter("model.layers.0.mlp.up_proj.lora_B.weight", {100, 8}, 42).abs().sum().item<double>(), 0.0);
+  FinetuningSpec spec;
+  spec.use_rslora = true;
+  spec.lora_rank = 16;
+  spec.lora_alpha = 8;
+  EXPECT_DOUBLE_EQ(spec.lora_scaling(), 2.0);  // alpha / sqrt(r)
+  spec.use_rslora = false;
+  EXPECT_DOUBLE_EQ(spec.lora_scaling(), 0.5);
+}
+
+TEST(Lora, AdaptersFollowTheirLinearsTensorParallelSplit) {
+  FinetuningSpec spec;
+  spec.type = "lora";
+  const auto m = build(spec);
+  auto role = [&](const std::string& name) { return m->placement(name).tp.role; };
+  EXPECT_EQ(role("model.layers.1.self_attn.q_proj.lora_A.weight"), TpRole::ReplicatedInsideTp);
+  EXPECT_EQ(role("model.layers.1.self_attn.q_proj.lora_B.weight"), TpRole::ColumnParallel);
+  EXPECT_EQ(m->placement("model.layers.1.self_attn.k_proj.lora_B.weight").tp.what, "key/value heads");
+  EXPECT_EQ(role("model.layers.1.self_attn.o_proj.lora_A.weight"), TpRole::RowParallel);
+  EXPECT_EQ(role("model.layers.1.self_attn.o_proj.lora_B.weight"), TpRole::ReplicatedInsideTp);
+  EXPECT_EQ(role("model.layers.1.mlp.down_proj.lora_A.weight"), TpRole::RowParallel);
+  EXPECT_EQ(m->placement("model.layers.1.mlp.up_proj.lora_B.weight").units, (std::vector<std::int64_t>{2}));
+}
+
+TEST(Lora, DropoutMasksComeFromTheScopesSeed) {
+  at::manual_seed(1);
+  Linear l(16, 16, false);
+  l->add_lora(4, 1.0, 0.5, 7);
+  l->lora_A->weight.data().normal_();
+  l->lora_B->weight.data().normal_();
+  const at::Tensor x = at::randn({4, 16});
+  const at::Tensor clean = l(x);
+  at::Tensor a, b, c;
+  {
+    DropoutSeedScope seed(11);
+    a = l(x);
+    b = l(x);
+  }
+  {
+    DropoutSeedScope seed(12);
+    c = l(x);
+  }
+  EXPECT_FALSE(at::equal(a, clean)) << "dropout applies while training";
+  EXPECT_TRUE(at::equal(a, b)) << "the same seed, the same masks (a recomputed layer)";
+  EXPECT_FALSE(at::equal(a, c));
+  at::NoGradGuard no_grad;
+  DropoutSeedScope seed(11);
+  EXPECT_TRUE(at::equal(l(x), clean)) << "no dropout without gradients (evaluation)";
+}
+
+// LlamaFactory's _setup_freeze_tuning: the last n layers (first -n), all modules or the named
+// ones, extra modules by substring (so "norm" also trains every layer's norms, as there).
+TEST(Freeze, LlamaFactorysRules) {
+  FinetuningSpec spec;
+  spec.type = "freeze";
+  std::set<std::string> t = trained(*build(spec));  // default: the last 2 layers, all modules
+  EXPECT_EQ(t.size(), 2u * 9);
+  EXPECT_TRUE(t.count("model.layers.2.mlp.up_proj.weight") && t.count("model.layers.3.input_layernorm.weight"));
+  EXPECT_FALSE(t.count("model.layers.1.mlp.up_proj.weight"));
+  spec.freeze_trainable_layers = -1;
+  spec.freeze_trainable_modules = {"mlp"};
+  t = trained(*build(spec));
+  EXPECT_EQ(t, (std::set<std::string>{"model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
+                                      "model.layers.0.mlp.down_proj.weight"}));
+  spec.freeze_extra_modules = {"norm"};
+  t = trained(*build(spec));
+  EXPECT_TRUE(t.count("model.norm.weight"));
+  EXPECT_TRUE(t.count("model.layers.2.post_attention_layernorm.weight"));
+  spec.freeze_extra_modules = {"rotary_emb"};
+  std::string key;
+  EXPECT_CONTAINS(error_of(spec, &key), "freeze_extra_modules names 'rotary_emb'");
+  EXPECT_EQ(key, "freeze_extra_modules");
+  spec.freeze_extra_modules = {};
+  spec.freeze_trainable_modules = {"attention"};
+  EXPECT_CONTAINS(error_of(spec, &key), "they have: all, input_layernorm, mlp, post_attention_layernorm, self_attn");
+  spec.freeze_trainable_modules = {"all"};
+  spec.freeze_trainable_layers = 0;
+  EXPECT_CONTAINS(error_of(spec), "no parameter trains");
+}
+
+}  // namespace
+}  // namespace lft::model
