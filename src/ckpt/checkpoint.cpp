@@ -264,11 +264,13 @@ Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInf
   if (type != run.finetuning_type)
     throw CheckpointMismatch("checkpoint error: " + folder + " was trained with finetuning_type = \"" + type +
                              "\", this run has \"" + run.finetuning_type + "\": resume with the same finetuning_type");
+  const auto base_name = [](const std::string& folder) { return folder.empty() ? "the inline [model]" : folder; };
+  const auto base_text = [](const std::string& hash) { return hash.rfind("seed ", 0) == 0 ? hash : "hash " + hash; };
   if (type != "full" && store.string_attribute("/", "base_model_hash") != run.base_model_hash)
     throw CheckpointMismatch("checkpoint error: " + folder + " was trained on base model " +
-                             store.string_attribute("/", "base_model") + " (hash " +
-                             store.string_attribute("/", "base_model_hash") + "); this run's base " + run.base_model +
-                             " hashes to " + run.base_model_hash +
+                             base_name(store.string_attribute("/", "base_model")) + " (" +
+                             base_text(store.string_attribute("/", "base_model_hash")) + "); this run's base " +
+                             base_name(run.base_model) + " is " + base_text(run.base_model_hash) +
                              ": its frozen weights differ, so resume on the base the checkpoint was trained on");
   const auto stored = store.tensors("model");
   std::vector<Slice> held;  // every rank's tensor names, to count the model's tensors

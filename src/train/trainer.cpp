@@ -132,6 +132,10 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     Watchdog::Scope scope("loading " + what, Watchdog::setup_timeout(), "setup_timeout");
     s.engine->prepare_from(*s.model, *starting_weights(cfg, plan, *s.model));
   }
+  // The frozen weights' identity, which a resume must match: the seed's initialisation of an
+  // inline [model], or the model folder's bytes.
+  if (plan.finetuning.type != "full" && !cfg.is_set("model_name_or_path"))
+    s.base_model_hash = "seed " + std::to_string(cfg.integer("seed"));
   if (plan.finetuning.type != "full" && cfg.is_set("model_name_or_path")) {
     // World rank 0 reads the base's files once; the others take its hash (or its error).
     std::string hash;

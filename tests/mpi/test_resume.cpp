@@ -10,6 +10,7 @@
 #include "lft/train/trainer.h"
 #include "mpi_test_util.h"
 #include "tiny_run.h"
+#include "trainer_util.h"
 
 namespace lft {
 namespace {
@@ -85,6 +86,55 @@ TEST(Resume, OneRankEngineContinuesARunOfAnotherWorldSize) {
   for (std::size_t i = 0; i < 10; ++i)
     EXPECT_NEAR(from_checkpoint.losses[i], straight.losses[10 + i], 1e-5 * straight.losses[10 + i])
         << "step " << 11 + i;
+  world().barrier();
+  if (world().rank() == 0) ckpt::remove_tree(dir);
+}
+
+// A LoRA checkpoint (adapters and lm_head only) of fsdp2 resumes under megatron tp2 (or ddp at an
+// odd world size) and alone on each rank; another finetuning_type or another base is refused.
+TEST(Resume, LoraCheckpointResumesOnAnyLayout) {
+  if (24 % world().size() != 0) GTEST_SKIP() << "global batch 24 needs a world size dividing 24";
+  at::set_num_threads(1);
+  const std::string dir = shared_temp_dir();
+  const std::string lora = "finetuning_type = \"lora\"\nlora_rank = 4\nadditional_target = \"lm_head\"\n";
+  const int n = world().size();
+  const auto straight =
+      train(tiny_run("fsdp2", 1, accum_for(n), lora + "output_dir = \"" + dir + "\"\n"), world(), 10);
+  const std::string from = "resume_from_checkpoint = \"" + dir + "/checkpoint-10\"\n";
+  struct Run other;
+  {
+    std::unique_ptr<DeviceMesh> mesh;  // planned from the config's [mesh]
+    const std::string b = lora + "output_dir = \"" + dir + "/b\"\n" + from;
+    auto trainer = test::make_trainer(n % 2 == 0 ? tiny_run("megatron", 1, 24 / (n / 2), b + "[mesh]\ntp = 2\n")
+                                                 : tiny_run("ddp", 1, accum_for(n), b),
+                                      world(), mesh);
+    other.first_step = trainer->current_step();
+    while (trainer->current_step() < trainer->total_steps()) other.losses.push_back(trainer->step().loss);
+  }
+  MpiCommunicator self(MPI_COMM_SELF, "self", false);
+  const auto alone = train(
+      tiny_run("none", 2, 12, lora + "output_dir = \"" + dir + "/single-" + std::to_string(world().rank()) + "\"\n" + from),
+      self);
+  ASSERT_EQ(other.first_step, 10);
+  ASSERT_EQ(alone.first_step, 10);
+  for (std::size_t i = 0; i < 10; ++i) {
+    EXPECT_NEAR(other.losses[i], straight.losses[10 + i], 1e-5 * straight.losses[10 + i]) << "step " << 11 + i;
+    EXPECT_NEAR(alone.losses[i], straight.losses[10 + i], 1e-5 * straight.losses[10 + i]) << "step " << 11 + i;
+  }
+  auto refused = [&](const std::string& extra, const std::string& expected, const std::string& seed = "seed = 7") {
+    std::string toml = tiny_run("ddp", 1, accum_for(n), extra + "output_dir = \"" + dir + "/c\"\n" + from);
+    toml.replace(toml.find("seed = 7"), 8, seed);
+    try {
+      train(toml, world());
+      ADD_FAILURE() << "expected a CheckpointMismatch: " << expected;
+    } catch (const ckpt::CheckpointMismatch& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  refused("", "was trained with finetuning_type = \"lora\", this run has \"full\"");
+  // Another seed initialises other frozen weights under the same adapters.
+  refused(lora, "was trained on base model the inline [model] (seed 7); this run's base the inline [model] is seed 8",
+          "seed = 8");
   world().barrier();
   if (world().rank() == 0) ckpt::remove_tree(dir);
 }

@@ -47,8 +47,8 @@ struct RunInfo {
   std::int64_t seed = 0;
   // Which parameters trained (finetuning_type). With "freeze" or "lora" the checkpoint holds only
   // the trained tensors; the rest are the base model's: model_name_or_path ("" for an inline
-  // [model], then the seed's initialisation) whose files hash to base_model_hash. Written as root
-  // attributes; a resume from another base is refused.
+  // [model], then the seed's initialisation, and base_model_hash "seed N") whose files hash to
+  // base_model_hash. Written as root attributes; a resume from another base is refused.
   std::string finetuning_type = "full";
   std::string base_model, base_model_hash;
   // LoRA: the adapters' rank, alpha, scaling (alpha / r, or alpha / sqrt(r) with rslora), dropout,
