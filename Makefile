@@ -49,6 +49,7 @@ sft: build
 # lftrain and PyTorch side by side on the benchmark model (docs/performance.md).
 bench: build
 	.venv/bin/python tools/bench/run.py --build $(BUILD)
+	.venv/bin/python tools/bench/finetuning.py --build $(BUILD)
 	.venv/bin/python tools/bench/checkpoint.py $(BUILD)
 
 # Validates the example run on 2 ranks without training.

@@ -1,6 +1,7 @@
 #include "lft/engine/run_plan.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -142,6 +143,17 @@ std::string plan_report(const config::Config& cfg, const RunPlan& p) {
   out += "  steps      " + (max_steps > 0 ? std::to_string(max_steps) + " (max_steps)"
                                          : std::string(epochs) + " epoch(s) (num_train_epochs)");
   out += "\n  model      " + p.model.summary();
+  if (p.finetuning.type == "lora")
+    out += "\n  finetuning lora: rank " + std::to_string(p.finetuning.lora_rank) + ", scaling " +
+           std::to_string(p.finetuning.lora_scaling()).substr(0, 6) + ", beside " + [&] {
+             std::string t;
+             for (const std::string& name : p.finetuning.lora_target) t += (t.empty() ? "" : ", ") + name;
+             return t;
+           }() + "; base frozen";
+  else if (p.finetuning.type == "freeze")
+    out += "\n  finetuning freeze: " +
+           std::string(p.finetuning.freeze_trainable_layers >= 0 ? "last " : "first ") +
+           std::to_string(std::abs(p.finetuning.freeze_trainable_layers)) + " layer(s) train, the rest frozen";
   out += std::string("\n  precision  ") +
          (p.compute == at::kBFloat16 ? "bf16 compute over fp32 weights"
           : p.compute == at::kHalf   ? "fp16 compute over fp32 weights, dynamic loss scaling"

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <numeric>
 #include <optional>
@@ -91,6 +92,21 @@ std::unique_ptr<model::WeightSource> starting_weights(const config::Config& cfg,
   auto adapter = std::make_shared<const model::PeftAdapter>(plan.adapter_folder);
   return std::make_unique<model::FinetuningWeights>(std::move(base), std::make_unique<model::PeftAdapterWeights>(adapter),
                                                     adapter);
+}
+
+// LlamaFactory's "trainable params" line, for freeze and LoRA runs (from the meta model's shapes).
+std::string trainable_summary(const config::Config& cfg, const engine::RunPlan& plan) {
+  if (plan.finetuning.type == "full") return "";
+  const auto m = engine::create_run_model(cfg, plan, at::TensorOptions().device(at::kMeta));
+  double all = 0, trained = 0;
+  for (const auto& item : m->named_parameters()) {
+    all += static_cast<double>(item.value().numel());
+    if (item.value().requires_grad()) trained += static_cast<double>(item.value().numel());
+  }
+  char text[160];
+  std::snprintf(text, sizeof text, "\nfinetuning %s: trainable params %.0f || all params %.0f || trainable%% %.4f",
+                plan.finetuning.type.c_str(), trained, all, 100.0 * trained / all);
+  return text;
 }
 
 }  // namespace
@@ -183,7 +199,7 @@ model::CausalLM& Trainer::model() { return *s_->model; }
 
 std::string Trainer::describe() const {
   const State& s = *s_;
-  return "model      " + s.plan.model.summary() + "\ndata       " + s.data->describe() + "; " +
+  return "model      " + s.plan.model.summary() + trainable_summary(s.cfg, s.plan) + "\ndata       " + s.data->describe() + "; " +
          std::to_string(s.sampler->steps_per_epoch()) + " steps per epoch\n" + "training   " +
          std::to_string(s.total) + " steps of " + std::to_string(s.plan.global_batch) + " sequences" +
          (s.plan.compute == at::kBFloat16 ? ", bf16 compute over fp32 weights"
