@@ -8,6 +8,7 @@
 #include "lft/engine/run_plan.h"
 #include "lft/train/trainer.h"
 #include "mpi_test_util.h"
+#include "trainer_util.h"
 #include "tiny_run.h"
 
 namespace lft {
@@ -16,23 +17,13 @@ namespace {
 using test::tiny_run;
 using test::world;
 
-std::vector<double> losses_of(const std::string& toml, MpiCommunicator& comm, int steps) {
-  const config::Config cfg = config::parse_config(toml, "parity.toml");
-  DeviceMesh mesh(comm, MeshShape{{1, comm.size(), 1, 1}});
-  const engine::RunPlan plan = engine::resolve_run_plan(cfg, mesh.shape());
-  train::Trainer trainer(cfg, plan, mesh, DeviceChoice{});
-  std::vector<double> losses;
-  for (int i = 0; i < steps; ++i) losses.push_back(trainer.step().loss);
-  return losses;
-}
-
 TEST(DdpParity, MatchesOneRankReferenceOnTheSameGlobalBatch) {
   const int n = world().size();
   if (n == 1 || 24 % (2 * n) != 0) GTEST_SKIP() << "runs at 2, 3 and 4 ranks (global batch 24 = 2 x accum x ranks)";
   at::set_num_threads(1);
   MpiCommunicator self(MPI_COMM_SELF, "self", false);
-  const auto reference = losses_of(tiny_run("none", 2, 12), self, 20);
-  const auto ddp = losses_of(tiny_run("ddp", 2, 24 / (2 * n)), world(), 20);
+  const auto reference = test::train_losses(tiny_run("none", 2, 12), self, 20);
+  const auto ddp = test::train_losses(tiny_run("ddp", 2, 24 / (2 * n)), world(), 20);
   ASSERT_EQ(reference.size(), ddp.size());
   EXPECT_EQ(ddp[0], reference[0]) << "step 1 must be bitwise equal";
   for (std::size_t i = 1; i < ddp.size(); ++i)
@@ -43,8 +34,8 @@ TEST(DdpParity, MatchesOneRankReferenceOnTheSameGlobalBatch) {
 TEST(DdpParity, MicroBatchSplitDoesNotChangeTheStep) {
   at::set_num_threads(1);
   MpiCommunicator self(MPI_COMM_SELF, "self", false);
-  const auto a = losses_of(tiny_run("none", 2, 2), self, 4);
-  const auto b = losses_of(tiny_run("none", 4, 1), self, 4);
+  const auto a = test::train_losses(tiny_run("none", 2, 2), self, 4);
+  const auto b = test::train_losses(tiny_run("none", 4, 1), self, 4);
   for (std::size_t i = 0; i < a.size(); ++i)
     EXPECT_NEAR(a[i], b[i], 1e-6 * std::abs(b[i])) << "step " << i + 1;
 }

@@ -36,14 +36,6 @@ const std::string kLora = "finetuning_type = \"lora\"\nlora_rank = 4\nlora_alpha
 const std::string kFreeze =
     "finetuning_type = \"freeze\"\nfreeze_trainable_layers = 1\nfreeze_extra_modules = \"embed_tokens\"\n";
 
-std::vector<double> losses_of(const std::string& toml, MpiCommunicator& comm, int steps) {
-  std::unique_ptr<DeviceMesh> mesh;
-  auto trainer = make_trainer(toml, comm, mesh);
-  std::vector<double> losses;
-  for (int i = 0; i < steps; ++i) losses.push_back(trainer->step().loss);
-  return losses;
-}
-
 std::string zero_config(int stage) {
   const std::string path = "/tmp/lft_ft_z" + std::to_string(stage) + "_rank" + std::to_string(world().rank()) + ".json";
   std::ofstream(path) << R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
@@ -91,7 +83,7 @@ void expect_parity(const std::string& finetuning) {
   const int n = world().size();
   at::set_num_threads(1);
   MpiCommunicator self(MPI_COMM_SELF, "self", false);
-  const auto reference = losses_of(tiny_run("none", 2, 12, finetuning), self, 10);
+  const auto reference = test::train_losses(tiny_run("none", 2, 12, finetuning), self, 10);
   EXPECT_LT(reference.back(), reference.front()) << "the one-rank fine-tuning must learn";
   for (const Case& c : cases()) {
     if (n < c.min_ranks || n % (n / dp_of(c, n)) != 0 || 24 % (2 * dp_of(c, n)) != 0) continue;
@@ -99,7 +91,7 @@ void expect_parity(const std::string& finetuning) {
     SCOPED_TRACE(c.label);
     const int dp = dp_of(c, n);
     // Top-level keys must come before the tables of the case.
-    const auto got = losses_of(tiny_run(c.engine, 2, 24 / (2 * dp), finetuning + c.extra), world(), 10);
+    const auto got = test::train_losses(tiny_run(c.engine, 2, 24 / (2 * dp), finetuning + c.extra), world(), 10);
     double worst = 0;
     for (std::size_t i = 0; i < got.size(); ++i) {
       if (i == 0 && c.data_parallel) EXPECT_EQ(got[0], reference[0]) << "step 1 must be bitwise equal";

@@ -30,18 +30,6 @@ constexpr std::int64_t kSeed = 1234;  // the run's seed: an inline base is initi
 constexpr std::int64_t kRank = 4;
 constexpr double kScaling = 2.0;  // lora_alpha 8 / r 4
 
-int rank_of() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int size_of() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
-
 model::ModelConfig tiny_config() {
   model::ModelConfig c;
   c.vocab_size = 67;
@@ -90,8 +78,8 @@ void add_adapters(Tensors& tensors, const std::string& linear, std::int64_t out,
 RunInfo run_info(const std::string& config_text) {
   RunInfo run;
   run.engine = "ddp";
-  run.mesh = {1, 1, size_of(), 1};
-  run.world_size = size_of();
+  run.mesh = {1, 1, test::world().size(), 1};
+  run.world_size = test::world().size();
   run.config_text = config_text;
   run.global_batch = 8;
   run.seed = kSeed;
@@ -172,7 +160,7 @@ class MergeAdaptersTest : public testing::Test {
       names.push_back(n);
       held.push_back(HeldTensor{
           n, t,
-          TensorBox{t.sizes().vec(), std::vector<int64_t>(t.dim(), 0), size_of(), rank_of()}});
+          TensorBox{t.sizes().vec(), std::vector<int64_t>(t.dim(), 0), test::world().size(), test::world().rank()}});
     }
     const optim::AdamW optimizer(params, names, optim::AdamWOptions{});
     Progress progress;
@@ -203,7 +191,7 @@ class MergeAdaptersTest : public testing::Test {
     return o;
   }
 
-  static bool root() { return rank_of() == 0; }
+  static bool root() { return test::world().rank() == 0; }
 
   std::string dir_;
 };

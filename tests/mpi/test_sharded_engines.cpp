@@ -67,14 +67,6 @@ std::vector<Case> fp32_cases() {
 }
 
 
-std::vector<double> losses_of(const std::string& toml, MpiCommunicator& comm, int steps) {
-  std::unique_ptr<DeviceMesh> mesh;
-  auto trainer = make_trainer(toml, comm, mesh);
-  std::vector<double> losses;
-  for (int i = 0; i < steps; ++i) losses.push_back(trainer->step().loss);
-  return losses;
-}
-
 bool runs_here(const Case& c, int n) {
   return n >= c.min_ranks && (!c.even_ranks || n == 4) && 24 % (2 * n) == 0;
 }
@@ -84,11 +76,11 @@ TEST(ShardedParity, Fp32MatchesOneRankReference) {
   if (n == 1 || 24 % (2 * n) != 0) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
   at::set_num_threads(1);
   MpiCommunicator self(MPI_COMM_SELF, "self", false);
-  const auto reference = losses_of(tiny_run("none", 2, 12), self, 20);
+  const auto reference = test::train_losses(tiny_run("none", 2, 12), self, 20);
   for (const Case& c : fp32_cases()) {
     if (!runs_here(c, n)) continue;
     SCOPED_TRACE(c.label);
-    const auto got = losses_of(tiny_run(c.engine, 2, 24 / (2 * n), c.extra), world(), 20);
+    const auto got = test::train_losses(tiny_run(c.engine, 2, 24 / (2 * n), c.extra), world(), 20);
     EXPECT_EQ(got[0], reference[0]) << c.label << ": step 1 must be bitwise equal";
     for (std::size_t i = 1; i < got.size(); ++i)
       EXPECT_NEAR(got[i], reference[i], 1e-5 * std::abs(reference[i])) << c.label << " step " << i + 1;
@@ -115,7 +107,7 @@ TEST(ShardedParity, Bf16MatchesOneRankReferenceWithinBf16Rounding) {
   at::set_num_threads(1);
   MpiCommunicator self(MPI_COMM_SELF, "self", false);
   const std::string bf16 = "bf16 = true\n";
-  const auto reference = losses_of(tiny_run("none", 2, 12, bf16), self, 20);
+  const auto reference = test::train_losses(tiny_run("none", 2, 12, bf16), self, 20);
   const std::vector<Case> cases = {
       {"fsdp2 bf16", "fsdp2", bf16 + "[dist_config]\nmixed_precision = \"bf16\"\n"},
       {"fsdp bf16", "fsdp", bf16},
@@ -123,7 +115,7 @@ TEST(ShardedParity, Bf16MatchesOneRankReferenceWithinBf16Rounding) {
       {"ZeRO-3 bf16", "deepspeed", bf16 + "deepspeed = \"inputs/ds_z3_config.json\"\n"},
   };
   for (const Case& c : cases) {
-    const auto got = losses_of(tiny_run(c.engine, 2, 24 / (2 * n), c.extra), world(), 20);
+    const auto got = test::train_losses(tiny_run(c.engine, 2, 24 / (2 * n), c.extra), world(), 20);
     double worst = 0.0;
     for (std::size_t i = 0; i < got.size(); ++i)
       worst = std::max(worst, std::abs(got[i] - reference[i]) / std::abs(reference[i]));
@@ -333,13 +325,13 @@ TEST(ShardedFp16, LossScalingTrainsLikeOneRank) {
   at::set_num_threads(1);
   MpiCommunicator self(MPI_COMM_SELF, "self", false);
   const std::string fp16 = "fp16 = true\n";
-  const auto reference = losses_of(tiny_run("none", 2, 12, fp16), self, 20);
+  const auto reference = test::train_losses(tiny_run("none", 2, 12, fp16), self, 20);
   const std::vector<Case> cases = {
       {"ZeRO-2 fp16", "deepspeed", fp16 + "deepspeed = \"" + fp16_json(16, 1) + "\"\n"},
       {"fsdp2 fp16", "fsdp2", fp16 + "[dist_config]\nmixed_precision = \"fp16\"\n"},
   };
   for (const Case& c : cases) {
-    const auto got = losses_of(tiny_run(c.engine, 2, 24 / (2 * n), c.extra), world(), 20);
+    const auto got = test::train_losses(tiny_run(c.engine, 2, 24 / (2 * n), c.extra), world(), 20);
     double worst = 0.0;
     for (std::size_t i = 0; i < got.size(); ++i)
       worst = std::max(worst, std::abs(got[i] - reference[i]) / std::abs(reference[i]));

@@ -4,6 +4,7 @@
 #include <list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "lft/comm/mpi_communicator.h"
 #include "lft/config/config.h"
@@ -26,6 +27,15 @@ inline std::unique_ptr<train::Trainer> make_trainer(const std::string& toml, Mpi
   mesh = std::make_unique<DeviceMesh>(comm, engine::plan_mesh(keep.back(), info, comm.size()));
   plans.push_back(engine::resolve_run_plan(keep.back(), mesh->shape()));
   return std::make_unique<train::Trainer>(keep.back(), plans.back(), *mesh, DeviceChoice{});
+}
+
+// The losses of the first `steps` steps of `toml` over `comm`.
+inline std::vector<double> train_losses(const std::string& toml, MpiCommunicator& comm, int steps) {
+  std::unique_ptr<DeviceMesh> mesh;
+  auto trainer = make_trainer(toml, comm, mesh);
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) losses.push_back(trainer->step().loss);
+  return losses;
 }
 
 }  // namespace lft::test
