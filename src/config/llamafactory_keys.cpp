@@ -62,7 +62,7 @@ const OnlyDefault kOnlyDefault[] = {
     {"use_llama_pro", Value{false}, "LLaMA Pro's block expansion is not implemented"},
 };
 
-// LoRA variants lftrain does not implement: refused whenever they are set.
+// LoRA variants (and OFT's module_dropout) lftrain does not implement: refused whenever set.
 const char* const kLoraKeys[] = {"loraplus_lr_ratio", "loraplus_lr_embedding", "lora_bf16_mode", "pissa_iter",
                                  "pissa_convert", "module_dropout", "use_unsloth"};
 
@@ -125,7 +125,7 @@ void apply(Input& in, const Item& item, Problems& problems) {
   for (const char* lora : kLoraKeys)
     if (key == lora) {
       problems.check([&] {
-        fail(in.file, &item.loc, "key '" + key + "' configures a LoRA variant that lftrain does not implement",
+        fail(in.file, &item.loc, "key '" + key + "' configures a LoRA variant (or OFT) that lftrain does not implement",
              "remove it: lftrain's LoRA takes lora_rank, lora_alpha, lora_dropout, lora_target, additional_target, "
              "use_rslora and adapter_name_or_path");
       });

@@ -90,18 +90,20 @@ std::vector<std::string> freeze_fragments(const CausalLM& model, const Finetunin
   return fragments;
 }
 
-// The parameters of the additional_target modules (whole modules, by PEFT's name matching).
+// The parameters of the additional_target modules, matched as PEFT matches modules_to_save: the
+// module's name ends with the target ("norm" is model.norm and every layer's norms, as through
+// LlamaFactory).
 bool in_additional_target(const std::string& param, const FinetuningSpec& spec) {
   const std::string module = param.substr(0, param.rfind('.'));
   return std::any_of(spec.additional_target.begin(), spec.additional_target.end(),
-                     [&](const std::string& t) { return names_module(module, t); });
+                     [&](const std::string& t) { return ends_with(module, t); });
 }
 
 void check_additional_target(const CausalLM& model, const FinetuningSpec& spec) {
   std::set<std::string> modules;
   for (const auto& item : model.named_parameters()) modules.insert(item.key().substr(0, item.key().rfind('.')));
   for (const std::string& t : spec.additional_target) {
-    const bool found = std::any_of(modules.begin(), modules.end(), [&](const std::string& m) { return names_module(m, t); });
+    const bool found = std::any_of(modules.begin(), modules.end(), [&](const std::string& m) { return ends_with(m, t); });
     if (!found)
       throw FinetuningError("additional_target", "additional_target names '" + t +
                                                      "', which is no module of the model (e.g. embed_tokens, lm_head, norm)");

@@ -66,17 +66,14 @@ std::vector<Case> cases() {
   };
 }
 
-// The data-parallel size of a case at `n` ranks: the global batch stays 24 sequences.
-int dp_of(const Case& c, int n) {
-  if (!c.data_parallel) {
-    int model_ranks = 1;
-    for (const char* key : {"tp = ", "pp = "}) {
-      const auto at = c.extra.find(key);
-      if (at != std::string::npos) model_ranks *= std::stoi(c.extra.substr(at + 5));
-    }
-    return n / model_ranks;
+// The ranks a case's [mesh] gives one model replica (tp x pp).
+int model_ranks(const Case& c) {
+  int ranks = 1;
+  for (const char* key : {"tp = ", "pp = "}) {
+    const auto at = c.extra.find(key);
+    if (at != std::string::npos) ranks *= std::stoi(c.extra.substr(at + 5));
   }
-  return n;
+  return ranks;
 }
 
 void expect_parity(const std::string& finetuning) {
@@ -86,10 +83,9 @@ void expect_parity(const std::string& finetuning) {
   const auto reference = test::train_losses(tiny_run("none", 2, 12, finetuning), self, 10);
   EXPECT_LT(reference.back(), reference.front()) << "the one-rank fine-tuning must learn";
   for (const Case& c : cases()) {
-    if (n < c.min_ranks || n % (n / dp_of(c, n)) != 0 || 24 % (2 * dp_of(c, n)) != 0) continue;
-    if (!c.data_parallel && n / dp_of(c, n) < c.min_ranks) continue;
+    const int dp = n / model_ranks(c);  // the global batch stays 24 sequences
+    if (n < c.min_ranks || n % model_ranks(c) != 0 || 24 % (2 * dp) != 0) continue;
     SCOPED_TRACE(c.label);
-    const int dp = dp_of(c, n);
     // Top-level keys must come before the tables of the case.
     const auto got = test::train_losses(tiny_run(c.engine, 2, 24 / (2 * dp), finetuning + c.extra), world(), 10);
     double worst = 0;

@@ -392,7 +392,7 @@ TEST(LlamaFactoryKeys, LoraVariantsAreRefused) {
   EXPECT_CONTAINS(m, "config error: run.yaml:3:1: use_dora = true is not supported");
   EXPECT_NO_THROW(parse_yaml("train_dataset: " + data_path() + "\nfinetuning_type: lora\nuse_dora: false\n" + yaml_model()));
   m = yaml_error(yaml_head() + "loraplus_lr_ratio: 16.0\n" + yaml_model());
-  EXPECT_CONTAINS(m, "run.yaml:3:1: key 'loraplus_lr_ratio' configures a LoRA variant that lftrain does not implement");
+  EXPECT_CONTAINS(m, "run.yaml:3:1: key 'loraplus_lr_ratio' configures a LoRA variant (or OFT) that lftrain does not implement");
   // With other refusals: every one reported.
   m = yaml_error(yaml_head() + "do_train: false\nloraplus_lr_ratio: 16.0\noptim: sgd\n" + yaml_model());
   EXPECT_CONTAINS(m, "do_train = false");

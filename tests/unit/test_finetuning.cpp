@@ -65,10 +65,12 @@ TEST(Lora, AdaptersBesideEveryLinearOfTheLayersByDefault) {
   spec.lora_target = {"q_proj", "v_proj"};
   spec.additional_target = {"lm_head", "norm"};
   const std::set<std::string> subset = trained(*build(spec));
-  EXPECT_EQ(subset.size(), 4u * 2 * 2 + 2);
+  // PEFT's modules_to_save matching: "norm" ends model.norm and every layer's two norms.
+  EXPECT_EQ(subset.size(), 4u * 2 * 2 + 2 + 4 * 2);
   EXPECT_TRUE(subset.count("lm_head.weight"));
-  EXPECT_TRUE(subset.count("model.norm.weight"));  // "norm" names model.norm, not the layers' norms
-  EXPECT_FALSE(subset.count("model.layers.0.input_layernorm.weight"));
+  EXPECT_TRUE(subset.count("model.norm.weight"));
+  EXPECT_TRUE(subset.count("model.layers.0.input_layernorm.weight"));
+  EXPECT_FALSE(subset.count("model.layers.0.self_attn.q_proj.weight"));
 }
 
 TEST(Lora, UnknownModulesNameTheKey) {
