@@ -199,6 +199,7 @@ void MegatronEngine::finish_gradients() {
     all_reduce_grads(all, dp_);
     return;
   }
+  if (params_.empty()) return;  // a stage that trains nothing (fine-tuning)
   // Reduce-scatter: rank r receives the summed rows it updates.
   const std::int64_t k = shard_layout_.shard_numel;
   const int dp = dp_.size();
@@ -247,7 +248,7 @@ void MegatronEngine::build_optimizer_shards() {
 }
 
 void MegatronEngine::parameters_updated() {
-  if (!plan_.distributed_optimizer || dp_.size() == 1) return;
+  if (!plan_.distributed_optimizer || dp_.size() == 1 || params_.empty()) return;
   c10::NoGradGuard no_grad;
   const std::int64_t k = shard_layout_.shard_numel;
   const int dp = dp_.size();

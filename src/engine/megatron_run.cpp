@@ -134,7 +134,8 @@ at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector
       const auto start = Clock::now();
       pp_.recv(grad, next, gradient_tag(g, a.micro_batch, m));
       pipeline_wait_seconds_ += seconds_since(start);
-      l.output.backward(grad.to(l.output.scalar_type()));
+      // A first stage that trains nothing (fine-tuning) has no backward to run.
+      if (l.output.requires_grad()) l.output.backward(grad.to(l.output.scalar_type()));
     }
     if (g > 0) {
       at::Tensor grad = l.input.grad().to(at::kFloat).contiguous();

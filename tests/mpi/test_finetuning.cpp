@@ -108,6 +108,21 @@ TEST(FinetuningParity, FreezeEveryEngineMatchesOneRank) {
   expect_parity(kFreeze);
 }
 
+// Freeze the last layer only: the first pipeline stage (embedding, layer 0) trains nothing, yet
+// passes the activations on and takes the gradients back. Against the one-rank run.
+TEST(FinetuningFreeze, PipelineStageThatTrainsNothing) {
+  if (world().size() != 2 && world().size() != 4) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  at::set_num_threads(1);
+  const std::string freeze_last = "finetuning_type = \"freeze\"\nfreeze_trainable_layers = 1\n";
+  MpiCommunicator self(MPI_COMM_SELF, "self", false);
+  const auto reference = test::train_losses(tiny_run("none", 2, 12, freeze_last), self, 6);
+  const int dp = world().size() / 2;
+  const auto got = test::train_losses(
+      tiny_run("megatron", 2, 12 / dp, freeze_last + "[mesh]\npp = 2\n[dist_config]\nuse_distributed_optimizer = true\n"),
+      world(), 6);
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], reference[i], 1e-5 * reference[i]) << "step " << i + 1;
+}
+
 // After training under ddp (whole parameters on every rank), tensor by tensor: what trains has
 // changed, everything else is bitwise the seed's initial value; every engine hands the optimizer
 // exactly the trained tensors.
