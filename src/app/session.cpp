@@ -64,7 +64,7 @@ int run_session(Runtime& rt, const CliOptions& opts) {
                                       rt.local_size());
   at::set_num_threads(threads);
   if (opts.mode == Mode::PrintExample) return print_example(cfg, opts.example_index);
-  const DeviceChoice device = select_device(rt.local_rank(), rt.local_size());
+  const DeviceChoice device = select_device(rt.local_rank(), rt.local_size(), cfg.boolean("use_cpu"));
   log0(startup_report(rt, cfg, *engine, shape, threads, device));
   for (const std::string& note : cfg.notes()) log0("note: " + note);
 

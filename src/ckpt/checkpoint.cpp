@@ -151,6 +151,7 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
   writer.set_attribute("/", "mesh", run.mesh);
   writer.set_attribute("/", "engine", run.engine);
   writer.set_attribute("/", "config", run.config_text);
+  if (!run.config_file.empty()) writer.set_attribute("/", "config_file", run.config_file);
   writer.set_attribute("/", "global_batch", run.global_batch);
   writer.set_attribute("/", "seed", run.seed);
   if (run.finetuning_type != "full") {

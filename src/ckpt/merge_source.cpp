@@ -11,8 +11,10 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <functional>
 #include <sstream>
 #include <toml.hpp>
+#include <yaml-cpp/yaml.h>
 
 #include "lft/ckpt/checkpoint.h"
 #include "lft/ckpt/checkpoint_files.h"
@@ -123,14 +125,38 @@ bool natural_less(const std::string& a, const std::string& b) {
 
 namespace {
 
-// Whether the TOML `text` or the overrides set the dotted key `path`.
-bool is_set_in(const toml::value& root, const std::vector<std::string>& overrides,
-               const std::string& path) {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool overridden(const std::vector<std::string>& overrides, const std::string& path) {
   for (const std::string& o : overrides) {
     std::string key = o.substr(0, o.find('='));
     key.erase(std::remove_if(key.begin(), key.end(), ::isspace), key.end());
     if (key == path) return true;
   }
+  return false;
+}
+
+// Whether the YAML `root` or the overrides set the dotted key `path`.
+bool is_set_in(const YAML::Node& root, const std::vector<std::string>& overrides, const std::string& path) {
+  if (overridden(overrides, path)) return true;
+  YAML::Node v = root;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t dot = path.find('.', begin);
+    const std::string part = path.substr(begin, dot == std::string::npos ? dot : dot - begin);
+    if (!v.IsMap() || !v[part]) return false;
+    v = v[part];
+    if (dot == std::string::npos) return true;
+    begin = dot + 1;
+  }
+}
+
+// Whether the TOML `text` or the overrides set the dotted key `path`.
+bool is_set_in(const toml::value& root, const std::vector<std::string>& overrides,
+               const std::string& path) {
+  if (overridden(overrides, path)) return true;
   const toml::value* v = &root;
   std::size_t begin = 0;
   while (true) {
@@ -225,11 +251,24 @@ RunModel rebuild_model(const Source& source) {
     if (line.rfind(kOverridePrefix, 0) == 0)
       overrides.push_back(line.substr(std::strlen(kOverridePrefix)));
   }
+  // A run configured by a LlamaFactory YAML file saved YAML (root attribute config_file).
+  const Attribute* file = source.attribute("config_file");
+  const bool yaml = file != nullptr && file->kind == Attribute::Kind::String &&
+                    (ends_with(file->s, ".yaml") || ends_with(file->s, ".yml"));
   // The data (and DeepSpeed) files of the run do not matter for an export, and relative paths
   // would only resolve in the directory the run started in: point them at files that exist.
   try {
-    std::istringstream is(text);
-    const toml::value root = toml::parse(is, "<checkpoint config>");
+    std::function<bool(const std::string&)> is_set;
+    toml::value root;
+    YAML::Node yaml_root;
+    if (yaml) {
+      yaml_root = YAML::Load(text);
+      is_set = [&](const std::string& path) { return is_set_in(yaml_root, overrides, path); };
+    } else {
+      std::istringstream is(text);
+      root = toml::parse(is, "<checkpoint config>");
+      is_set = [&](const std::string& path) { return is_set_in(root, overrides, path); };
+    }
     const std::string& any_file = source.main_file;
     const std::string any_dir = detail::parent_dir(source.main_file);
     std::vector<std::string> substitutes;
@@ -237,7 +276,7 @@ RunModel rebuild_model(const Source& source) {
       if (spec.path_check != config::PathCheck::File &&
           spec.path_check != config::PathCheck::Directory)
         continue;
-      if (!is_set_in(root, overrides, spec.path)) continue;
+      if (!is_set(spec.path)) continue;
       substitutes.push_back(spec.path + "=" +
                             (spec.path_check == config::PathCheck::File ? any_file : any_dir));
     }
@@ -252,7 +291,7 @@ RunModel rebuild_model(const Source& source) {
       "start it in the directory the training run was started in, or restore that folder";
   RunModel run;
   try {
-    const config::Config cfg = config::parse_config(text, "<checkpoint config>", overrides);
+    const config::Config cfg = config::parse_config(text, yaml ? "<checkpoint config>.yaml" : "<checkpoint config>", overrides);
     run.config = model::ModelConfig::from_run_config(cfg);
     if (!cfg.has_table("model")) run.model_folder = cfg.string("model_name_or_path");
   } catch (const config::ConfigError& e) {

@@ -215,6 +215,8 @@ std::vector<KeySpec> build() {
           .def(3.0)
           .min(0),
       K("seed", I, "Random seed (initialisation, data order)").def(42).min(0),
+      K("use_cpu", B, "Train on the CPU even where GPUs are present (the Hugging Face Trainer's use_cpu)")
+          .def(false),
       K("bf16", B, "bfloat16 mixed precision (not together with fp16)").def(false),
       K("fp16", B,
         "float16 mixed precision (not together with bf16), with dynamic loss scaling: DeepSpeed's "

@@ -58,7 +58,9 @@ void take_adapter_config(const config::Config& cfg, model::FinetuningSpec& f) {
     std::sort(v.begin(), v.end());
     return v;
   };
-  if (cfg.is_set("lora_target") && sorted(f.lora_target) != sorted(adapter.target_modules))
+  // lora_target = "all" (LlamaFactory's default in its examples) leaves the choice to the adapter.
+  const bool all = f.lora_target == std::vector<std::string>{"all"};
+  if (cfg.is_set("lora_target") && !all && sorted(f.lora_target) != sorted(adapter.target_modules))
     adapter_conflict(cfg, "lora_target", "target_modules = " + text_of(adapter.target_modules));
   if (cfg.is_set("additional_target") && sorted(f.additional_target) != sorted(adapter.modules_to_save))
     adapter_conflict(cfg, "additional_target", "modules_to_save = " + text_of(adapter.modules_to_save));

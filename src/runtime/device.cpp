@@ -10,9 +10,13 @@
 
 namespace lft {
 
-DeviceChoice select_device(int local_rank, int local_size) {
+DeviceChoice select_device(int local_rank, int local_size, bool use_cpu) {
   DeviceChoice d;
   d.name = "cpu";
+  if (use_cpu) {
+    d.cpu_reason = "use_cpu = true";
+    return d;
+  }
 #if LFT_HAS_CUDA
   int count = 0;
   const cudaError_t rc = cudaGetDeviceCount(&count);

@@ -38,6 +38,7 @@ ckpt::RunInfo Trainer::run_info() const {
   info.mesh.assign(s.mesh.shape().sizes.begin(), s.mesh.shape().sizes.end());
   info.world_size = s.mesh.shape().world_size();
   info.config_text = s.cfg.source_text();
+  info.config_file = s.cfg.source_name();
   for (const auto& o : s.cfg.overrides()) info.config_text += "\n# override: " + o;
   info.global_batch = s.plan.global_batch;
   info.seed = s.cfg.integer("seed");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # llamafactory_dropin.sh BUILD_DIR TINY_MODEL: LlamaFactory users' files run as they are.
-#  1. The three example YAMLs of inputs/llamafactory (full SFT with DeepSpeed ZeRO-3, FSDP2 from
-#     the guide, pre-training), changed only in model folder, output_dir and steps.
+#  1. The example YAMLs of inputs/llamafactory (full SFT with DeepSpeed ZeRO-3, FSDP2 from the
+#     guide, pre-training, LoRA SFT), changed only in model folder, output_dir and steps.
 #  2. A YAML and the TOML that says the same give the same losses, bitwise.
 #  3. Padding each micro-batch to its longest sequence (pad_to_multiple_of = 8) leaves the losses
 #     of padding to cutoff_len (pad_to_multiple_of = 0), on ddp and on megatron with sequence
@@ -24,6 +24,20 @@ for example in llama3_full_sft_ds3 llama3_full_sft_fsdp2 llama3_full_pt; do
   [ -s "$out/$example/training_loss.png" ] || fail "$example: no training_loss.png (plot_loss: true)"
 done
 expect "$text" "c4_demo \(inputs/../../shared/data/c4_demo.jsonl\): text, 64 records, 64 used"
+
+# 1b. The LoRA SFT example: a PEFT adapter made for the tiny model, trained from, and the
+#     YAML-configured run's checkpoint exported as a PEFT adapter that peft loads.
+.venv/bin/python tools/check-peft.py make-adapter "$tiny" "$out/adapter0" --r 8 --alpha 16 --seed 0 >/dev/null \
+  || fail "making the starting adapter"
+text=$(run 2 inputs/llamafactory/llama3_lora_sft.yaml model_name_or_path="$tiny" adapter_name_or_path="$out/adapter0" \
+       output_dir="$out/lora" save_steps=4 max_steps=4 gradient_accumulation_steps=1) || { echo "$text" | tail -30; fail "llama3_lora_sft exited non-zero"; }
+expect "$text" "finetuning lora: trainable params 74752"
+expect "$text" "done: 4 steps"
+"$build/lfmerge" "$out/lora/checkpoint-4" --out "$out/lora-peft" --format peft >/dev/null || fail "lfmerge --format peft of a YAML run"
+"$build/lfmerge" "$out/lora/checkpoint-4" --out "$out/lora-hf" >/dev/null || fail "lfmerge of a YAML run"
+"$build/tests/export_logits" "$out/lora-hf" "$out" >/dev/null || fail "export_logits"
+.venv/bin/python tools/check-peft.py compare "$tiny" "$out/lora-peft" "$out/ids.safetensors" "$out/logits.safetensors" \
+  || fail "peft's logits of the exported adapter differ from the merged model's"
 
 # 2. YAML = TOML.
 cat > "$out/same.toml" <<TOML

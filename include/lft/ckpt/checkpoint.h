@@ -42,7 +42,8 @@ struct RunInfo {
   std::string engine;
   std::vector<std::int64_t> mesh;  // pp, dp_replicate, dp_shard, tp
   int world_size = 1;
-  std::string config_text;  // the TOML file, then one "# override: key=value" line per override
+  std::string config_text;  // the config file, then one "# override: key=value" line per override
+  std::string config_file;  // its name (a .yaml or .yml one is YAML, else TOML)
   std::int64_t global_batch = 0;
   std::int64_t seed = 0;
   // Which parameters trained (finetuning_type). With "freeze" or "lora" the checkpoint holds only

@@ -14,6 +14,6 @@ struct DeviceChoice {
 };
 
 // Picks and (for CUDA) activates the device of a rank with `local_rank` of `local_size`.
-DeviceChoice select_device(int local_rank, int local_size);
+DeviceChoice select_device(int local_rank, int local_size, bool use_cpu = false);
 
 }  // namespace lft
