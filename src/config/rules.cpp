@@ -93,6 +93,13 @@ void contradictions(const Input& in) {
              "bf16 = true and fp16 = true contradict each other",
              "choose one mixed-precision mode: remove bf16 or fp16");
   }
+  const Checked* fp8 = get(in, "fp8");
+  if (fp8 && std::get<bool>(fp8->value) && engine != "none" && engine != "ddp" && engine != "fsdp2" &&
+      engine != "megatron") {
+    fail_two(in, fp8->loc, "key 'fp8'", get(in, "distributed")->loc, "distributed",
+             "fp8 = true applies to distributed = none, ddp, fsdp2 and megatron, not \"" + engine + "\"",
+             "use fsdp2 for sharded float8 training (as torchtitan), or remove fp8");
+  }
   const Checked* ratio = get(in, "warmup_ratio");
   const Checked* steps = get(in, "warmup_steps");
   if (ratio && steps && std::get<double>(ratio->value) != 0 &&

@@ -136,12 +136,12 @@ std::vector<KeySpec> build() {
           .path(PathCheck::File)
           .engines({"deepspeed"}),
       K("fp8", B,
-        "FP8 mixed-precision compute; no engine of this build implements it, so it must stay "
-        "false")
+        "Float8 linears (torchao's tensorwise recipe): the decoder layers' linears compute in e4m3/e5m2 "
+        "with dynamic per-tensor scales; master weights fp32. Engines none, ddp, fsdp2, megatron")
           .def(false),
       K("fp8_enable_fsdp_float8_all_gather", B,
-        "FP8 all-gather of FSDP2 parameters; needs FP8, which this build does not implement, so "
-        "it must stay false")
+        "FSDP2's float8 all-gather of the float8 linears' weights; not implemented yet, so it must "
+        "stay false")
           .def(false)
           .engines({"fsdp2"}),
       // ---- which parameters train (LlamaFactory's finetuning_args) ----

@@ -10,6 +10,7 @@
 #include "lft/engine/registry.h"
 #include "lft/model/adapter_weights.h"
 #include "lft/model/families.h"
+#include "lft/model/float8.h"
 #include "lft/runtime/log.h"
 
 namespace lft::engine {
@@ -96,6 +97,7 @@ model::FinetuningSpec finetuning_spec(const config::Config& cfg) {
 std::shared_ptr<model::CausalLM> create_run_model(const config::Config& cfg, const RunPlan& plan,
                                                   const c10::TensorOptions& options) {
   std::shared_ptr<model::CausalLM> m = model::create_causal_lm(plan.model, options);
+  if (plan.fp8) model::use_float8_linears(*m);
   try {
     model::apply_finetuning(*m, plan.finetuning, options);
   } catch (const model::FinetuningError& e) {
@@ -114,6 +116,7 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh) {
   p.seq_len = cfg.integer("cutoff_len");
   p.compute = cfg.boolean("bf16") ? at::kBFloat16 : cfg.boolean("fp16") ? at::kHalf : at::kFloat;
   p.gradient_checkpointing = cfg.boolean("gradient_checkpointing");
+  p.fp8 = cfg.boolean("fp8");
   p.finetuning = finetuning_spec(cfg);
   if (p.finetuning.type == "lora" && cfg.is_set("adapter_name_or_path")) p.adapter_folder = cfg.string("adapter_name_or_path");
   create_run_model(cfg, p, at::TensorOptions().device(at::kMeta));  // module names checked before anything starts
@@ -160,6 +163,7 @@ std::string plan_report(const config::Config& cfg, const RunPlan& p) {
          (p.compute == at::kBFloat16 ? "bf16 compute over fp32 weights"
           : p.compute == at::kHalf   ? "fp16 compute over fp32 weights, dynamic loss scaling"
                                      : "fp32");
+  if (p.fp8) out += ", float8 linears (e4m3 forward, e5m2 output gradients, tensorwise dynamic scales)";
   out += "\n  memory     " + p.memory.str();
   return out;
 }

@@ -8,6 +8,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 
+#include "lft/model/float8.h"
 #include "lft/model/init.h"
 #include "lft/model/parameter_storage.h"
 
@@ -41,7 +42,7 @@ LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias,
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
-  at::Tensor y = at::linear(x, weight, bias);
+  at::Tensor y = float8 ? float8_linear(x, weight, bias) : at::linear(x, weight, bias);
   if (!lora_A) return y;
   at::Tensor in = x;
   const std::uint64_t seed = DropoutSeedScope::current();

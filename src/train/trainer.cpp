@@ -204,7 +204,8 @@ std::string Trainer::describe() const {
          std::to_string(s.total) + " steps of " + std::to_string(s.plan.global_batch) + " sequences" +
          (s.plan.compute == at::kBFloat16 ? ", bf16 compute over fp32 weights"
           : s.scaler ? ", fp16 compute over fp32 weights, loss scale " + std::to_string(s.scaler->scale())
-                     : ", fp32");
+                     : ", fp32") +
+         (s.plan.fp8 ? "; float8 linears" : "");
 }
 
 bool Trainer::stop_requested() {

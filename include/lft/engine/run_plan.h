@@ -46,6 +46,7 @@ struct RunPlan {
   std::int64_t seq_len = 1;       // cutoff_len
   at::ScalarType compute = at::kFloat;  // bf16 / fp16: autocast over fp32 weights
   bool gradient_checkpointing = false;
+  bool fp8 = false;                                  // float8 linears (float8.h)
   model::FinetuningSpec finetuning;                  // which parameters train
   std::string adapter_folder;                        // adapter_name_or_path ("" when none)
   std::optional<config::DeepSpeedConfig> deepspeed;  // distributed = "deepspeed"

@@ -39,6 +39,7 @@ class LinearImpl : public torch::nn::Module {
   at::Tensor bias;  // undefined without bias
   std::shared_ptr<LinearImpl> lora_A, lora_B;
   double lora_scaling = 0.0, lora_dropout = 0.0;
+  bool float8 = false;  // x W^T in float8 (float8.h); the adapters stay in the compute dtype
 
  private:
   std::uint64_t dropout_id_ = 0;

@@ -1,0 +1,38 @@
+// Float8 training with tensorwise dynamic scaling (the recipe of torchao's Float8Linear that
+// torchtitan and LlamaFactory use; docs/fp8.md). A float8 linear computes its three matmuls in
+// float8: the forward and the input gradient from e4m3 inputs and weights, the output gradient in
+// e5m2; each tensor is cast with one scale from its absolute maximum:
+//   scale = fmax / max(amax, 1e-12)   (fmax: 448 for e4m3, 57344 for e5m2; fp32)
+//   data  = saturate(x * scale)       (clamped to +-fmax, then LibTorch's rounding cast)
+// and the products run through at::_scaled_mm with the inverse scales, outputs in the compute
+// dtype. Master weights, their gradients and the optimizer stay fp32.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+namespace lft::model {
+
+class CausalLM;
+
+struct Float8Tensor {
+  at::Tensor data;       // float8_e4m3fn or float8_e5m2, the shape of the source
+  at::Tensor inv_scale;  // fp32 scalar: source ~= data * inv_scale
+};
+
+// The largest finite value of e4m3fn (448) or e5m2 (57344).
+double float8_max(at::ScalarType dtype);
+
+// `x` cast to `dtype` with its tensorwise scale; `amax` (an fp32 scalar), when given, replaces x's
+// own absolute maximum (a weight shard cast with the whole weight's scale).
+Float8Tensor to_float8(const at::Tensor& x, at::ScalarType dtype, const at::Tensor& amax = {});
+
+// y = x W^T (+ b) with the three matmuls in float8; x [..., in], weight [out, in]. The output (and
+// the input gradient) in the autocast dtype when autocast is on, else x's dtype.
+at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// Makes the linears of the decoder layers (q, k, v, o, gate, up, down; not LoRA adapters, the
+// embedding or the head, as torchao leaves them) float8 linears. Returns how many.
+int use_float8_linears(CausalLM& model);
+
+}  // namespace lft::model

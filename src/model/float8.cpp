@@ -1,0 +1,99 @@
+// Float8 linears: tensorwise dynamic scaling and the three float8 matmuls.
+#include "lft/model/float8.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/autograd.h>
+
+#include <stdexcept>
+
+#include "lft/model/causal_lm.h"
+#include "lft/model/layers.h"
+
+namespace lft::model {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr double kEps = 1e-12;  // torchao's floor on amax
+
+// A row-major [k, n] operand as _scaled_mm's second argument wants it: column-major.
+at::Tensor column_major(const at::Tensor& t) { return t.t().contiguous().t(); }
+
+at::Tensor scaled_mm(const Float8Tensor& a, const Float8Tensor& b_column_major, at::ScalarType out) {
+  return at::_scaled_mm(a.data, b_column_major.data, a.inv_scale, b_column_major.inv_scale, std::nullopt,
+                        std::nullopt, out);
+}
+
+struct Float8LinearFunction : torch::autograd::Function<Float8LinearFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, std::int64_t out) {
+    const auto out_dtype = static_cast<at::ScalarType>(out);
+    const Float8Tensor xq = to_float8(x.reshape({-1, x.size(-1)}), at::kFloat8_e4m3fn);
+    const Float8Tensor wq = to_float8(weight, at::kFloat8_e4m3fn);
+    const at::Tensor y = scaled_mm(xq, {wq.data.t(), wq.inv_scale}, out_dtype);
+    ctx->save_for_backward({xq.data, xq.inv_scale, wq.data, wq.inv_scale});
+    ctx->saved_data["x_sizes"] = x.sizes().vec();
+    ctx->saved_data["x_dtype"] = static_cast<std::int64_t>(x.scalar_type());
+    ctx->saved_data["w_dtype"] = static_cast<std::int64_t>(weight.scalar_type());
+    std::vector<std::int64_t> shape = x.sizes().vec();
+    shape.back() = weight.size(0);
+    return y.view(shape);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Float8Tensor xq{saved[0], saved[1]}, wq{saved[2], saved[3]};
+    const auto x_sizes = ctx->saved_data["x_sizes"].toIntVector();
+    const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+    const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
+    const Float8Tensor gq = to_float8(grads[0].reshape({-1, wq.data.size(0)}), at::kFloat8_e5m2);
+    // dx [M, in] = dy [M, out] @ W [out, in];  dW [out, in] = dy^T [out, M] @ x [M, in].
+    const at::Tensor dx = scaled_mm(gq, {column_major(wq.data), wq.inv_scale}, x_dtype).view(x_sizes);
+    const at::Tensor dw = scaled_mm({gq.data.t().contiguous(), gq.inv_scale}, {column_major(xq.data), xq.inv_scale}, w_dtype);
+    return {dx, dw, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+double float8_max(at::ScalarType dtype) {
+  if (dtype == at::kFloat8_e4m3fn) return 448.0;
+  if (dtype == at::kFloat8_e5m2) return 57344.0;
+  throw std::invalid_argument("float8_max: not a float8 dtype");
+}
+
+Float8Tensor to_float8(const at::Tensor& x, at::ScalarType dtype, const at::Tensor& amax) {
+  at::NoGradGuard no_grad;
+  const double fmax = float8_max(dtype);
+  const at::Tensor a = amax.defined() ? amax : x.abs().max().to(at::kFloat);
+  // In double, then fp32, as torchao's amax_to_scale.
+  const at::Tensor scale = (fmax / a.to(at::kDouble).clamp_min(kEps)).to(at::kFloat);
+  Float8Tensor out;
+  out.data = (x.to(at::kFloat) * scale).clamp(-fmax, fmax).to(dtype);
+  out.inv_scale = scale.reciprocal();
+  return out;
+}
+
+at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  const at::DeviceType device = x.device().type();
+  const at::ScalarType out =
+      at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : x.scalar_type();
+  // Under autocast the input is cast to the compute dtype first (its amax is of those values).
+  const at::Tensor in = x.scalar_type() == out ? x : x.to(out);
+  at::Tensor y = Float8LinearFunction::apply(in, weight, static_cast<std::int64_t>(out));
+  return bias.defined() ? y + bias.to(out) : y;
+}
+
+int use_float8_linears(CausalLM& model) {
+  int n = 0;
+  for (const auto& item : model.named_modules()) {
+    auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
+    if (!linear || item.key().rfind("model.layers.", 0) != 0 || item.key().find(".lora_") != std::string::npos) continue;
+    linear->float8 = true;
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace lft::model
