@@ -50,6 +50,7 @@ sft: build
 bench: build
 	.venv/bin/python tools/bench/run.py --build $(BUILD)
 	.venv/bin/python tools/bench/finetuning.py --build $(BUILD)
+	.venv/bin/python tools/bench/fp8.py --build $(BUILD)
 	.venv/bin/python tools/bench/checkpoint.py $(BUILD)
 
 # Validates the example run on 2 ranks without training.

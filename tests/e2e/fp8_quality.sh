@@ -11,7 +11,7 @@ fail() { echo "fp8_quality: FAIL: $*"; exit 1; }
 train() {  # NAME CONFIG ARGS...
   local name=$1 config=$2; shift 2
   mpirun --oversubscribe --bind-to none -np 2 "$build/lftrain" "$config" model_name_or_path="$tiny" bf16=true \
-    logging_steps=5 save_strategy=no output_dir="$out/$name" "$@" > "$out/$name.log" 2>&1 \
+    save_strategy=no output_dir="$out/$name" "$@" > "$out/$name.log" 2>&1 \
     || { tail -20 "$out/$name.log"; fail "$name"; }
 }
 compare() {  # LABEL
