@@ -18,17 +18,7 @@
 namespace lft::model {
 namespace {
 
-ModelConfig tiny(std::int64_t layers = 4) {
-  ModelConfig c;
-  c.vocab_size = 37;
-  c.hidden_size = 32;
-  c.intermediate_size = 40;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 64;
-  return c;
-}
+ModelConfig tiny(std::int64_t layers = 4) { return test::tiny_llama(layers); }
 
 std::set<std::string> trained(const CausalLM& m) {
   std::set<std::string> out;

@@ -9,18 +9,13 @@
 #include "lft/model/init.h"
 #include "lft/model/llama.h"
 #include "lft/model/loss.h"
+#include "test_util.h"
 
 namespace lft::model {
 namespace {
 
 ModelConfig tiny(std::int64_t layers) {
-  ModelConfig c;
-  c.vocab_size = 37;
-  c.hidden_size = 32;
-  c.intermediate_size = 40;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
+  ModelConfig c = test::tiny_llama(layers);
   c.attention_bias = true;
   return c;
 }

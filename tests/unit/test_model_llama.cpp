@@ -23,21 +23,12 @@
 #include "lft/model/loss.h"
 #include "lft/model/safetensors.h"
 #include "lft/model/segments.h"
+#include "test_util.h"
 
 namespace lft::model {
 namespace {
 
-ModelConfig tiny(std::int64_t layers = 2) {
-  ModelConfig c;
-  c.vocab_size = 37;
-  c.hidden_size = 32;
-  c.intermediate_size = 40;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.max_position_embeddings = 64;
-  return c;
-}
+ModelConfig tiny(std::int64_t layers = 2) { return test::tiny_llama(layers); }
 
 at::Tensor ids_for(const ModelConfig& c, std::int64_t b, std::int64_t t, std::uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "lft/model/model_config.h"
+
 // Passes when `needle` occurs in `haystack`; prints both when it does not.
 #define EXPECT_CONTAINS(haystack, needle)                                                   \
   do {                                                                                      \
@@ -89,6 +91,23 @@ std::string message_of(Action&& action) {
   }
   ADD_FAILURE() << "expected an exception; none was thrown";
   return "";
+}
+
+}  // namespace lft::test
+
+namespace lft::test {
+
+// The tiny Llama of the model unit tests: vocab 37, hidden 32, MLP 40, 4 heads over 2 kv heads.
+inline model::ModelConfig tiny_llama(std::int64_t layers = 2) {
+  model::ModelConfig c;
+  c.vocab_size = 37;
+  c.hidden_size = 32;
+  c.intermediate_size = 40;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 64;
+  return c;
 }
 
 }  // namespace lft::test
