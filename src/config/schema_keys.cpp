@@ -140,8 +140,8 @@ std::vector<KeySpec> build() {
         "with dynamic per-tensor scales; master weights fp32. Engines none, ddp, fsdp2, megatron")
           .def(false),
       K("fp8_enable_fsdp_float8_all_gather", B,
-        "FSDP2's float8 all-gather of the float8 linears' weights; not implemented yet, so it must "
-        "stay false")
+        "fsdp2 with fp8: each rank casts its shard of a float8 linear's weight to e4m3 with the whole "
+        "weight's scale and the all-gather moves one byte an element")
           .def(false)
           .engines({"fsdp2"}),
       // ---- which parameters train (LlamaFactory's finetuning_args) ----

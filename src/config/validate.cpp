@@ -145,12 +145,6 @@ void check_value(const Input& in, const Item& item, const KeySpec& spec, const V
       fail(in.file, loc, what, spec.path + ": " + spec.help);
     }
   }
-  if (spec.type == ValueType::Bool && std::get<bool>(v) && spec.path != "fp8" && leaf(spec.path).rfind("fp8", 0) == 0) {
-    fail(in.file, loc,
-         spec.path + " = true asks for FSDP2's float8 all-gather, which this build does not implement yet "
-                     "(fp8 = true computes the linears in float8; their weights are gathered in the compute dtype)",
-         "remove the " + leaf(spec.path) + " line (or set it to false)");
-  }
 }
 
 }  // namespace

@@ -6,7 +6,9 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <chrono>
+#include <map>
 
+#include "lft/model/float8.h"
 #include "lft/model/parameter_storage.h"
 #include "lft/model/weight_source.h"
 
@@ -42,6 +44,13 @@ struct ShardedEngine::Unit {
   bool gathered = true;
   at::Tensor gather_in, gather_out;
   WorkPtr gather;
+  // float8 all-gather: the positions in `params` of float8 linears' weights and of the others,
+  // each with its layout; the e4m3 bytes in flight and each weight's inverse scale.
+  std::vector<std::size_t> f8, rest;
+  UnitLayout f8_layout, rest_layout;
+  at::Tensor gather8_in, gather8_out;
+  std::vector<at::Tensor> f8_inv_scale;
+  WorkPtr gather8;
   at::Tensor reduce_in, reduce_out;
   WorkPtr reduce;
   std::size_t pending = 0;  // gradients still to arrive this micro-batch
@@ -103,6 +112,16 @@ void ShardedEngine::build_units(model::CausalLM& model) {
     unit_of_.push_back(sharded_unit_of(model, item.key()));
     while (units_.size() <= unit_of_.back()) units_.push_back(std::make_unique<Unit>());
   }
+  if (plan_.float8_all_gather) {
+    std::map<std::string, model::LinearImpl*> float8_weights;
+    for (const auto& item : model.named_modules())
+      if (auto* linear = dynamic_cast<model::LinearImpl*>(item.value().get()); linear && linear->float8)
+        float8_weights[item.key() + ".weight"] = linear;
+    for (const std::string& name : param_names)
+      float8_linear_.push_back(float8_weights.count(name) ? float8_weights.at(name) : nullptr);
+  } else {
+    float8_linear_.assign(params_.size(), nullptr);
+  }
   c10::NoGradGuard no_grad;
   // Every rank starts from the same weights: equal by construction or read from the same files;
   // the broadcast makes constructed ones so.
@@ -123,6 +142,9 @@ void ShardedEngine::build_units(model::CausalLM& model) {
     }
     u->layout = plan_.per_parameter_cut ? per_parameter_layout(shapes, ranks) : flat_layout(shapes, ranks);
     u->grad_layout = sub_layout(u->layout, u->trained, shapes);
+    for (std::size_t i = 0; i < u->params.size(); ++i) (float8_linear_[u->params[i]] ? u->f8 : u->rest).push_back(i);
+    u->f8_layout = sub_layout(u->layout, u->f8, shapes);
+    u->rest_layout = sub_layout(u->layout, u->rest, shapes);
     u->master = at::zeros({u->layout.shard_numel}, f32);
     u->grad = at::zeros({u->grad_layout.shard_numel}, f32);
     for (std::size_t i = 0; i < u->params.size(); ++i) {
@@ -166,27 +188,66 @@ at::Tensor storage_alias(const at::Tensor& param) {
 
 }  // namespace
 
+at::Tensor ShardedEngine::master_view(const Unit& u, std::size_t i) const {
+  const Shape& shape = shapes_[u.params[i]];
+  const ShardPiece& piece = u.layout.pieces[static_cast<std::size_t>(shard_comm_.rank())][i];
+  return u.master.narrow(0, piece.local_offset, piece.rows * row_numel(shape)).view(piece_shape(shape, piece.rows));
+}
+
 void ShardedEngine::launch_gather(Unit& u) {
   const at::ScalarType dtype = plan_.shard_parameters ? plan_.compute_dtype : at::kFloat;
-  u.gather_in = u.master.to(dtype).contiguous();
-  u.gather_out = at::empty({u.layout.shard_numel * shard_comm_.size()}, u.gather_in.options());
+  if (u.f8.empty()) {
+    u.gather_in = u.master.to(dtype).contiguous();
+    u.gather_out = at::empty({u.layout.shard_numel * shard_comm_.size()}, u.gather_in.options());
+    u.gather = shard_comm_.all_gather_async(u.gather_in, u.gather_out);
+    return;
+  }
+  c10::NoGradGuard no_grad;
+  const std::size_t me = static_cast<std::size_t>(shard_comm_.rank());
+  u.gather_in = at::zeros({u.rest_layout.shard_numel}, u.master.options().dtype(dtype));
+  for (std::size_t j = 0; j < u.rest.size(); ++j) {
+    const ShardPiece& to = u.rest_layout.pieces[me][j];
+    u.gather_in.narrow(0, to.local_offset, master_view(u, u.rest[j]).numel()).copy_(master_view(u, u.rest[j]).reshape({-1}));
+  }
+  u.gather_out = at::empty({u.rest_layout.shard_numel * shard_comm_.size()}, u.gather_in.options());
   u.gather = shard_comm_.all_gather_async(u.gather_in, u.gather_out);
+  // Each weight's amax over every rank's shard: the scale the whole weight gets.
+  at::Tensor amax = at::zeros({static_cast<std::int64_t>(u.f8.size())}, u.master.options());
+  for (std::size_t j = 0; j < u.f8.size(); ++j) {
+    const at::Tensor piece = master_view(u, u.f8[j]);
+    if (piece.numel() > 0) amax[static_cast<std::int64_t>(j)] = piece.abs().max();
+  }
+  shard_comm_.all_reduce(amax, ReduceOp::Max);
+  u.gather8_in = at::zeros({u.f8_layout.shard_numel}, u.master.options().dtype(at::kByte));
+  u.f8_inv_scale.clear();
+  for (std::size_t j = 0; j < u.f8.size(); ++j) {
+    const model::Float8Tensor q = model::to_float8(master_view(u, u.f8[j]), at::kFloat8_e4m3fn, amax[static_cast<std::int64_t>(j)]);
+    u.gather8_in.narrow(0, u.f8_layout.pieces[me][j].local_offset, q.data.numel()).copy_(q.data.reshape({-1}).view(at::kByte));
+    u.f8_inv_scale.push_back(q.inv_scale);
+  }
+  u.gather8_out = at::empty({u.f8_layout.shard_numel * shard_comm_.size()}, u.gather8_in.options());
+  u.gather8 = shard_comm_.all_gather_async(u.gather8_in, u.gather8_out);
 }
 
 void ShardedEngine::finish_gather(Unit& u) {
   const auto start = Clock::now();
   u.gather->wait();
+  if (u.gather8) u.gather8->wait();
   exposed_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
   u.gather.reset();
+  u.gather8.reset();
   c10::NoGradGuard no_grad;
-  const std::int64_t k = u.layout.shard_numel;
-  for (std::size_t i = 0; i < u.params.size(); ++i) {
+  const bool split = !u.f8.empty();
+  const UnitLayout& layout = split ? u.rest_layout : u.layout;
+  const std::int64_t k = layout.shard_numel;
+  for (std::size_t j = 0; j < (split ? u.rest.size() : u.params.size()); ++j) {
+    const std::size_t i = split ? u.rest[j] : j;
     at::Tensor& param = params_[u.params[i]];
     const Shape& shape = shapes_[u.params[i]];
     if (plan_.shard_parameters) model::allocate_storage(param);
     const at::Tensor whole = storage_alias(param);
-    for (std::size_t r = 0; r < u.layout.pieces.size(); ++r) {
-      const ShardPiece& piece = u.layout.pieces[r][i];
+    for (std::size_t r = 0; r < layout.pieces.size(); ++r) {
+      const ShardPiece& piece = layout.pieces[r][j];
       if (piece.rows == 0) continue;
       whole.narrow(0, piece.row_begin, piece.rows)
           .copy_(u.gather_out
@@ -195,8 +256,26 @@ void ShardedEngine::finish_gather(Unit& u) {
                      .view(piece_shape(shape, piece.rows)));
     }
   }
+  // float8 weights: assembled as e4m3 and handed to their linear; the parameter holds no memory.
+  const std::int64_t k8 = u.f8_layout.shard_numel;
+  for (std::size_t j = 0; j < u.f8.size(); ++j) {
+    const Shape& shape = shapes_[u.params[u.f8[j]]];
+    at::Tensor whole = at::empty(shape, u.gather8_out.options());
+    for (std::size_t r = 0; r < u.f8_layout.pieces.size(); ++r) {
+      const ShardPiece& piece = u.f8_layout.pieces[r][j];
+      if (piece.rows == 0) continue;
+      whole.narrow(0, piece.row_begin, piece.rows)
+          .copy_(u.gather8_out.narrow(0, static_cast<std::int64_t>(r) * k8 + piece.local_offset, piece.rows * row_numel(shape))
+                     .view(piece_shape(shape, piece.rows)));
+    }
+    model::LinearImpl* linear = float8_linear_[u.params[u.f8[j]]];
+    linear->float8_weight = whole.view(at::kFloat8_e4m3fn);
+    linear->float8_weight_inv_scale = u.f8_inv_scale[j];
+  }
   u.gather_in.reset();
   u.gather_out.reset();
+  u.gather8_in.reset();
+  u.gather8_out.reset();
   u.gathered = true;
 }
 
@@ -214,6 +293,11 @@ void ShardedEngine::prefetch(std::size_t unit) {
 
 void ShardedEngine::free_parameters(Unit& u) {
   for (std::size_t k : u.params) model::release_storage(params_[k]);
+  for (std::size_t i : u.f8) {
+    model::LinearImpl* linear = float8_linear_[u.params[i]];
+    linear->float8_weight.reset();
+    linear->float8_weight_inv_scale.reset();
+  }
   u.gathered = false;
 }
 

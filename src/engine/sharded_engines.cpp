@@ -65,17 +65,18 @@ std::optional<ShardingPlan> sharding_plan(const config::Config& cfg, const RunPl
   ShardingPlan plan;
   plan.name = engine;
   if (engine == "fsdp2") {
-    if (cfg.boolean("dist_config.fp8_enable_fsdp_float8_all_gather"))
+    plan.float8_all_gather = cfg.boolean("dist_config.fp8_enable_fsdp_float8_all_gather");
+    if (plan.float8_all_gather && !run.fp8)
       fail(cfg.where("dist_config.fp8_enable_fsdp_float8_all_gather") +
-               ": FP8 all-gather is not implemented yet in lftrain",
-           "set fp8_enable_fsdp_float8_all_gather = false (parameters are gathered in the "
-           "mixed_precision dtype)");
+               ": the float8 all-gather gathers the weights of float8 linears, and fp8 is false",
+           "set fp8 = true, or remove fp8_enable_fsdp_float8_all_gather");
     plan.per_parameter_cut = true;
     plan.compute_dtype = mixed_precision(cfg);
     plan.reshard_after_forward = cfg.boolean("dist_config.reshard_after_forward");
     plan.description = "per-parameter dim-0 shards over dp_shard, gathered in " +
                        precision_word(plan.compute_dtype) + ", reshard_after_forward = " +
-                       (plan.reshard_after_forward ? "true" : "false");
+                       (plan.reshard_after_forward ? "true" : "false") +
+                       (plan.float8_all_gather ? "; float8 linears' weights gathered as e4m3" : "");
     return plan;
   }
   if (engine == "fsdp") {

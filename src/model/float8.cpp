@@ -27,10 +27,11 @@ at::Tensor scaled_mm(const Float8Tensor& a, const Float8Tensor& b_column_major, 
 }
 
 struct Float8LinearFunction : torch::autograd::Function<Float8LinearFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, std::int64_t out) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, std::int64_t out,
+                            const at::Tensor& weight8, const at::Tensor& weight8_inv_scale) {
     const auto out_dtype = static_cast<at::ScalarType>(out);
     const Float8Tensor xq = to_float8(x.reshape({-1, x.size(-1)}), at::kFloat8_e4m3fn);
-    const Float8Tensor wq = to_float8(weight, at::kFloat8_e4m3fn);
+    const Float8Tensor wq = weight8.numel() > 0 ? Float8Tensor{weight8, weight8_inv_scale} : to_float8(weight, at::kFloat8_e4m3fn);
     const at::Tensor y = scaled_mm(xq, {wq.data.t(), wq.inv_scale}, out_dtype);
     ctx->save_for_backward({xq.data, xq.inv_scale, wq.data, wq.inv_scale});
     ctx->saved_data["x_sizes"] = x.sizes().vec();
@@ -51,7 +52,7 @@ struct Float8LinearFunction : torch::autograd::Function<Float8LinearFunction> {
     // dx [M, in] = dy [M, out] @ W [out, in];  dW [out, in] = dy^T [out, M] @ x [M, in].
     const at::Tensor dx = scaled_mm(gq, {column_major(wq.data), wq.inv_scale}, x_dtype).view(x_sizes);
     const at::Tensor dw = scaled_mm({gq.data.t().contiguous(), gq.inv_scale}, {column_major(xq.data), xq.inv_scale}, w_dtype);
-    return {dx, dw, at::Tensor()};
+    return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -75,13 +76,18 @@ Float8Tensor to_float8(const at::Tensor& x, at::ScalarType dtype, const at::Tens
   return out;
 }
 
-at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                         const Float8Tensor& weight8) {
   const at::DeviceType device = x.device().type();
   const at::ScalarType out =
       at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : x.scalar_type();
   // Under autocast the input is cast to the compute dtype first (its amax is of those values).
   const at::Tensor in = x.scalar_type() == out ? x : x.to(out);
-  at::Tensor y = Float8LinearFunction::apply(in, weight, static_cast<std::int64_t>(out));
+  // Function::apply takes no undefined tensors: an empty one stands for "cast the weight here".
+  const at::Tensor none = at::empty({0}, x.options().dtype(at::kFloat));
+  at::Tensor y = Float8LinearFunction::apply(in, weight, static_cast<std::int64_t>(out),
+                                             weight8.data.defined() ? weight8.data : none,
+                                             weight8.data.defined() ? weight8.inv_scale : none);
   return bias.defined() ? y + bias.to(out) : y;
 }
 

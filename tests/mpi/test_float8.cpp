@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "lft/comm/stats.h"
 #include "lft/config/config.h"
 #include "lft/model/float8.h"
 #include "mpi_test_util.h"
@@ -48,6 +49,13 @@ TEST(Float8Parity, EveryEngineMatchesTheOneRankFloat8Run) {
       {"ddp", "ddp", "", 1, 1e-4},
       {"fsdp2", "fsdp2", "", 1, 1e-4},
       {"fsdp2 bf16 mixed precision", "fsdp2", "bf16 = true\n[dist_config]\nmixed_precision = \"bf16\"\n", 1, 0, false},
+      // The float8 all-gather casts each fp32 shard with the whole weight's scale: the same e4m3
+      // values as the one-rank run's cast of the whole fp32 weight. (With bf16 mixed precision
+      // the norms are still gathered in bf16: as above.)
+      {"fsdp2 float8 all-gather", "fsdp2", "[dist_config]\nfp8_enable_fsdp_float8_all_gather = true\n", 1, 1e-4},
+      {"fsdp2 float8 all-gather bf16", "fsdp2",
+       "bf16 = true\n[dist_config]\nmixed_precision = \"bf16\"\nfp8_enable_fsdp_float8_all_gather = true\n", 1, 0,
+       false},
       {"megatron pp2", "megatron", "[mesh]\npp = 2\n", 2, 1e-4, false},
       {"megatron tp2 sp", "megatron", "[mesh]\ntp = 2\n[dist_config]\nsequence_parallel = true\n", 2, 2e-3, false},
   };
@@ -69,6 +77,46 @@ TEST(Float8Parity, EveryEngineMatchesTheOneRankFloat8Run) {
     }
     if (world().rank() == 0) std::printf("[ float8 ] %-28s largest relative loss difference %.2e\n", c.label.c_str(), worst);
   }
+}
+
+// All-gather bytes per step of fsdp2 with the float8 all-gather, against gathering in bf16 and in
+// fp32, from the communicators' counters. The float8 linears' weights (L elements) move one byte an
+// element, the layers' norms (N) and the root unit (R: embedding, head, final norm) the
+// mixed_precision dtype's two; the layers are gathered twice a step (forward, and again for
+// backward after resharding), the root once:
+//   float8 / bf16 = (2 R + 2 (L + 2 N)) / (2 R + 4 (L + N)),   bf16 / fp32 = 1/2
+// so the linears' own volume is half of bf16's and a quarter of fp32's.
+TEST(Float8Comm, AllGatherBytesOfFloat8WeightsHalfOfBf16) {
+  if (world().size() != 2) GTEST_SKIP() << "runs at 2 ranks";
+  at::set_num_threads(1);
+  double linear = 0, norms = 0, root = 0;
+  auto gathered = [&](const std::string& dist, const std::string& top = "") {
+    std::unique_ptr<DeviceMesh> mesh;
+    auto trainer = test::make_trainer(tiny_run("fsdp2", 2, 6, "fp8 = true\n" + top + "[dist_config]\n" + dist), world(), mesh);
+    linear = norms = root = 0;
+    const auto names = trainer->engine().parameter_names();
+    const auto boxes = trainer->engine().parameter_boxes();
+    for (std::size_t k = 0; k < names.size(); ++k) {
+      double numel = 1;
+      for (auto d : boxes[k].global_shape) numel *= static_cast<double>(d);
+      const bool in_layer = names[k].rfind("model.layers.", 0) == 0;
+      (!in_layer ? root : names[k].find("_proj.weight") != std::string::npos ? linear : norms) += numel;
+    }
+    trainer->step();
+    double bytes = 0;
+    for (Communicator* c : trainer->engine().communicators())
+      bytes += static_cast<double>(c->stats()[CollKind::AllGather].bytes);
+    return bytes;
+  };
+  const double fp32 = gathered("mixed_precision = \"fp32\"\n");
+  const double bf16 = gathered("mixed_precision = \"bf16\"\n", "bf16 = true\n");
+  const double f8 = gathered("mixed_precision = \"bf16\"\nfp8_enable_fsdp_float8_all_gather = true\n", "bf16 = true\n");
+  const double expected = (2 * root + 2 * (linear + 2 * norms)) / (2 * root + 4 * (linear + norms));
+  if (world().rank() == 0)
+    std::printf("[ float8 ] all-gather bytes per step: fp32 %.0f, bf16 %.0f, float8 %.0f: float8/bf16 %.3f "
+                "(formula %.3f), bf16/fp32 %.3f\n", fp32, bf16, f8, f8 / bf16, expected, bf16 / fp32);
+  EXPECT_NEAR(bf16 / fp32, 0.5, 0.005);
+  EXPECT_NEAR(f8 / bf16, expected, 0.01);
 }
 
 }  // namespace

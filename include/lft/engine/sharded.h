@@ -25,6 +25,7 @@
 #include "lft/engine/engine.h"
 #include "lft/engine/shard_layout.h"
 #include "lft/model/causal_lm.h"
+#include "lft/model/layers.h"
 
 namespace lft::engine {
 
@@ -35,6 +36,10 @@ struct ShardingPlan {
   bool reshard_after_forward = true;
   bool reduce_during_backward = true;
   at::ScalarType compute_dtype = at::kFloat;  // dtype of gathered parameters
+  // fsdp2's fp8_enable_fsdp_float8_all_gather: the weights of float8 linears are cast to e4m3 on
+  // each rank with the whole weight's scale (amax agreed over the shard group) and gathered as
+  // one byte an element; the matmul takes them without a second cast.
+  bool float8_all_gather = false;
   std::string description;                    // one line for the start-up log
 };
 
@@ -74,6 +79,8 @@ class ShardedEngine final : public Engine, private model::LayerHooks {
   void before_layer(std::int64_t index) override;
   void after_layer(std::int64_t index, const at::Tensor& output) override;
   void build_units(model::CausalLM& model);
+  // This rank's shard of the unit's parameter at position `i`, a view of its master.
+  at::Tensor master_view(const Unit& u, std::size_t i) const;
   void launch_gather(Unit& u);
   void finish_gather(Unit& u);
   void ensure_gathered(Unit& u);
@@ -97,6 +104,7 @@ class ShardedEngine final : public Engine, private model::LayerHooks {
   std::vector<std::string> names_;
   std::vector<TensorBox> boxes_;
   std::vector<std::int64_t> after_forward_;
+  std::vector<model::LinearImpl*> float8_linear_;  // per parameter: its float8 linear (all-gather in e4m3)
   bool step_open_ = false;  // gradients of this step have started to arrive
 };
 

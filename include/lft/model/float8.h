@@ -29,7 +29,9 @@ Float8Tensor to_float8(const at::Tensor& x, at::ScalarType dtype, const at::Tens
 
 // y = x W^T (+ b) with the three matmuls in float8; x [..., in], weight [out, in]. The output (and
 // the input gradient) in the autocast dtype when autocast is on, else x's dtype.
-at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+// `weight8`, when its data is defined, is the weight already in e4m3 (an fsdp2 float8 all-gather).
+at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                         const Float8Tensor& weight8 = {});
 
 // Makes the linears of the decoder layers (q, k, v, o, gate, up, down; not LoRA adapters, the
 // embedding or the head, as torchao leaves them) float8 linears. Returns how many.

@@ -40,6 +40,9 @@ class LinearImpl : public torch::nn::Module {
   std::shared_ptr<LinearImpl> lora_A, lora_B;
   double lora_scaling = 0.0, lora_dropout = 0.0;
   bool float8 = false;  // x W^T in float8 (float8.h); the adapters stay in the compute dtype
+  // Set by an engine that gathers the weight in float8: its e4m3 data and inverse scale, used
+  // instead of casting `weight` (which then holds no memory).
+  at::Tensor float8_weight, float8_weight_inv_scale;
 
  private:
   std::uint64_t dropout_id_ = 0;
