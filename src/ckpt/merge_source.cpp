@@ -17,6 +17,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "lft/ckpt/checkpoint.h"
+#include "lft/runtime/text.h"
 #include "lft/ckpt/checkpoint_files.h"
 #include "lft/ckpt/merge.h"
 #include "lft/config/config.h"
@@ -124,10 +125,6 @@ bool natural_less(const std::string& a, const std::string& b) {
 }
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 bool overridden(const std::vector<std::string>& overrides, const std::string& path) {
   for (const std::string& o : overrides) {

@@ -1,6 +1,7 @@
 // CausalLM: the units (embedding, decoder layers, head + loss), their forward over a range, and
 // where each parameter is used.
 #include "lft/model/causal_lm.h"
+#include "lft/runtime/text.h"
 
 #include <algorithm>
 #include <tuple>
@@ -40,10 +41,6 @@ CausalLM::CausalLM(const ModelConfig& config, const c10::TensorOptions& options,
 }
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The role of LoRA's A (`is_a`) or B beside a linear of role `base`.
 TpSplit lora_split(const TpSplit& base, bool is_a) {

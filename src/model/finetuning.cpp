@@ -1,5 +1,6 @@
 // Freeze and LoRA fine-tuning: which parameters train, and the adapters.
 #include "lft/model/finetuning.h"
+#include "lft/runtime/text.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,10 +12,6 @@
 
 namespace lft::model {
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // PEFT's target matching: the module name is the target, or ends with "." + target.
 bool names_module(const std::string& module, const std::string& target) {

@@ -1,5 +1,6 @@
 // Hugging Face checkpoint loading (hf-formats notes, sections 1 and 3).
 #include "lft/model/hf_checkpoint.h"
+#include "lft/runtime/text.h"
 
 #include <sys/stat.h>
 
@@ -34,10 +35,6 @@ bool is_file(const std::string& path) {
 std::string join(const std::string& folder, const std::string& name) {
   if (folder.empty()) return name;
   return folder.back() == '/' ? folder + name : folder + "/" + name;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::string shape_str(at::IntArrayRef s) {

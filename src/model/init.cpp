@@ -1,5 +1,6 @@
 // Name-and-seed deterministic parameter initialisation.
 #include "lft/model/init.h"
+#include "lft/runtime/text.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -24,10 +25,6 @@ std::uint64_t fnv1a64(const std::string& s) {
     h *= 0x100000001b3ULL;
   }
   return h;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
