@@ -19,6 +19,7 @@ std::int64_t example_number(const std::string& text) {
 
 std::string usage_text() {
   return "usage: lftrain [--check | --print-example N] CONFIG [key=value ...]\n"
+         "       lftrain --plan CLUSTER CONFIG [key=value ...] [--this-layout]\n"
          "       lftrain --help | --version | --help-config [--markdown] | --list-engines\n"
          "\n"
          "  CONFIG           the run's configuration: TOML, or YAML (.yaml/.yml, LlamaFactory's\n"
@@ -29,6 +30,11 @@ std::string usage_text() {
          "  --print-example N\n"
          "                   print training example N (from 0) as the start-up log shows the\n"
          "                   first: input_ids, inputs, label_ids, labels; exit without training\n"
+         "  --plan CLUSTER   the layouts (engine, mesh, micro-batch, checkpointing) of CONFIG that\n"
+         "                   fit the cluster described in CLUSTER (a TOML file: docs/plan.md),\n"
+         "                   ranked by predicted tokens/s, with the config lines of the best;\n"
+         "                   one process, no MPI launcher\n"
+         "  --this-layout    with --plan: predict CONFIG's own layout, collective by collective\n"
          "  --help-config    every config key with its type, default and allowed values\n"
          "  --list-engines   the engines (`distributed`) this build has\n"
          "  --init-model DIR [--tokenizer TDIR]\n"
@@ -54,6 +60,12 @@ CliOptions parse_cli(int argc, char** argv) {
       opts.mode = Mode::PrintExample;
       opts.example_index = example_number(argv[++i]);
     }
+    else if (arg == "--plan") {
+      if (i + 1 >= argc) throw UsageError("--plan needs a cluster file (e.g. inputs/clusters/h100-8x8.toml)\n" + usage_text());
+      opts.mode = Mode::Plan;
+      opts.plan_cluster_path = argv[++i];
+    }
+    else if (arg == "--this-layout") opts.plan_this_layout = true;
     else if ((arg == "--init-model" || arg == "--tokenizer") && i + 1 < argc)
       (arg == "--init-model" ? opts.init_model_dir : opts.tokenizer_dir) = argv[++i];
     else if (arg.rfind("--", 0) == 0)
@@ -66,7 +78,10 @@ CliOptions parse_cli(int argc, char** argv) {
   if (markdown && opts.mode == Mode::HelpConfig) opts.mode = Mode::HelpConfigMarkdown;
   if (!opts.tokenizer_dir.empty() && opts.init_model_dir.empty())
     throw UsageError("--tokenizer goes with --init-model\n" + usage_text());
-  if ((opts.mode == Mode::Run || opts.mode == Mode::Check || opts.mode == Mode::PrintExample) &&
+  if (opts.plan_this_layout && opts.mode != Mode::Plan)
+    throw UsageError("--this-layout goes with --plan CLUSTER\n" + usage_text());
+  if ((opts.mode == Mode::Run || opts.mode == Mode::Check || opts.mode == Mode::PrintExample ||
+       opts.mode == Mode::Plan) &&
       opts.config_path.empty())
     throw UsageError("no config file given\n" + usage_text());
   return opts;

@@ -8,6 +8,7 @@
 
 #include "lft/app/agreement.h"
 #include "lft/app/init_model.h"
+#include "lft/app/placement.h"
 #include "lft/app/startup.h"
 #include "lft/comm/mpi_communicator.h"
 #include "lft/comm/watchdog.h"
@@ -67,6 +68,8 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   const DeviceChoice device = select_device(rt.local_rank(), rt.local_size(), cfg.boolean("use_cpu"));
   log0(startup_report(rt, cfg, *engine, shape, threads, device));
   for (const std::string& note : cfg.notes()) log0("note: " + note);
+  if (rt.node_count() > 1 || opts.mode == Mode::Check) log0(placement_report(shape, rt.hosts()));
+  for (const std::string& w : placement_warnings(shape, rt.hosts())) log0("warning: " + w);
 
   MpiCommunicator world(MPI_COMM_WORLD, "world", false);
   DeviceMesh mesh(world, shape, device.cuda);

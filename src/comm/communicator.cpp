@@ -80,10 +80,12 @@ Work::Work(std::string what, CollStats* stats)
 
 void Work::wait() {
   if (done_) return;
+  const auto start = std::chrono::steady_clock::now();
   {
     Watchdog::Scope scope(what_, Watchdog::collective_timeout(), "comm_timeout");
     block();
   }
+  stats_->waited_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   complete();
 }
 

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "lft/comm/liveness.h"
 #include "lft/runtime/error.h"
 #include "lft/runtime/signals.h"
 
@@ -19,6 +20,7 @@ namespace lft {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr double kLivenessProbeSeconds = 3;
 
 struct Entry {
   std::string what;
@@ -67,9 +69,11 @@ void refresh_signal_text_locked(State& s) {
 [[noreturn]] void report_and_abort(const Entry& e) {
   char seconds[32];
   std::snprintf(seconds, sizeof(seconds), "%g", e.timeout_seconds);
+  const std::string peers = Liveness::report(kLivenessProbeSeconds);
   fatal_one(e.what + " did not complete within " + seconds + " s (" + e.timeout_key +
-            "). A peer rank has not joined it: it died, hangs, or runs a different code path. "
-            "Aborting the job; raise " + e.timeout_key + " if this phase is legitimately slow.");
+            "). A peer rank has not joined it: it died, hangs, or runs a different code path. " +
+            (peers.empty() ? "" : peers + " ") + "Aborting the job; raise " + e.timeout_key +
+            " if this phase is legitimately slow.");
 }
 
 void watch_loop() {

@@ -5,9 +5,11 @@
 #include "lft/app/cli.h"
 #include "lft/app/session.h"
 #include "lft/build_config.h"
+#include "lft/comm/liveness.h"
 #include "lft/comm/watchdog.h"
 #include "lft/config/config.h"
 #include "lft/engine/registry.h"
+#include "lft/plan/plan_command.h"
 #include "lft/runtime/error.h"
 #include "lft/runtime/runtime.h"
 #include "lft/runtime/signals.h"
@@ -36,12 +38,17 @@ int main(int argc, char** argv) {
   try {
     opts = lft::app::parse_cli(argc, argv);
     if (print_only(opts)) return 0;
+    // --plan reads two files and predicts: one process, no MPI.
+    if (opts.mode == lft::app::Mode::Plan)
+      return lft::plan::run_plan_command(opts.plan_cluster_path, opts.config_path, opts.overrides,
+                                         opts.plan_this_layout);
   } catch (const lft::UsageError& e) {
     std::fprintf(stderr, "lftrain: %s\n", e.what());
     return lft::kUsageExitCode;
   }
 
   lft::Runtime rt(&argc, &argv);
+  lft::Liveness::start(rt.world(), rt.hosts());
   lft::Watchdog::start();
   lft::install_signal_handlers();
   int status = 0;
@@ -57,5 +64,6 @@ int main(int argc, char** argv) {
     lft::fatal_one(std::string("unexpected error: ") + e.what());
   }
   lft::Watchdog::stop();
+  lft::Liveness::stop();
   return status;
 }

@@ -1,12 +1,23 @@
 // The end-of-run summary: peak memory per rank, communication per step, exposed communication.
 #include <ATen/ATen.h>
 
+#include <cstdio>
+
 #include "lft/comm/stats.h"
 #include "lft/runtime/memory.h"
 #include "lft/train/metrics.h"
 #include "trainer_state.h"
 
 namespace lft::train {
+namespace {
+
+std::string milliseconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", 1e3 * seconds);
+  return text;
+}
+
+}  // namespace
 
 std::string Trainer::run_summary() {
   State& s = *s_;
@@ -36,7 +47,9 @@ std::string Trainer::run_summary() {
       out += "\n  comm       '" + c->name() + "' " + coll_kind_name(kind) + ": " +
              std::to_string(static_cast<double>(st.calls) / steps).substr(0, 5) + " calls, " +
              format_bytes(static_cast<double>(st.bytes) / steps) + " per step (bus " +
-             format_bytes(bus_bytes(kind, static_cast<double>(st.bytes) / steps, c->size())) + ")";
+             format_bytes(bus_bytes(kind, static_cast<double>(st.bytes) / steps, c->size())) + "), " +
+             milliseconds(st.waited_seconds / steps) + " of " + milliseconds(st.seconds / steps) +
+             " ms waited";
     }
   out += "\n  exposed    " + std::to_string(1e3 * s.engine->exposed_comm_seconds() / steps).substr(0, 6) +
          " ms of communication per step, of " + std::to_string(1e3 * in_flight / steps).substr(0, 6) +

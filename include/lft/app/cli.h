@@ -7,7 +7,7 @@
 
 namespace lft::app {
 
-enum class Mode { Run, Check, PrintExample, Help, Version, HelpConfig, HelpConfigMarkdown, ListEngines };
+enum class Mode { Run, Check, PrintExample, Help, Version, HelpConfig, HelpConfigMarkdown, ListEngines, Plan };
 
 struct CliOptions {
   Mode mode = Mode::Run;
@@ -16,10 +16,12 @@ struct CliOptions {
   std::string init_model_dir;          // --init-model DIR: write the initial model there, train nothing
   std::string tokenizer_dir;           // --tokenizer DIR: tokenizer files copied with --init-model
   std::int64_t example_index = -1;     // --print-example N: print training example N, train nothing
+  std::string plan_cluster_path;       // --plan CLUSTER: rank layouts for that cluster (no MPI)
+  bool plan_this_layout = false;       // --this-layout: predict the config's own layout only
 };
 
-// Throws UsageError for an unknown flag, a missing config path or a --print-example without a
-// whole number >= 0.
+// Throws UsageError for an unknown flag, a missing config path, a --print-example without a
+// whole number >= 0, a --plan without its cluster file or a --this-layout without --plan.
 CliOptions parse_cli(int argc, char** argv);
 
 std::string usage_text();

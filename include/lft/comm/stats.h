@@ -21,6 +21,7 @@ struct CollStats {
   std::uint64_t calls = 0;
   std::uint64_t bytes = 0;
   double seconds = 0.0;  // from posting the call to its completion, summed
+  double waited_seconds = 0.0;  // blocked in Work::wait: the part no computation hid
 };
 
 class CommStats {

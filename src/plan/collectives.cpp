@@ -1,0 +1,237 @@
+#include "collectives.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace lft::plan::detail {
+namespace {
+
+Collective make(const std::string& what, const std::string& group, CollKind kind, double payload_bytes, double calls,
+                When when, double unhidden_calls = 0) {
+  Collective c;
+  c.what = what;
+  c.group = group;
+  c.kind = kind;
+  c.payload_bytes = payload_bytes;
+  c.calls = calls;
+  c.when = when;
+  c.unhidden_calls = unhidden_calls;
+  return c;
+}
+
+// A group as the mesh lays it out: ranks `stride` apart, `size` of them (device_mesh.h: tp
+// fastest, then dp_shard, dp_replicate, pp; "dp" is dp_replicate x dp_shard flattened).
+struct GroupShape {
+  int stride = 1;
+  int size = 1;
+};
+
+GroupShape group_shape(const MeshShape& mesh, const std::string& group) {
+  const int tp = mesh[MeshDim::TP], dps = mesh[MeshDim::DPShard], dpr = mesh[MeshDim::DPReplicate];
+  if (group == "tp") return {1, tp};
+  if (group == "dp_shard") return {tp, dps};
+  if (group == "dp_replicate") return {tp * dps, dpr};
+  if (group == "dp") return {tp, dpr * dps};
+  return {tp * dps * dpr, mesh[MeshDim::PP]};  // "pp"
+}
+
+// The fully sharded engines (fsdp2, fsdp, ZeRO-3): every micro-batch gathers the root unit once
+// and each layer before its forward (and again before its backward when it was resharded), and
+// reduce-scatters each unit's gradients when the unit's last one is ready; HSDP then all-reduces
+// the shards across replicas once per step.
+void fully_sharded(const StepInput& in, std::vector<Collective>& out) {
+  const Layout& l = in.layout;
+  const ModelShape& m = in.model;
+  const double mb = static_cast<double>(l.accumulation),
+               layers = static_cast<double>(std::max<std::int64_t>(1, m.layers));
+  const double cb = in.compute_bytes;
+  const double layer_params = (m.params - m.root_params) / layers,
+               layer_trained = (m.trained - m.root_trained) / layers;
+  const int shards = l.mesh[MeshDim::DPShard];
+  if (shards > 1) {
+    out.push_back(make("all-gather the root unit (embedding, norm, head)", "dp_shard", CollKind::AllGather,
+                       cb * m.root_params, mb, When::Exposed));
+    out.push_back(make("all-gather each layer before its forward", "dp_shard", CollKind::AllGather, cb * layer_params,
+                       mb * layers, When::DuringForward, mb));
+    if (l.reshard_after_forward)
+      out.push_back(make("all-gather each layer again before its backward", "dp_shard", CollKind::AllGather,
+                         cb * layer_params, mb * layers, When::DuringBackward, mb));
+    if (layer_trained > 0)
+      out.push_back(make("reduce-scatter each layer's gradients", "dp_shard", CollKind::ReduceScatter,
+                         4 * layer_trained, mb * layers, When::DuringBackward, mb));
+    if (m.root_trained > 0)
+      out.push_back(make("reduce-scatter the root unit's gradients", "dp_shard", CollKind::ReduceScatter,
+                         4 * m.root_trained, mb, When::Exposed));
+  }
+  if (l.mesh[MeshDim::DPReplicate] > 1 && m.trained > 0)
+    out.push_back(make("all-reduce the gradient shards across replicas (HSDP)", "dp_replicate", CollKind::AllReduce,
+                       4 * m.trained / shards / (layers + 1), layers + 1, When::Exposed));
+}
+
+// ZeRO-1 and -2: whole fp32 parameters on every rank, gradients reduce-scattered (ZeRO-1 once
+// after the last micro-batch, ZeRO-2 per unit per micro-batch), updated shards all-gathered.
+void sharded_optimizer(const StepInput& in, bool per_micro_batch, std::vector<Collective>& out) {
+  const Layout& l = in.layout;
+  const ModelShape& m = in.model;
+  if (l.mesh[MeshDim::DPShard] == 1 || m.trained == 0) return;
+  const double mb = static_cast<double>(l.accumulation),
+               layers = static_cast<double>(std::max<std::int64_t>(1, m.layers));
+  const double units = layers + 1, layer_trained = (m.trained - m.root_trained) / layers;
+  if (per_micro_batch) {
+    out.push_back(make("reduce-scatter each layer's gradients", "dp_shard", CollKind::ReduceScatter, 4 * layer_trained,
+                       mb * layers, When::DuringBackward, mb));
+    if (m.root_trained > 0)
+      out.push_back(make("reduce-scatter the root unit's gradients", "dp_shard", CollKind::ReduceScatter,
+                         4 * m.root_trained, mb, When::Exposed));
+  } else {
+    out.push_back(make("reduce-scatter every unit's gradients after the last micro-batch", "dp_shard",
+                       CollKind::ReduceScatter, 4 * m.trained / units, units, When::Exposed));
+  }
+  out.push_back(make("all-gather the updated fp32 shards", "dp_shard", CollKind::AllGather, 4 * m.trained / units,
+                     units, When::Exposed));
+}
+
+// Megatron after the last backward: the data-parallel reduction of this rank's box (ZeRO-1
+// style with the distributed optimizer), and the sequence-parallel norms' gradients over tp.
+void megatron_step(const StepInput& in, std::vector<Collective>& out) {
+  const Layout& l = in.layout;
+  if (l.mesh[MeshDim::DPReplicate] > 1 && in.rank_trained > 0) {
+    const double bytes = 4 * in.rank_trained;
+    if (l.distributed_optimizer) {
+      out.push_back(make("reduce-scatter the gradients (distributed optimizer)", "dp_replicate",
+                         CollKind::ReduceScatter, bytes, 1, When::Exposed));
+      out.push_back(
+          make("all-gather the updated parameters", "dp_replicate", CollKind::AllGather, bytes, 1, When::Exposed));
+    } else {
+      out.push_back(make("all-reduce the gradients", "dp_replicate", CollKind::AllReduce, bytes, 1, When::Exposed));
+    }
+  }
+  if (l.sequence_parallel && l.mesh[MeshDim::TP] > 1) {
+    std::int64_t most = in.model.layers;
+    if (!in.stage_layers.empty()) most = *std::max_element(in.stage_layers.begin(), in.stage_layers.end());
+    out.push_back(make("all-reduce the sequence-parallel norms' gradients", "tp", CollKind::AllReduce,
+                       4.0 * static_cast<double>(in.model.hidden) * static_cast<double>(2 * most + 1), 1,
+                       When::Exposed));
+  }
+}
+
+}  // namespace
+
+std::vector<Collective> data_parallel_collectives(const StepInput& in) {
+  const Layout& l = in.layout;
+  const ModelShape& m = in.model;
+  std::vector<Collective> out;
+  switch (l.algorithm) {
+    case Algorithm::Single:
+      break;
+    case Algorithm::Replicated:
+      if (l.mesh.dp_size() > 1 && m.trained > 0) {
+        // One bucket's all-reduce starts when its gradients are ready; only the last micro-batch syncs.
+        const double bytes = 4 * m.trained;
+        const double calls = std::max(1.0, std::ceil(bytes / in.ddp_bucket_bytes));
+        out.push_back(make("all-reduce the gradients in buckets", "dp", CollKind::AllReduce, bytes / calls, calls,
+                           When::DuringLastBackward, 1));
+      }
+      break;
+    case Algorithm::FullyShardedData:
+      fully_sharded(in, out);
+      break;
+    case Algorithm::ShardedOptimizer:
+      sharded_optimizer(in, false, out);
+      break;
+    case Algorithm::ShardedGradients:
+      sharded_optimizer(in, true, out);
+      break;
+    case Algorithm::Megatron:
+      megatron_step(in, out);
+      break;
+  }
+  return out;
+}
+
+// Per micro-batch, X = [micro, seq, hidden] values. The model's forward calls `enter` before its
+// column-parallel projections (its input: the fp32 norm output) and `exit` after the row-parallel
+// one (its input: the 16-bit matmul output under autocast). Without sequence parallel, exit is an
+// all-reduce forward and enter an all-reduce backward; with it, enter is an all-gather forward
+// (reduce-scatter backward) and exit a reduce-scatter forward (all-gather backward). Checkpointing
+// runs each layer's forward, and so its collectives, again in the backward.
+std::vector<Collective> tensor_parallel_collectives(const StepInput& in, std::int64_t layers, bool first, bool last) {
+  const Layout& l = in.layout;
+  std::vector<Collective> out;
+  if (l.algorithm != Algorithm::Megatron || l.mesh[MeshDim::TP] == 1) return out;
+  const double x = static_cast<double>(l.micro_batch * in.seq_len * in.model.hidden);
+  const double fp32 = 4, moved16 = in.compute_bytes;
+  const double reduced16 = in.cluster.reductions_upcast() ? 4.0 : moved16;
+  const double n2 = 2.0 * static_cast<double>(layers);
+  const double head = last ? 1 : 0;
+  const auto fwd = When::ForwardPath, bwd = When::BackwardPath;
+  const CollKind ag = CollKind::AllGather, rs = CollKind::ReduceScatter, ar = CollKind::AllReduce;
+  if (!l.sequence_parallel) {
+    out.push_back(make("all-reduce attention and MLP outputs", "tp", ar, x * reduced16, n2, fwd));
+    if (first) out.push_back(make("all-reduce the vocab-parallel embedding", "tp", ar, x * fp32, 1, fwd));
+    out.push_back(make("all-reduce the input gradients of column-parallel layers", "tp", ar, x * fp32, n2 + head, bwd));
+    if (l.checkpointing)
+      out.push_back(make("all-reduce recomputed attention and MLP outputs", "tp", ar, x * reduced16, n2, bwd));
+  } else {
+    out.push_back(make("all-gather normed inputs along the sequence", "tp", ag, x * fp32, n2 + head, fwd));
+    out.push_back(make("reduce-scatter attention and MLP outputs", "tp", rs, x * reduced16, n2, fwd));
+    if (first) out.push_back(make("reduce-scatter the vocab-parallel embedding", "tp", rs, x * fp32, 1, fwd));
+    out.push_back(
+        make("reduce-scatter the input gradients of column-parallel layers", "tp", rs, x * fp32, n2 + head, bwd));
+    out.push_back(make("all-gather the output gradients of row-parallel layers", "tp", ag, x * moved16, n2, bwd));
+    if (first) out.push_back(make("all-gather the embedding's output gradient", "tp", ag, x * fp32, 1, bwd));
+    if (l.checkpointing) {
+      out.push_back(make("all-gather recomputed normed inputs", "tp", ag, x * fp32, n2, bwd));
+      out.push_back(make("reduce-scatter recomputed outputs", "tp", rs, x * reduced16, n2, bwd));
+    }
+  }
+  if (last) {
+    const double losses = static_cast<double>(l.micro_batch * (in.seq_len - 1)) * fp32;
+    out.push_back(make("all-reduce the vocab-parallel loss (max, sum, target logit)", "tp", ar, losses, 3, fwd));
+  }
+  return out;
+}
+
+// Chunk c of stage s is virtual stage g = c pp + s: it sends activations on unless g is the
+// last, and gradients back unless g is 0; [micro, seq (/ tp with sequence parallel), hidden] fp32.
+std::vector<Collective> pipeline_collectives(const StepInput& in, int stage) {
+  const Layout& l = in.layout;
+  const int pp = l.mesh[MeshDim::PP], v = std::max(1, l.virtual_stages);
+  std::vector<Collective> out;
+  if (l.algorithm != Algorithm::Megatron || pp == 1) return out;
+  double forward = 0, backward = 0;
+  for (int c = 0; c < v; ++c) {
+    const int g = c * pp + stage;
+    if (g < pp * v - 1) forward += 1;
+    if (g > 0) backward += 1;
+  }
+  const int split = l.sequence_parallel ? l.mesh[MeshDim::TP] : 1;
+  const double bytes = 4.0 * static_cast<double>(l.micro_batch) * static_cast<double>(in.seq_len / split) *
+                       static_cast<double>(in.model.hidden);
+  if (forward > 0) {
+    out.push_back(make("send activations to the next stage", "pp", CollKind::Send, bytes, forward, When::ForwardPath));
+    out.push_back(
+        make("receive gradients from the next stage", "pp", CollKind::Recv, bytes, forward, When::BackwardPath));
+  }
+  if (backward > 0) {
+    out.push_back(
+        make("send gradients to the previous stage", "pp", CollKind::Send, bytes, backward, When::BackwardPath));
+    out.push_back(
+        make("receive activations from the previous stage", "pp", CollKind::Recv, bytes, backward, When::ForwardPath));
+  }
+  return out;
+}
+
+void time_collectives(const StepInput& in, std::vector<Collective>& collectives) {
+  const MeshShape& mesh = in.layout.mesh;
+  for (Collective& c : collectives) {
+    const GroupShape g = group_shape(mesh, c.group);
+    c.group_size = g.size;
+    c.inter_node = group_spans_nodes(mesh.world_size(), g.stride, g.size, in.cluster.devices_per_node);
+    const double one = collective_seconds(c.kind, c.payload_bytes, g.size, link_of(in.cluster, c.inter_node));
+    c.seconds = c.kind == CollKind::Recv ? 0.0 : c.calls * one;
+  }
+}
+
+}  // namespace lft::plan::detail

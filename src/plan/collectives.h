@@ -1,0 +1,27 @@
+// The collectives each algorithm runs, with the payloads and call counts the communicators count
+// (src/engine's engines, as tests/mpi/test_sharded_engines.cpp and test_megatron.cpp check them).
+// Internal to src/plan: cost_model.cpp times them.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "lft/plan/cost_model.h"
+
+namespace lft::plan::detail {
+
+// Per step, on every rank: gradient and parameter collectives over the data-parallel dims, and
+// megatron's data-parallel reduction (and its sequence-parallel norms' over tp).
+std::vector<Collective> data_parallel_collectives(const StepInput& in);
+
+// Megatron's tensor-parallel collectives of ONE micro-batch on a stage of `layers` decoder
+// layers; the first stage adds the embedding's, the last the head's and the loss's.
+std::vector<Collective> tensor_parallel_collectives(const StepInput& in, std::int64_t layers, bool first, bool last);
+
+// Megatron's pipeline sends and receives of ONE micro-batch on pipeline stage `stage`.
+std::vector<Collective> pipeline_collectives(const StepInput& in, int stage);
+
+// Sets group_size, inter_node and seconds of each collective from the mesh and the cluster.
+void time_collectives(const StepInput& in, std::vector<Collective>& collectives);
+
+}  // namespace lft::plan::detail

@@ -1,0 +1,189 @@
+#include "lft/plan/layout.h"
+
+#include <algorithm>
+
+namespace lft::plan {
+namespace {
+
+using engine::PipelineScheduleKind;
+
+// Ascending.
+std::vector<std::int64_t> divisors(std::int64_t n) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t d = 1; d <= n; ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+bool wanted(const LayoutSpace& s, const std::string& engine) {
+  return s.engines.empty() || std::find(s.engines.begin(), s.engines.end(), engine) != s.engines.end();
+}
+
+// The engine variants a mesh allows; micro-batch, accumulation and checkpointing come later.
+std::vector<Layout> variants(const LayoutSpace& s, const MeshShape& mesh) {
+  const int pp = mesh[MeshDim::PP], dpr = mesh[MeshDim::DPReplicate], dps = mesh[MeshDim::DPShard],
+            tp = mesh[MeshDim::TP];
+  auto make = [&](const std::string& engine, Algorithm algorithm) {
+    Layout l;
+    l.engine = engine;
+    l.algorithm = algorithm;
+    l.mesh = mesh;
+    return l;
+  };
+  std::vector<Layout> out;
+  if (s.world == 1) return {make("none", Algorithm::Single)};
+  const bool data_parallel_only = pp == 1 && tp == 1;
+  if (data_parallel_only && dps == 1 && wanted(s, "ddp")) out.push_back(make("ddp", Algorithm::Replicated));
+  if (data_parallel_only && dps > 1 && wanted(s, "fsdp2"))
+    for (const bool reshard : {true, false}) {
+      Layout l = make("fsdp2", Algorithm::FullyShardedData);
+      l.reshard_after_forward = reshard;
+      out.push_back(l);
+    }
+  // ZeRO-3 is fsdp2's algorithm on flat buffers: the planner leaves it to fsdp2.
+  if (data_parallel_only && dpr == 1 && dps > 1 && wanted(s, "deepspeed"))
+    for (const int stage : {1, 2}) {
+      Layout l = make("deepspeed", stage == 1 ? Algorithm::ShardedOptimizer : Algorithm::ShardedGradients);
+      l.zero_stage = stage;
+      out.push_back(l);
+    }
+  if (dps == 1 && pp <= s.layers && wanted(s, "megatron")) {
+    // Sequence parallel and the distributed optimizer move the same bytes as their alternatives
+    // and keep less in memory, so the planner always takes them where they apply.
+    Layout l = make("megatron", Algorithm::Megatron);
+    l.sequence_parallel = tp > 1;
+    l.distributed_optimizer = dpr > 1;
+    out.push_back(l);
+    if (pp > 1)
+      for (int v = 2; v <= 8; ++v)
+        if (s.layers % (static_cast<std::int64_t>(pp) * v) == 0) {
+          Layout interleaved = l;
+          interleaved.schedule = PipelineScheduleKind::Interleaved1F1B;
+          interleaved.virtual_stages = v;
+          out.push_back(interleaved);
+        }
+  }
+  return out;
+}
+
+// Megatron's schedules need m >= pp micro-batches, interleaved a multiple of pp.
+bool schedule_accepts(const Layout& l, std::int64_t micro_batches) {
+  const int pp = l.mesh[MeshDim::PP];
+  if (l.algorithm != Algorithm::Megatron || pp == 1) return true;
+  if (micro_batches < pp) return false;
+  return l.schedule != PipelineScheduleKind::Interleaved1F1B || micro_batches % pp == 0;
+}
+
+std::string flag(bool on) { return on ? "true" : "false"; }
+
+// The DeepSpeed JSON to paste for a ZeRO stage: the repository's examples.
+std::string deepspeed_example(int stage) {
+  if (stage == 1) return "inputs/plan/ds_z1_config.json";
+  return "inputs/ds_z" + std::to_string(std::max(stage, 0)) + "_config.json";
+}
+
+}  // namespace
+
+std::string Layout::engine_text() const {
+  switch (algorithm) {
+    case Algorithm::ShardedOptimizer:
+    case Algorithm::ShardedGradients:
+      return "ZeRO-" + std::to_string(zero_stage);
+    case Algorithm::FullyShardedData:
+      if (engine == "deepspeed") return "ZeRO-3";
+      return engine + (reshard_after_forward ? "" : " no-reshard");
+    case Algorithm::Megatron: {
+      std::string out = "megatron";
+      if (sequence_parallel) out += " sp";
+      if (mesh[MeshDim::PP] > 1)
+        out += schedule == PipelineScheduleKind::Interleaved1F1B
+                   ? " interleaved v" + std::to_string(virtual_stages)
+                   : std::string(" ") + engine::pipeline_schedule_name(schedule);
+      if (distributed_optimizer) out += " dist-opt";
+      return out;
+    }
+    default:
+      return engine == "deepspeed" ? "ZeRO-0" : engine;
+  }
+}
+
+std::string Layout::mesh_text() const {
+  return std::to_string(mesh[MeshDim::PP]) + "x" + std::to_string(mesh[MeshDim::DPReplicate]) + "x" +
+         std::to_string(mesh[MeshDim::DPShard]) + "x" + std::to_string(mesh[MeshDim::TP]);
+}
+
+std::vector<Layout> enumerate_layouts(const LayoutSpace& space) {
+  std::vector<Layout> out;
+  const int world = space.world;
+  for (const std::int64_t pp : divisors(world))
+    for (const std::int64_t tp : divisors(world / pp)) {
+      if (tp > space.devices_per_node) continue;
+      for (const std::int64_t dpr : divisors(world / pp / tp)) {
+        MeshShape mesh;
+        mesh[MeshDim::PP] = static_cast<int>(pp);
+        mesh[MeshDim::TP] = static_cast<int>(tp);
+        mesh[MeshDim::DPReplicate] = static_cast<int>(dpr);
+        mesh[MeshDim::DPShard] = static_cast<int>(world / pp / tp / dpr);
+        const std::int64_t dp = mesh.dp_size();
+        if (space.global_batch % dp != 0) continue;  // the global batch must stay what it is
+        const std::int64_t share = space.global_batch / dp;
+        for (const Layout& variant : variants(space, mesh))
+          for (const std::int64_t micro : divisors(share)) {
+            if (micro > space.max_micro_batch) break;
+            if (!schedule_accepts(variant, share / micro)) continue;
+            for (const bool checkpointing : {false, true}) {
+              Layout l = variant;
+              l.micro_batch = micro;
+              l.accumulation = share / micro;
+              l.checkpointing = checkpointing;
+              out.push_back(l);
+            }
+          }
+      }
+    }
+  return out;
+}
+
+std::vector<std::string> layout_overrides(const Layout& l, const std::string& deepspeed_json) {
+  std::vector<std::string> out = {
+      "distributed=" + l.engine,
+      "mesh.pp=" + std::to_string(l.mesh[MeshDim::PP]),
+      "mesh.dp_replicate=" + std::to_string(l.mesh[MeshDim::DPReplicate]),
+      "mesh.dp_shard=" + std::to_string(l.mesh[MeshDim::DPShard]),
+      "mesh.tp=" + std::to_string(l.mesh[MeshDim::TP]),
+      "per_device_train_batch_size=" + std::to_string(l.micro_batch),
+      "gradient_accumulation_steps=" + std::to_string(l.accumulation),
+      "gradient_checkpointing=" + flag(l.checkpointing),
+  };
+  if (l.engine == "fsdp2") out.push_back("dist_config.reshard_after_forward=" + flag(l.reshard_after_forward));
+  if (l.engine == "deepspeed") out.push_back("deepspeed=" + deepspeed_json);
+  if (l.algorithm == Algorithm::Megatron) {
+    out.push_back("dist_config.sequence_parallel=" + flag(l.sequence_parallel));
+    out.push_back("dist_config.use_distributed_optimizer=" + flag(l.distributed_optimizer));
+    out.push_back(std::string("dist_config.pipeline_schedule=") + engine::pipeline_schedule_name(l.schedule));
+    out.push_back("dist_config.virtual_pipeline_model_parallel_size=" + std::to_string(l.virtual_stages));
+  }
+  return out;
+}
+
+std::string layout_config_lines(const Layout& l) {
+  std::string out = "distributed = \"" + l.engine + "\"\n";
+  if (l.engine == "deepspeed") out += "deepspeed = \"" + deepspeed_example(l.zero_stage) + "\"\n";
+  out += "per_device_train_batch_size = " + std::to_string(l.micro_batch) + "\n";
+  out += "gradient_accumulation_steps = " + std::to_string(l.accumulation) + "\n";
+  out += "gradient_checkpointing = " + flag(l.checkpointing) + "\n";
+  out += "\n[mesh]\n";
+  for (int d = 0; d < kMeshDims; ++d)
+    out += std::string(mesh_dim_name(static_cast<MeshDim>(d))) + " = " + std::to_string(l.mesh.sizes[d]) + "\n";
+  if (l.engine == "fsdp2" && !l.reshard_after_forward) out += "\n[dist_config]\nreshard_after_forward = false\n";
+  if (l.algorithm == Algorithm::Megatron) {
+    out += "\n[dist_config]\n";
+    out += "sequence_parallel = " + flag(l.sequence_parallel) + "\n";
+    out += std::string("pipeline_schedule = \"") + engine::pipeline_schedule_name(l.schedule) + "\"\n";
+    out += "virtual_pipeline_model_parallel_size = " + std::to_string(l.virtual_stages) + "\n";
+    out += "use_distributed_optimizer = " + flag(l.distributed_optimizer) + "\n";
+  }
+  return out;
+}
+
+}  // namespace lft::plan

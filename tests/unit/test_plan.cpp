@@ -1,0 +1,367 @@
+// lftrain --plan: the cost model's formulas by hand (alpha-beta, the bytes each engine moves, the
+// pipeline bubble), the cluster file's errors, and the planner's memory filter and ranking, on a
+// tiny model and on Llama 3 8B over 8 x 8 H100.
+#include <c10/core/TensorOptions.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "lft/config/config.h"
+#include "lft/model/families.h"
+#include "lft/plan/cluster.h"
+#include "lft/plan/cost_model.h"
+#include "lft/plan/layout.h"
+#include "lft/plan/plan_report.h"
+#include "lft/plan/planner.h"
+#include "test_util.h"
+
+namespace lft::plan {
+namespace {
+
+std::string repo_root() {
+  const std::string here = __FILE__;
+  return here.substr(0, here.rfind('/')) + "/../..";
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+Cluster one_node(int devices, double gib = 64) {
+  Cluster c;
+  c.name = "test";
+  c.nodes = 1;
+  c.devices_per_node = devices;
+  c.device_memory_gib = gib;
+  c.device_tflops = 1;
+  c.intra_node_gbps = 1;
+  c.intra_node_latency_us = 1;
+  return c;
+}
+
+MeshShape mesh(int pp, int dpr, int dps, int tp) {
+  MeshShape m;
+  m[MeshDim::PP] = pp;
+  m[MeshDim::DPReplicate] = dpr;
+  m[MeshDim::DPShard] = dps;
+  m[MeshDim::TP] = tp;
+  return m;
+}
+
+// A model given by hand: `layers` layers of `layer` elements (all matmul), a root of `root`.
+ModelShape shape(std::int64_t layers, double layer, double root) {
+  ModelShape m;
+  m.layers = layers;
+  m.hidden = 32;
+  m.vocab = 64;
+  m.attention_width = 32;
+  m.params = m.trained = layers * layer + root;
+  m.root_params = m.root_trained = root;
+  m.layer_matmul_params = m.layer_matmul_trained = layer;
+  return m;
+}
+
+double sum_over(const StepPrediction& p, const std::string& group, CollKind kind, bool bus) {
+  double total = 0;
+  for (const Collective& c : p.collectives)
+    if (c.group == group && c.kind == kind) total += bus ? c.bus_bytes_per_step() : c.calls * c.payload_bytes;
+  return total;
+}
+
+TEST(PlanCostModel, AlphaBetaRingTimesByHand) {
+  const Link link{1e9, 1e-6};  // 1 GB/s, 1 us per step
+  // 1 MB over 4 ranks: all-reduce 2(n-1) alpha + 2(n-1)/n B/bw = 6 us + 1.5 ms
+  EXPECT_NEAR(collective_seconds(CollKind::AllReduce, 1e6, 4, link), 6e-6 + 1.5e-3, 1e-12);
+  EXPECT_NEAR(collective_seconds(CollKind::AllGather, 1e6, 4, link), 3e-6 + 0.75e-3, 1e-12);
+  EXPECT_NEAR(collective_seconds(CollKind::ReduceScatter, 1e6, 4, link), 3e-6 + 0.75e-3, 1e-12);
+  EXPECT_NEAR(collective_seconds(CollKind::Send, 1e6, 2, link), 1e-6 + 1e-3, 1e-12);
+  EXPECT_EQ(collective_seconds(CollKind::AllReduce, 1e6, 1, link), 0.0);
+  Cluster c = one_node(8);
+  c.nodes = 2;
+  c.inter_node_gbps = 50;
+  c.inter_node_latency_us = 5;
+  EXPECT_DOUBLE_EQ(link_of(c, true).bytes_per_s, 50e9);
+  EXPECT_DOUBLE_EQ(link_of(c, true).latency_s, 5e-6);
+  EXPECT_DOUBLE_EQ(link_of(c, false).bytes_per_s, 1e9);
+}
+
+TEST(PlanCostModel, GroupsSpanNodesAsTheMeshPlacesRanks) {
+  // 16 ranks, 8 per node; rank = ((pp R + dpr) S + dps) T + tp
+  EXPECT_FALSE(dim_spans_nodes(mesh(1, 2, 1, 8), MeshDim::TP, 8));          // tp 8: one node each
+  EXPECT_TRUE(dim_spans_nodes(mesh(1, 2, 1, 8), MeshDim::DPReplicate, 8));  // ranks 0 and 8
+  EXPECT_FALSE(dim_spans_nodes(mesh(2, 1, 2, 4), MeshDim::DPShard, 8));     // ranks 0 and 4
+  EXPECT_TRUE(dim_spans_nodes(mesh(2, 1, 2, 4), MeshDim::PP, 8));           // ranks 0 and 8
+  EXPECT_TRUE(dim_spans_nodes(mesh(1, 1, 16, 1), MeshDim::DPShard, 8));
+  EXPECT_TRUE(group_spans_nodes(12, 1, 3, 4));  // tp 3 on nodes of 4: ranks 3, 4, 5 span two
+  EXPECT_FALSE(group_spans_nodes(12, 1, 2, 4));
+}
+
+TEST(PlanCostModel, DdpMovesTwiceTheGradientsOnce) {
+  StepInput in;
+  in.cluster = one_node(4);
+  in.model = shape(4, 1e6, 5e5);  // 4.5 M trained elements: 18 MB of fp32 gradients
+  in.layout.engine = "ddp";
+  in.layout.algorithm = Algorithm::Replicated;
+  in.layout.mesh = mesh(1, 4, 1, 1);
+  in.layout.accumulation = 3;  // ddp synchronises the last micro-batch only
+  const StepPrediction p = predict_step(in);
+  const double P = 4 * in.model.trained;
+  EXPECT_NEAR(sum_over(p, "dp", CollKind::AllReduce, true), 2 * P * 3 / 4, 1e-6 * P);
+  ASSERT_EQ(p.collectives.size(), 1u);
+  EXPECT_EQ(p.collectives[0].calls, std::ceil(P / in.ddp_bucket_bytes));
+  EXPECT_FALSE(p.collectives[0].inter_node);
+  // Without overlap every second of it is exposed; with it, at most that.
+  EXPECT_LE(p.exposed_comm_s, p.comm_s + 1e-12);
+  in.cluster.overlap_comm = false;
+  EXPECT_NEAR(predict_step(in).exposed_comm_s, p.comm_s, 1e-12);
+}
+
+TEST(PlanCostModel, FullyShardedMovesTheDocumentedVolume) {
+  StepInput in;
+  in.cluster = one_node(4);
+  in.model = shape(4, 1e6, 5e5);
+  in.compute_bytes = 4;  // fp32: P counts as the model's fp32 bytes
+  in.layout.engine = "fsdp2";
+  in.layout.algorithm = Algorithm::FullyShardedData;
+  in.layout.mesh = mesh(1, 1, 4, 1);
+  const double P = 4 * in.model.params, P_layers = 4 * (in.model.params - in.model.root_params), share = 3.0 / 4;
+  // docs/engines.md: (2P + P_layers)(n-1)/n with resharding, 2P(n-1)/n without
+  double moved = sum_over(predict_step(in), "dp_shard", CollKind::AllGather, true) +
+                 sum_over(predict_step(in), "dp_shard", CollKind::ReduceScatter, true);
+  EXPECT_NEAR(moved, (2 * P + P_layers) * share, 1e-6 * P);
+  in.layout.reshard_after_forward = false;
+  moved = sum_over(predict_step(in), "dp_shard", CollKind::AllGather, true) +
+          sum_over(predict_step(in), "dp_shard", CollKind::ReduceScatter, true);
+  EXPECT_NEAR(moved, 2 * P * share, 1e-6 * P);
+  // HSDP 2 x 2: the shards (P / 2) all-reduced across the 2 replicas once per step.
+  in.layout.mesh = mesh(1, 2, 2, 1);
+  EXPECT_NEAR(sum_over(predict_step(in), "dp_replicate", CollKind::AllReduce, false), P / 2, 1e-6 * P);
+}
+
+// The payloads tests/mpi/test_megatron.cpp measures for tp 2 (B = 2, T = 32, H = 32, L = 4, m = 8).
+TEST(PlanCostModel, MegatronPayloadsMatchTheMeasuredFormula) {
+  StepInput in;
+  in.cluster = one_node(2);
+  in.model = shape(4, 1e4, 1e4);
+  in.seq_len = 32;
+  in.compute_bytes = 4;
+  in.layout.engine = "megatron";
+  in.layout.algorithm = Algorithm::Megatron;
+  in.layout.micro_batch = 2;
+  in.layout.accumulation = 8;
+  in.layout.mesh = mesh(1, 1, 1, 2);
+  const double B = 2, T = 32, H = 32, L = 4, m = 8, act = B * T * H * 4, loss = 3 * B * (T - 1) * 4;
+  EXPECT_NEAR(sum_over(predict_step(in), "tp", CollKind::AllReduce, false), m * ((2 + 4 * L) * act + loss), 1e-9);
+  in.layout.sequence_parallel = true;
+  const StepPrediction sp = predict_step(in);
+  EXPECT_NEAR(sum_over(sp, "tp", CollKind::AllGather, false), m * (2 * L + 1) * act * 2, 1e-9);
+  EXPECT_NEAR(sum_over(sp, "tp", CollKind::ReduceScatter, false), m * (2 * L + 1) * act * 2, 1e-9);
+  EXPECT_NEAR(sum_over(sp, "tp", CollKind::AllReduce, false), m * loss + (2 * L + 1) * H * 4, 1e-9);
+  in.layout.sequence_parallel = false;
+  in.layout.mesh = mesh(2, 1, 1, 1);
+  in.stage_layers = {2, 2};
+  const StepPrediction pp = predict_step(in);
+  EXPECT_NEAR(sum_over(pp, "pp", CollKind::Send, false), m * act, 1e-9);
+  EXPECT_NEAR(sum_over(pp, "pp", CollKind::Recv, false), m * act, 1e-9);
+}
+
+TEST(PlanCostModel, PipelineBubbleIsTheScheduleOne) {
+  StepInput in;
+  in.cluster = one_node(4);
+  in.cluster.intra_node_gbps = 1e12;  // communication free: the bubble alone
+  in.cluster.intra_node_latency_us = 0;
+  in.model = shape(8, 1e6, 0);
+  in.model.vocab = 0;  // no head: every stage does the same work
+  in.layout.engine = "megatron";
+  in.layout.algorithm = Algorithm::Megatron;
+  in.layout.mesh = mesh(4, 1, 1, 1);
+  in.layout.accumulation = 8;
+  in.stage_layers = {2, 2, 2, 2};
+  const StepPrediction p = predict_step(in);
+  // 1F1B: (m + pp - 1) micro-steps of work per stage, m of them useful.
+  EXPECT_NEAR(p.bubble_s / p.compute_s, 3.0 / 8.0, 1e-6);
+  in.layout.schedule = engine::PipelineScheduleKind::Interleaved1F1B;
+  in.layout.virtual_stages = 2;
+  const StepPrediction interleaved = predict_step(in);
+  EXPECT_NEAR(interleaved.bubble_s / interleaved.compute_s, 3.0 / 16.0, 1e-6);
+}
+
+TEST(PlanCostModel, FlopsAreSixPerParameterPlusAttention) {
+  const ModelShape m = shape(2, 1000, 0);  // attention width 32, hidden 32, vocab 64
+  const double seq = 16;
+  EXPECT_DOUBLE_EQ(model_flops_per_token(m, 16), 2 * (6 * 1000 + 12 * 32 * seq) + 6 * 64 * 32);
+}
+
+TEST(PlanCluster, ReadsEveryKey) {
+  const Cluster c = parse_cluster(read_text(repo_root() + "/inputs/clusters/h100-8x8.toml"), "h100-8x8.toml");
+  EXPECT_EQ(c.name, "h100-8x8");
+  EXPECT_EQ(c.world_size(), 64);
+  EXPECT_DOUBLE_EQ(c.device_tflops, 989);
+  EXPECT_DOUBLE_EQ(c.inter_node_gbps, 50);
+  EXPECT_TRUE(c.overlap_comm);
+  EXPECT_NEAR(c.usable_memory_bytes(), 79.6 * 0.9 * 1073741824.0, 1.0);
+  const Cluster hosts = parse_cluster(read_text(repo_root() + "/inputs/clusters/namespace-hosts.toml"), "n.toml");
+  EXPECT_TRUE(hosts.reductions_upcast());
+  EXPECT_EQ(hosts.world_size(), 4);
+}
+
+TEST(PlanCluster, ErrorsNameFileLineAndKey) {
+  const std::string base =
+      "[cluster]\nnodes = 2\ndevices_per_node = 4\ndevice_memory_gib = 80\n"
+      "device_tflops = 100\nintra_node_gbps = 100\nintra_node_latency_us = 2\n"
+      "inter_node_gbps = 10\ninter_node_latency_us = 5\n";
+  EXPECT_NO_THROW(parse_cluster(base, "c.toml"));
+  std::string msg = test::message_of<config::ConfigError>(
+      [&] { parse_cluster("[cluster]\nname = \"x\"\nnodes = \"eight\"\n", "c.toml"); });
+  EXPECT_CONTAINS(msg, "c.toml:3:1: key 'cluster.nodes': expected an integer >= 1, got a string");
+  EXPECT_CONTAINS(msg, "missing required key");
+  msg = test::message_of<config::ConfigError>([&] { parse_cluster(base + "device_tflop = 3\n", "c.toml"); });
+  EXPECT_CONTAINS(msg, "c.toml:10:1: key 'cluster.device_tflop': unknown key");
+  EXPECT_CONTAINS(msg, "did you mean 'cluster.device_tflops'");
+  msg = test::message_of<config::ConfigError>([&] { parse_cluster(base + "mfu_ceiling = 1.5\n", "c.toml"); });
+  EXPECT_CONTAINS(msg, "key 'cluster.mfu_ceiling': 1.5 is out of range: a number > 0 and <= 1");
+  msg = test::message_of<config::ConfigError>([&] { parse_cluster(base + "backend = \"gloo\"\n", "c.toml"); });
+  EXPECT_CONTAINS(msg, "key 'cluster.backend': 'gloo' is not a backend");
+  msg = test::message_of<config::ConfigError>([&] { parse_cluster("nodes = 2\n", "c.toml"); });
+  EXPECT_CONTAINS(msg, "a cluster file holds one table, [cluster]");
+  // One node needs no inter-node link.
+  EXPECT_NO_THROW(
+      parse_cluster("[cluster]\nnodes = 1\ndevices_per_node = 4\ndevice_memory_gib = 80\n"
+                    "device_tflops = 100\nintra_node_gbps = 100\nintra_node_latency_us = 2\n",
+                    "c.toml"));
+}
+
+TEST(PlanLayouts, EveryLayoutKeepsTheGlobalBatch) {
+  LayoutSpace space;
+  space.world = 16;
+  space.devices_per_node = 4;
+  space.global_batch = 32;
+  space.layers = 8;
+  const std::vector<Layout> layouts = enumerate_layouts(space);
+  ASSERT_FALSE(layouts.empty());
+  for (const Layout& l : layouts) {
+    SCOPED_TRACE(l.engine_text() + " " + l.mesh_text());
+    EXPECT_EQ(l.micro_batch * l.accumulation * l.mesh.dp_size(), 32);
+    EXPECT_EQ(l.mesh.world_size(), 16);
+    EXPECT_LE(l.mesh[MeshDim::TP], 4);
+    if (l.algorithm == Algorithm::Megatron)
+      EXPECT_GE(l.accumulation, l.mesh[MeshDim::PP]);
+    else
+      EXPECT_EQ(l.mesh[MeshDim::PP] * l.mesh[MeshDim::TP], 1);
+  }
+  space.engines = {"megatron"};
+  for (const Layout& l : enumerate_layouts(space)) EXPECT_EQ(l.engine, "megatron");
+}
+
+// A tiny model on 4 ranks of one node.
+class PlanTiny : public ::testing::Test {
+ protected:
+  PlanRequest request(double gib, std::vector<std::string> engines = {}) {
+    PlanRequest r;
+    r.cluster = one_node(4, gib);
+    r.cluster.device_tflops = 0.1;
+    r.config_text = "distributed = \"ddp\"\ntrain_dataset = \"" + data_ +
+                    "\"\ncutoff_len = 32\n"
+                    "per_device_train_batch_size = 1\ngradient_accumulation_steps = 2\n"
+                    "[model]\nvocab_size = 259\nhidden_size = 64\nintermediate_size = 128\n"
+                    "num_hidden_layers = 4\nnum_attention_heads = 4\nnum_key_value_heads = 2\n"
+                    "max_position_embeddings = 64\n";
+    r.config_name = "tiny.toml";
+    r.top = 1000;
+    r.engines = std::move(engines);
+    return r;
+  }
+  test::TempDir dir_;
+  std::string data_ = dir_.write("data.txt", "1 + 2 = 3\n");
+};
+
+TEST_F(PlanTiny, ModelShapeCountsTheParameters) {
+  const config::Config cfg = config::parse_config(request(1).config_text, "tiny.toml");
+  const auto m =
+      model::create_causal_lm(model::ModelConfig::from_run_config(cfg), at::TensorOptions().device(at::kMeta));
+  const ModelShape s = model_shape(*m);
+  // embedding and lm_head 259 x 64 each, the final norm 64; per layer q, o 64 x 64, k, v 32 x 64,
+  // gate, up, down 128 x 64, two norms of 64.
+  const double layer_matmul = 2 * 4096 + 2 * 2048 + 3 * 8192;
+  EXPECT_DOUBLE_EQ(s.layer_matmul_params, layer_matmul);
+  EXPECT_DOUBLE_EQ(s.root_params, 2 * 259 * 64 + 64);
+  EXPECT_DOUBLE_EQ(s.params, s.root_params + 4 * (layer_matmul + 128));
+  EXPECT_DOUBLE_EQ(s.trained, s.params);
+  EXPECT_EQ(s.attention_width, 64);
+  EXPECT_TRUE(s.head_trained);
+}
+
+TEST_F(PlanTiny, RanksByTokensPerSecondAndDropsWhatDoesNotFit) {
+  const PlanResult all = make_plan(request(64));
+  ASSERT_FALSE(all.ranked.empty());
+  EXPECT_EQ(all.global_batch, 8);  // 1 x 2 x 4 ranks of ddp
+  for (std::size_t i = 1; i < all.ranked.size(); ++i)
+    EXPECT_GE(all.ranked[i - 1].prediction.tokens_per_s, all.ranked[i].prediction.tokens_per_s);
+  bool megatron = false, fsdp2 = false;
+  for (const Candidate& c : all.ranked) {
+    megatron |= c.layout.engine == "megatron";
+    fsdp2 |= c.layout.engine == "fsdp2";
+  }
+  EXPECT_TRUE(megatron && fsdp2);
+
+  // ddp alone, with memory just under its smallest layout: nothing fits, and the report says
+  // what the smallest needs.
+  const PlanResult ddp = make_plan(request(64, {"ddp"}));
+  ASSERT_FALSE(ddp.ranked.empty());
+  double smallest = ddp.ranked.front().prediction.memory_bytes;
+  for (const Candidate& c : ddp.ranked) smallest = std::min(smallest, c.prediction.memory_bytes);
+  const double gib = smallest / 1073741824.0 / 0.9;  // memory_headroom 0.1
+  const PlanResult tight = make_plan(request(gib * 0.99, {"ddp"}));
+  EXPECT_TRUE(tight.ranked.empty());
+  ASSERT_TRUE(tight.smallest.has_value());
+  EXPECT_DOUBLE_EQ(tight.smallest->prediction.memory_bytes, smallest);
+  EXPECT_CONTAINS(plan_text(request(gib * 0.99, {"ddp"}), tight), "no layout fits in");
+  const PlanRequest roomier = request(gib * 1.01, {"ddp"});
+  const PlanResult loose = make_plan(roomier);
+  ASSERT_FALSE(loose.ranked.empty());
+  for (const Candidate& c : loose.ranked) EXPECT_LE(c.prediction.memory_bytes, roomier.cluster.usable_memory_bytes());
+}
+
+TEST_F(PlanTiny, ConfigLayoutIsPredictedCollectiveByCollective) {
+  PlanRequest r = request(64);
+  PlanResult context;
+  const Candidate c = predict_config_layout(r, context);
+  EXPECT_EQ(c.layout.engine, "ddp");
+  EXPECT_EQ(c.layout.mesh.dp_size(), 4);
+  EXPECT_TRUE(c.fits);
+  EXPECT_GT(c.prediction.memory_bytes, 0);
+  const std::string text = layout_text(r, context, c);
+  EXPECT_CONTAINS(text, "all-reduce the gradients in buckets");
+  EXPECT_CONTAINS(text, "fits in");
+}
+
+// docs/plan.md's example: Llama 3 8B on 8 x 8 H100 finds fsdp2 layouts that fit.
+TEST(PlanLlama3, EightBillionFitsOnEightByEightH100) {
+  const std::string root = repo_root();
+  PlanRequest r;
+  r.cluster = read_cluster(root + "/inputs/clusters/h100-8x8.toml");
+  r.config_text = read_text(root + "/inputs/plan/llama3-8b.toml");
+  r.config_name = root + "/inputs/plan/llama3-8b.toml";
+  r.overrides = {"model_name_or_path=" + root + "/inputs/models/llama3-8b",
+                 "train_dataset=" + root + "/inputs/data/arithmetic.txt"};
+  r.top = 3;
+  r.engines = {"fsdp2"};  // the unit budget: one engine's 48 layouts
+  const PlanResult p = make_plan(r);
+  EXPECT_EQ(p.global_batch, 128);
+  EXPECT_NEAR(p.model.params, 8.03e9, 0.01e9);
+  ASSERT_FALSE(p.ranked.empty());
+  const StepPrediction& best = p.ranked.front().prediction;
+  EXPECT_LE(best.memory_bytes, r.cluster.usable_memory_bytes());
+  EXPECT_GT(best.mfu, 0.2);
+  EXPECT_LE(best.mfu, r.cluster.mfu_ceiling);
+  EXPECT_CONTAINS(plan_text(r, p), "distributed = \"fsdp2\"");
+}
+
+}  // namespace
+}  // namespace lft::plan
