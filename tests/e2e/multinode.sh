@@ -28,7 +28,7 @@ out=$(mktemp -d /tmp/lft-multinode-XXXXXX)
 chmod 755 "$out"
 export LFT_NETNS_PREFIX=lftmn LFT_NETNS_SUBNET=10.79.0 LFT_NETNS_BRIDGE=lftmnbr0 LFT_NETNS_DIR="$out/netns"
 hosts=tools/netns-hosts
-cleanup() { $hosts down >/dev/null 2>&1; rm -rf "$out"; }
+cleanup() { [ -n "${LFT_KEEP:-}" ] && return; $hosts down >/dev/null 2>&1; rm -rf "$out"; }
 trap cleanup EXIT
 $hosts down >/dev/null 2>&1  # a previous run killed before its trap
 $hosts up 2 >"$out/up.txt" 2>&1 || { cat "$out/up.txt"; skip "tools/netns-hosts up 2 failed"; }
