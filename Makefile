@@ -7,7 +7,7 @@ CTEST_FLAGS ?=
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps python-env build run sft bench test test-fast check docs clean
+.PHONY: all deps python-env build run sft bench plan-check test test-fast check docs clean
 
 all: build
 
@@ -52,6 +52,10 @@ bench: build
 	.venv/bin/python tools/bench/finetuning.py --build $(BUILD)
 	.venv/bin/python tools/bench/fp8.py --build $(BUILD)
 	.venv/bin/python tools/bench/checkpoint.py $(BUILD)
+
+# `lftrain --plan` against steps measured across two namespace hosts (root; docs/plan.md).
+plan-check: build
+	python3 tools/bench/plan_check.py --build $(BUILD)
 
 # Validates the example run on 2 ranks without training.
 check: build
