@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cmath>
 #include <optional>
 #include <sstream>
 
@@ -11,10 +13,12 @@
 #include "lft/app/placement.h"
 #include "lft/app/startup.h"
 #include "lft/comm/mpi_communicator.h"
+#include "lft/comm/mpi_progress.h"
 #include "lft/comm/watchdog.h"
 #include "lft/config/config.h"
 #include "lft/engine/mesh_plan.h"
 #include "lft/engine/registry.h"
+#include "lft/model/fused.h"
 #include "lft/engine/run_plan.h"
 #include "lft/train/example_print.h"
 #include "lft/train/trainer.h"
@@ -40,6 +44,25 @@ int print_example(const config::Config& cfg, std::int64_t index) {
   return 0;
 }
 
+// The fused CPU kernels the config asks for; the default "all" on a CPU without AVX2 means none.
+void choose_fused_kernels(const config::Config& cfg) {
+  unsigned mask = 0;
+  try {
+    mask = model::parse_fused_kernels(cfg.string("fused_kernels"));
+  } catch (const std::invalid_argument& e) {
+    throw config::ConfigError("config error: " + cfg.where("fused_kernels") + ": " + e.what());
+  }
+  if (mask != 0 && !model::fused_kernels_supported()) {
+    if (cfg.is_set("fused_kernels"))
+      throw config::ConfigError("config error: " + cfg.where("fused_kernels") + ": fused_kernels = \"" +
+                                cfg.string("fused_kernels") +
+                                "\" needs a CPU with AVX2 and FMA, which this one lacks\n  hint: set "
+                                "fused_kernels = \"none\"");
+    mask = 0;
+  }
+  model::set_fused_kernels(mask);
+}
+
 }  // namespace
 
 int run_session(Runtime& rt, const CliOptions& opts) {
@@ -53,6 +76,7 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   run_agreed([&] { parsed = config::parse_config(text, opts.config_path, opts.overrides); });
   const config::Config& cfg = *parsed;
   Watchdog::set_timeouts(cfg.real("comm_timeout"), cfg.real("setup_timeout"));
+  run_agreed([&] { choose_fused_kernels(cfg); });
 
   const engine::EngineInfo* engine = nullptr;
   MeshShape shape;
@@ -71,6 +95,8 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   if (rt.node_count() > 1 || opts.mode == Mode::Check) log0(placement_report(shape, rt.hosts()));
   for (const std::string& w : placement_warnings(shape, rt.hosts())) log0("warning: " + w);
 
+  const MpiProgressThread progress(
+      std::chrono::microseconds(std::llround(cfg.real("comm_progress_us"))));
   MpiCommunicator world(MPI_COMM_WORLD, "world", false);
   DeviceMesh mesh(world, shape, device.cuda);
   log0(check_communication(world, mesh));

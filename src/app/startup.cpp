@@ -11,6 +11,7 @@
 
 #include "lft/build_config.h"
 #include "lft/comm/nccl_communicator.h"
+#include "lft/model/fused.h"
 #include "lft/runtime/error.h"
 
 namespace lft::app {
@@ -72,7 +73,14 @@ std::string startup_report(const Runtime& rt, const config::Config& cfg,
   out += "  engine     " + engine.name + ": " + engine.summary + "\n";
   out += "  mesh       " + shape.str() + "\n";
   out += "  timeouts   comm_timeout " + fmt("%g", cfg.real("comm_timeout")) + " s, setup_timeout " +
-         fmt("%g", cfg.real("setup_timeout")) + " s";
+         fmt("%g", cfg.real("setup_timeout")) + " s\n";
+  out += "  kernels    fused " + model::fused_kernels_name(model::fused_kernels()) +
+         (model::fused_kernels() == 0 && cfg.string("fused_kernels") != "none" ? " (this CPU lacks AVX2/FMA)" : "") +
+         (device.cuda ? " (CPU kernels: CUDA tensors take the plain formulas)" : "") + "\n";
+  const double progress_us = cfg.real("comm_progress_us");
+  out += "  progress   " +
+         (progress_us > 0 ? "MPI progress thread every " + fmt("%g", progress_us) + " us while a collective is in flight"
+                          : std::string("no MPI progress thread (comm_progress_us = 0)"));
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <functional>
 #include <stdexcept>
 
+#include "lft/comm/mpi_progress.h"
 #include "lft/comm/mpi_util.h"
 #include "lft/comm/watchdog.h"
 #include "lft/runtime/check.h"
@@ -48,7 +49,9 @@ void require_cpu(const at::Tensor& t) {
 class MpiWork final : public Work {
  public:
   MpiWork(std::string what, CollStats* stats, std::function<void()> on_done)
-      : Work(std::move(what), stats), on_done_(std::move(on_done)) {}
+      : Work(std::move(what), stats), on_done_(std::move(on_done)) {
+    MpiProgressThread::posted();
+  }
   ~MpiWork() override { finish_in_destructor(); }
   MPI_Request* request() { return &request_; }
 
@@ -60,6 +63,7 @@ class MpiWork final : public Work {
     return flag != 0;
   }
   void finish() override {
+    MpiProgressThread::completed();
     if (on_done_) on_done_();
   }
 

@@ -271,6 +271,18 @@ std::vector<KeySpec> build() {
         "job aborts with a report")
           .def(1800.0)
           .min(0),
+      K("comm_progress_us", F,
+        "Microseconds between the MPI progress thread's calls while a collective or transfer "
+        "is in flight (Open MPI advances them only inside MPI calls, so without the thread a "
+        "collective posted during backward mostly runs in its final wait); 0: no thread")
+          .def(1000.0)
+          .min(0),
+      K("fused_kernels", S,
+        "Fused CPU kernels for the memory-bound parts of the step: \"all\", \"none\" or a "
+        "comma list of rmsnorm, swiglu, rotary, cross_entropy (one pass forward and one "
+        "backward each; same arithmetic as the plain formulas, rounded in another order; CPUs "
+        "with AVX2 and FMA; CUDA tensors take the plain formulas)")
+          .def("all"),
       K("intra_op_threads", I,
         "LibTorch threads per rank; 0: cores on the node / ranks on the node")
           .def(0)

@@ -5,7 +5,6 @@
 
 #include "lft/model/causal_lm.h"
 
-#include <chrono>
 #include <utility>
 
 namespace lft::engine {
@@ -70,7 +69,6 @@ void DdpEngine::drive_progress() {
 
 void DdpEngine::finish_gradients() {
   if (!sync_) return;
-  const auto start = std::chrono::steady_clock::now();
   for (auto& b : buckets_) {
     if (!b.work) {  // a parameter got no gradient this step: its slot contributes zeros
       for (std::size_t k : b.params)
@@ -90,8 +88,6 @@ void DdpEngine::finish_gradients() {
       else params_[k].mutable_grad() = reduced.clone();
     }
   }
-  exposed_seconds_ +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace lft::engine

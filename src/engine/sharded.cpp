@@ -84,12 +84,12 @@ void ShardedEngine::prepare(model::CausalLM& model) {
       p.set_data(model::storage_allocated(p) ? p.to(options) : model::unallocated_tensor(p.sizes().vec(), options));
     }
     for (auto& u : units_) free_parameters(*u);
-    model.set_layer_hooks(this);
   }
-  if (plan_.reduce_during_backward)
-    for (std::size_t k = 0; k < params_.size(); ++k)
-      if (params_[k].requires_grad())
-        torch::autograd::impl::set_post_acc_grad_hooks(params_[k], std::make_unique<GradReadyHook>(this, k));
+  // ZeRO-1/2 too: the layer hooks wait for a unit's updated parameters just before its forward.
+  model.set_layer_hooks(this);
+  for (std::size_t k = 0; k < params_.size(); ++k)
+    if (params_[k].requires_grad())
+      torch::autograd::impl::set_post_acc_grad_hooks(params_[k], std::make_unique<GradReadyHook>(this, k));
   after_forward_.assign(units_.size() - 1, 0);
 }
 
@@ -230,10 +230,8 @@ void ShardedEngine::launch_gather(Unit& u) {
 }
 
 void ShardedEngine::finish_gather(Unit& u) {
-  const auto start = Clock::now();
   u.gather->wait();
   if (u.gather8) u.gather8->wait();
-  exposed_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
   u.gather.reset();
   u.gather8.reset();
   c10::NoGradGuard no_grad;
@@ -309,7 +307,7 @@ void ShardedEngine::before_layer(std::int64_t index) {
 
 void ShardedEngine::after_layer(std::int64_t index, const at::Tensor& output) {
   const auto unit = static_cast<std::size_t>(model::CausalLM::layer_unit(index));
-  if (plan_.reshard_after_forward) {
+  if (plan_.shard_parameters && plan_.reshard_after_forward) {
     free_parameters(*units_[unit]);
     // Before this layer's backward: gather it again, and prefetch the layer before it.
     if (output.requires_grad())
@@ -376,25 +374,24 @@ void ShardedEngine::finish_all_reduces() {
   for (auto& u : units_) finish_reduce(*u);
 }
 
-void ShardedEngine::begin_micro_batch(bool) {
+void ShardedEngine::begin_micro_batch(bool sync) {
   finish_all_reduces();
   if (!step_open_) {
     for (auto& u : units_) u->grad.zero_();
     step_open_ = true;
   }
-  for (auto& u : units_) u->pending = plan_.reduce_during_backward ? u->trained.size() : 0;
-  if (plan_.shard_parameters) {
-    ensure_gathered(*units_[0]);
-    prefetch(1);
-  }
+  // ZeRO-1 keeps whole gradients over the micro-batches, and reduces them during the last one's
+  // backward, as the others do in every one.
+  for (auto& u : units_) u->pending = plan_.reduce_during_backward || sync ? u->trained.size() : 0;
+  ensure_gathered(*units_[0]);
+  prefetch(1);
 }
 
 void ShardedEngine::finish_gradients() {
-  const auto start = Clock::now();
-  // Units whose reduce has not started: ZeRO-1's whole gradients, or a unit with a parameter
-  // that got no gradient in this micro-batch.
+  // Units whose reduce has not started: a unit with a parameter that got no gradient in the
+  // last micro-batch.
   for (auto& u : units_)
-    if (!plan_.reduce_during_backward || u->pending > 0) launch_reduce(*u);
+    if (u->pending > 0) launch_reduce(*u);
   finish_all_reduces();
   // Units with frozen parameters that backward left gathered (the first layers, the root).
   if (plan_.shard_parameters)
@@ -413,18 +410,17 @@ void ShardedEngine::finish_gradients() {
       piece.mutable_grad() = u->grad.narrow(0, where.local_offset, piece.numel()).view(piece.sizes());
     }
   step_open_ = false;
-  exposed_seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 void ShardedEngine::parameters_updated() {
   if (plan_.shard_parameters) return;  // the next forward gathers the updated shards
-  // Two gathers in flight at a time: each holds a whole unit.
-  for (std::size_t i = 0; i < units_.size(); ++i) {
-    units_[i]->gathered = false;
-    launch_gather(*units_[i]);
-    if (i > 0) finish_gather(*units_[i - 1]);
-  }
-  finish_gather(*units_.back());
+  // ZeRO-1/2: the updated shards are gathered into the whole parameters while the next forward
+  // runs, each unit waited for just before it (begin_micro_batch, before_layer), at most two in
+  // flight (each holds a whole unit). Until then the parameters keep their old values; nothing
+  // reads them outside a forward (checkpoints save the shards).
+  for (auto& u : units_) u->gathered = false;
+  prefetch(0);
+  prefetch(1);
 }
 
 double ShardedEngine::grad_norm_squared() {

@@ -9,6 +9,7 @@
 #include <c10/core/GradMode.h>
 
 #include "lft/model/float8.h"
+#include "lft/model/fused.h"
 #include "lft/model/init.h"
 #include "lft/model/parameter_storage.h"
 
@@ -87,6 +88,7 @@ RMSNormImpl::RMSNormImpl(std::int64_t dim, double epsilon, const c10::TensorOpti
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  if (at::Tensor y = fused_rms_norm(x, weight, eps); y.defined()) return y;
   const at::Tensor x32 = x.to(at::kFloat);
   const at::Tensor variance = x32.pow(2).mean(-1, /*keepdim=*/true);
   const at::Tensor y = x32 * at::rsqrt(variance + eps);
@@ -153,6 +155,11 @@ at::Tensor rotate_half(const at::Tensor& x) {
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   return x * cos + rotate_half(x) * sin;
+}
+
+at::Tensor rotary_bthd(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  if (at::Tensor y = fused_rotary(x, cos, sin); y.defined()) return y;
+  return apply_rotary(x.transpose(1, 2), cos, sin);
 }
 
 }  // namespace lft::model

@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include "lft/model/fused.h"
+
 namespace lft::model {
 
 namespace {
@@ -77,8 +79,8 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   at::Tensor k = k_proj(x).view({b, t, kv_heads, head_dim_});
   at::Tensor v = v_proj(x).view({b, t, kv_heads, head_dim_}).transpose(1, 2);
   normalize_qk(q, k);
-  q = apply_rotary(q.transpose(1, 2), cos, sin);
-  k = apply_rotary(k.transpose(1, 2), cos, sin);
+  q = rotary_bthd(q, cos, sin);
+  k = rotary_bthd(k, cos, sin);
 
   std::optional<at::Tensor> mask;
   bool causal = true;
@@ -114,7 +116,9 @@ LlamaMLPImpl::LlamaMLPImpl(const ModelConfig& config, const c10::TensorOptions& 
 }
 
 at::Tensor LlamaMLPImpl::forward(const at::Tensor& x) {
-  return down_proj(at::silu(gate_proj(x)) * up_proj(x));
+  const at::Tensor gate = gate_proj(x), up = up_proj(x);
+  const at::Tensor fused = fused_swiglu(gate, up);
+  return down_proj(fused.defined() ? fused : at::silu(gate) * up);
 }
 
 double LlamaMLPImpl::saved_elements_per_token(int tp) const {

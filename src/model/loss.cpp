@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include "lft/model/fused.h"
+
 namespace lft::model {
 
 at::Tensor token_losses(const at::Tensor& logits, const at::Tensor& input_ids,
@@ -14,6 +16,7 @@ at::Tensor token_losses(const at::Tensor& logits, const at::Tensor& input_ids,
               logits.sizes());
   const std::int64_t b = logits.size(0), t = logits.size(1), v = logits.size(2);
   if (t < 2) return at::zeros({b, 0}, logits.options().dtype(at::kFloat));
+  if (at::Tensor fused = fused_token_losses(logits, input_ids, ignore_id); fused.defined()) return fused;
   const at::Tensor pred = logits.narrow(1, 0, t - 1).to(at::kFloat).reshape({-1, v});
   const at::Tensor target = input_ids.narrow(1, 1, t - 1).to(at::kLong).reshape({-1});
   // reduction none (0), ignore_index -> 0 for padded targets, no label smoothing.

@@ -69,27 +69,31 @@ void fully_sharded(const StepInput& in, std::vector<Collective>& out) {
                        4 * m.trained / shards / (layers + 1), layers + 1, When::Exposed));
 }
 
-// ZeRO-1 and -2: whole fp32 parameters on every rank, gradients reduce-scattered (ZeRO-1 once
-// after the last micro-batch, ZeRO-2 per unit per micro-batch), updated shards all-gathered.
+// ZeRO-1 and -2: whole fp32 parameters on every rank, each unit's gradients reduce-scattered when
+// its last one is ready (ZeRO-2 in every micro-batch's backward, ZeRO-1 in the last one's), the
+// updated shards all-gathered under the next forward: the root's waited for first, the first
+// layer's launched beside it, each later one while the layer before it runs.
 void sharded_optimizer(const StepInput& in, bool per_micro_batch, std::vector<Collective>& out) {
   const Layout& l = in.layout;
   const ModelShape& m = in.model;
   if (l.mesh[MeshDim::DPShard] == 1 || m.trained == 0) return;
   const double mb = static_cast<double>(l.accumulation),
                layers = static_cast<double>(std::max<std::int64_t>(1, m.layers));
-  const double units = layers + 1, layer_trained = (m.trained - m.root_trained) / layers;
-  if (per_micro_batch) {
+  const double layer_trained = (m.trained - m.root_trained) / layers;
+  const double reductions = per_micro_batch ? mb : 1;
+  if (layer_trained > 0)
     out.push_back(make("reduce-scatter each layer's gradients", "dp_shard", CollKind::ReduceScatter, 4 * layer_trained,
-                       mb * layers, When::DuringBackward, mb));
-    if (m.root_trained > 0)
-      out.push_back(make("reduce-scatter the root unit's gradients", "dp_shard", CollKind::ReduceScatter,
-                         4 * m.root_trained, mb, When::Exposed));
-  } else {
-    out.push_back(make("reduce-scatter every unit's gradients after the last micro-batch", "dp_shard",
-                       CollKind::ReduceScatter, 4 * m.trained / units, units, When::Exposed));
+                       reductions * layers, per_micro_batch ? When::DuringBackward : When::DuringLastBackward,
+                       reductions));
+  if (m.root_trained > 0) {
+    out.push_back(make("reduce-scatter the root unit's gradients", "dp_shard", CollKind::ReduceScatter,
+                       4 * m.root_trained, reductions, When::Exposed));
+    out.push_back(make("all-gather the root unit's updated fp32 shards", "dp_shard", CollKind::AllGather,
+                       4 * m.root_trained, 1, When::Exposed));
   }
-  out.push_back(make("all-gather the updated fp32 shards", "dp_shard", CollKind::AllGather, 4 * m.trained / units,
-                     units, When::Exposed));
+  if (layer_trained > 0)
+    out.push_back(make("all-gather each layer's updated fp32 shards", "dp_shard", CollKind::AllGather,
+                       4 * layer_trained, layers, When::DuringForward, 1));
 }
 
 // Megatron after the last backward: the data-parallel reduction of this rank's box (ZeRO-1

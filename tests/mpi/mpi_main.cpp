@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "lft/comm/mpi_progress.h"
 #include "lft/comm/watchdog.h"
+#include "lft/model/fused.h"
 #include "lft/runtime/runtime.h"
 
 namespace {
@@ -30,12 +32,18 @@ int main(int argc, char** argv) {
   lft::Watchdog::set_timeouts(120, 120);  // a hung test ends with a report, not at ctest's limit
   lft::Watchdog::start();
   testing::InitGoogleTest(&argc, argv);
+  // As lftrain's default (fused_kernels = "all"): the engines' parity tests run the fused kernels.
+  if (lft::model::fused_kernels_supported()) lft::model::set_fused_kernels(lft::model::kFusedAll);
   if (rt.rank() != 0) {
     auto& listeners = testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new FailurePrinter(rt.rank()));
   }
-  int local = RUN_ALL_TESTS();
+  int local = 0;
+  {
+    const lft::MpiProgressThread progress(std::chrono::microseconds(1000));  // as lftrain's default
+    local = RUN_ALL_TESTS();
+  }
   int worst = 0;
   MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   lft::Watchdog::stop();

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """lftrain's benchmark (`make bench`): the model of inputs/bench.toml trained by lftrain and by
-PyTorch in the same run, side by side, fp32 and bf16:
+PyTorch (eager, and torch.compile) in the same run, side by side, fp32 and bf16 (bf16 where this
+CPU's bf16 GEMM beats its fp32 GEMM, measured in the run):
   none with 1 and 2 threads, ddp with 2 ranks x 1 thread  (PyTorch: plain, plain, DDP gloo)
+then the ablation of lftrain's fused kernels (each alone, all, none) and the overlap table
+(exposed vs in-flight communication with and without the MPI progress thread).
 It prints tokens/s, model FLOP/s as a fraction of the GEMM rate measured in this run, bytes per
 all-reduce per step, exposed communication time, peak RSS per rank, and lftrain / PyTorch.
 Then the sharded engines at 2 ranks x 1 thread, fp32 (one row each: ddp, fsdp2 with and without
@@ -116,11 +119,11 @@ def lftrain(build, config, ranks, threads, bf16, steps, distributed=None, extra=
             "cpu_pressure": LAST["cpu_pressure"], "text": text, **parse_summary(text)}
 
 
-def torch_peer(config, ranks, threads, bf16, steps, fsdp2=False):
+def torch_peer(config, ranks, threads, bf16, steps, fsdp2=False, compile=False):
     args = [os.path.join(ROOT, ".venv/bin/python"), "tools/bench/torch_peer.py", config,
             "--threads", str(threads), "--ranks", str(ranks), "--steps", str(steps),
             "--warmup", str(steps // 3), "--micro-batch", str(8 // ranks)] + \
-        (["--bf16"] if bf16 else []) + (["--fsdp2"] if fsdp2 else [])
+        (["--bf16"] if bf16 else []) + (["--fsdp2"] if fsdp2 else []) + (["--compile"] if compile else [])
     r = json.loads(run(args).strip().splitlines()[-1])
     if "error" in r:
         return {"error": r["error"]}
@@ -266,15 +269,21 @@ def main():
     ap.add_argument("--config", default="inputs/bench.toml")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--dtypes", default="fp32,bf16")
-    ap.add_argument("--only", choices=("all", "main", "sharded", "megatron"), default="all",
-                    help="main: the none/ddp table; sharded: the sharded engines' table (with ddp); "
-                         "megatron: tensor and pipeline parallel rows (with ddp)")
+    ap.add_argument("--only", choices=("all", "main", "ablation", "overlap", "sharded", "megatron"), default="all",
+                    help="main: the none/ddp table beside PyTorch eager and torch.compile; ablation: each fused "
+                         "kernel on its own; overlap: exposed communication with and without the MPI progress "
+                         "thread; sharded: the sharded engines' table (with ddp); megatron: tensor and pipeline "
+                         "parallel rows (with ddp)")
     ap.add_argument("--sharded-steps", type=int, default=9)
     args = ap.parse_args()
     with open(os.path.join(ROOT, args.config), "rb") as f:
         cfg = tomllib.load(f)
     if args.only in ("all", "main"):
         main_table(args, cfg)
+    if args.only in ("all", "ablation"):
+        ablation_table(args, cfg)
+    if args.only in ("all", "overlap"):
+        overlap_table(args, cfg)
     if args.only in ("all", "sharded"):
         sharded_table(args, cfg)
     if args.only in ("all", "megatron"):
@@ -282,36 +291,91 @@ def main():
         megatron_table.megatron_table(args, cfg)
 
 
+def bf16_is_faster(gemm, dtype):
+    """bf16 rows only where this CPU's bf16 GEMM, measured in this run, beats its fp32 GEMM."""
+    if dtype == "fp32" or gemm[dtype]["1"] > gemm["fp32"]["1"]:
+        return True
+    print(f"{dtype:5} skipped: this CPU's {dtype} matmul ({gemm[dtype]['1']} GFLOP/s) is not faster than "
+          f"its fp32 one ({gemm['fp32']['1']}), so {dtype} training is no gain here", flush=True)
+    return False
+
+
 def main_table(args, cfg):
     fpt = flops_per_token(cfg)
     gemm = json.loads(run([f"{args.build}/lft_gemm_rate"]))
     print(f"GEMM rate (2048^3 matmul, GFLOP/s): {json.dumps(gemm)}")
     print(f"model: {cfg['model']}, sequence {cfg['cutoff_len']}, global batch 8; "
-          f"{fpt / 1e6:.1f} MFLOP per token\n")
-    head = (f"{'dtype':5} {'run':16} {'lftrain tok/s':>13} {'MFU':>6} {'PyTorch tok/s':>13} {'MFU':>6} "
-            f"{'ratio':>6}  {'lftrain RSS/rank MiB':>20} {'PyTorch RSS MiB':>15}  all-reduce per step")
+          f"{fpt / 1e6:.1f} MFLOP per token; lftrain with its defaults (fused_kernels = all, "
+          f"MPI progress thread)\n")
+    head = (f"{'dtype':5} {'run':16} {'lftrain tok/s':>13} {'MFU':>6} {'eager tok/s':>11} {'MFU':>6} "
+            f"{'compile tok/s':>13} {'/eager':>6} {'/compile':>8}  {'RSS MiB lftrain/eager/compile':>30}  "
+            f"all-reduce per step")
     print(head)
     print("-" * len(head))
     for dtype in args.dtypes.split(","):
         bf16 = dtype == "bf16"
-        if gemm[dtype]["1"] < 0.25 * gemm["fp32"]["1"]:
-            print(f"{dtype:5} skipped: this CPU has no fast {dtype} matmul ({gemm[dtype]['1']} GFLOP/s "
-                  f"against {gemm['fp32']['1']} in fp32), so neither lftrain nor PyTorch can train "
-                  f"in {dtype} here at a useful speed", flush=True)
+        if not bf16_is_faster(gemm, dtype):
             continue
         for name, ranks, threads in (("none 1 thread", 1, 1), ("none 2 threads", 1, 2),
                                      ("ddp 2 x 1 thread", 2, 1)):
             ours = lftrain(args.build, args.config, ranks, threads, bf16, args.steps)
-            peer = torch_peer(args.config, ranks, threads, bf16, args.steps)
+            eager = torch_peer(args.config, ranks, threads, bf16, args.steps)
+            compiled = torch_peer(args.config, ranks, threads, bf16, args.steps, compile=True)
             rate = gemm[dtype][str(threads)] * ranks * 1e9
-            mfu_ours = ours["tokens_per_s"] * fpt / rate
-            mfu_peer = peer["tokens_per_s"] * fpt / rate
-            comm = ddp_comm(ours)
-            print(f"{dtype:5} {name:16} {ours['tokens_per_s']:13.1f} {mfu_ours:6.1%} "
-                  f"{peer['tokens_per_s']:13.1f} {mfu_peer:6.1%} "
-                  f"{ours['tokens_per_s'] / peer['tokens_per_s']:6.2f}  "
-                  f"{'/'.join(f'{x:.0f}' for x in ours['rss_mib']):>20} "
-                  f"{'/'.join(f'{x:.0f}' for x in peer['rss_mib']):>15}  {comm}", flush=True)
+            c_tps = compiled.get("tokens_per_s")
+            rss = "/".join(per_rank_text(r.get("rss_mib", [])) for r in (ours, eager, compiled))
+            print(f"{dtype:5} {name:16} {ours['tokens_per_s']:13.1f} {ours['tokens_per_s'] * fpt / rate:6.1%} "
+                  f"{eager['tokens_per_s']:11.1f} {eager['tokens_per_s'] * fpt / rate:6.1%} "
+                  f"{c_tps or float('nan'):13.1f} {ours['tokens_per_s'] / eager['tokens_per_s']:6.2f} "
+                  f"{ours['tokens_per_s'] / c_tps if c_tps else float('nan'):8.2f}  {rss:>30}  {ddp_comm(ours)}"
+                  + (f"  (compile failed: {compiled['error']})" if "error" in compiled else ""), flush=True)
+
+
+ABLATION = ("all", "none", "rmsnorm", "swiglu", "rotary", "cross_entropy")
+
+
+def ablation_table(args, cfg):
+    """lftrain at one rank and one thread with each fused kernel alone, all of them and none."""
+    gemm = json.loads(run([f"{args.build}/lft_gemm_rate"]))
+    print(f"\nAblation: fused_kernels at one rank x 1 thread ({args.steps} steps; tokens/s over "
+          f"fused_kernels = none in the same run)")
+    print(f"{'dtype':5} " + " ".join(f"{k:>13}" for k in ABLATION))
+    for dtype in args.dtypes.split(","):
+        bf16 = dtype == "bf16"
+        if not bf16_is_faster(gemm, dtype):
+            continue
+        tps = {k: lftrain(args.build, args.config, 1, 1, bf16, args.steps, extra=(f"fused_kernels={k}",))["tokens_per_s"]
+               for k in ABLATION}
+        print(f"{dtype:5} " + " ".join(f"{tps[k]:7.1f} {tps[k] / tps['none']:5.2f}" for k in ABLATION), flush=True)
+
+
+OVERLAP = (("ddp", "ddp", ()), ("ZeRO-1", "deepspeed", ("deepspeed={z1}",)),
+           ("ZeRO-2", "deepspeed", ("deepspeed=inputs/ds_z2_config.json",)),
+           ("ZeRO-3", "deepspeed", ("deepspeed=inputs/ds_z3_config.json",)), ("fsdp2", "fsdp2", ()))
+
+
+def overlap_table(args, cfg):
+    """Exposed against in-flight communication at 2 ranks x 1 thread, fp32, with the MPI progress
+    thread (the default) and without it (comm_progress_us = 0)."""
+    print(f"\nOverlap: 2 ranks x 1 thread, fp32, {args.sharded_steps} steps; hidden = 1 - exposed / in flight "
+          f"(the summary's waited time over the time collectives were in flight)")
+    head = (f"{'engine':8} {'progress thread':>24} {'no progress thread':>24} {'losses':>8}")
+    print(head + "\n" + f"{'':8} {'tok/s  hidden  exp/flight ms':>24} {'tok/s  hidden  exp/flight ms':>24}")
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as z1:
+        json.dump(ZERO1, z1)
+    try:
+        for name, engine, extra in OVERLAP:
+            cells, losses = [], []
+            for progress in ("1000", "0"):
+                r = lftrain(args.build, args.config, 2, 1, False, args.sharded_steps, engine,
+                            tuple(e.format(z1=z1.name) for e in extra) + ("save_strategy=no", f"comm_progress_us={progress}"))
+                hidden = 1 - r["exposed_ms"] / r["in_flight_ms"] if r["in_flight_ms"] else float("nan")
+                cells.append(f"{r['tokens_per_s']:6.0f} {hidden:6.1%} {r['exposed_ms']:5.0f}/{r['in_flight_ms']:<5.0f}")
+                losses.append(r["loss"])
+            same = "equal" if losses[0] == losses[1] else f"{abs(losses[0] - losses[1]):.1e}"
+            print(f"{name:8} {cells[0]:>24} {cells[1]:>24} {same:>8}", flush=True)
+    finally:
+        os.unlink(z1.name)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ with --fsdp2 comm_bytes_per_step: the payload of the all-gathers and reduce-scat
 per step (counted by wrapping torch.distributed's functions), or error: the exception if
 fully_shard failed.
 
-  torch_peer.py CONFIG.toml --threads 2 [--bf16] [--ranks 2] [--micro-batch 4] [--fsdp2 [--no-reshard]]
+  torch_peer.py CONFIG.toml --threads 2 [--bf16] [--compile] [--ranks 2] [--micro-batch 4] [--fsdp2 [--no-reshard]]
 """
 import argparse
 import json
@@ -156,13 +156,18 @@ def train(rank, args, cfg, result_file):
     seq = cfg.get("cutoff_len", 256)
     gen = torch.Generator().manual_seed(rank)
     ids = torch.randint(0, 259, (micro, seq), generator=gen)
+    def forward_loss(ids):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            logits = model(ids)
+        return F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+                               ids[:, 1:].reshape(-1))
+
+    if args.compile:  # inductor: the forward and the loss compiled, backward through AOTAutograd
+        forward_loss = torch.compile(forward_loss)
     times = []
     for step in range(args.steps):
         start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            logits = model(ids)
-        loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
-                               ids[:, 1:].reshape(-1))
+        loss = forward_loss(ids)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -194,6 +199,7 @@ def main():
     ap.add_argument("--micro-batch", type=int, default=0,
                     help="sequences per rank per step (default: the config's per_device_train_batch_size)")
     ap.add_argument("--fsdp2", action="store_true", help="FSDP2 fully_shard instead of DDP")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the forward and loss")
     ap.add_argument("--no-reshard", action="store_true",
                     help="with --fsdp2: reshard_after_forward=False")
     args = ap.parse_args()

@@ -87,11 +87,6 @@ class Engine {
   // Extra lines for the end-of-run summary, given the steps run and their seconds (collective;
   // "" when there is nothing to add).
   virtual std::string summary(double /*steps*/, double /*step_seconds*/) { return ""; }
-  // Seconds finish_gradients() spent waiting for communication that backward had not hidden.
-  double exposed_comm_seconds() const { return exposed_seconds_; }
-
- protected:
-  double exposed_seconds_ = 0.0;
 };
 
 // Boxes of whole tensors (engines that keep every parameter whole), held by `replicas` ranks.

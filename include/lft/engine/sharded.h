@@ -8,10 +8,11 @@
 //     meanwhile; freed after its forward when reshard_after_forward, gathered again (with the
 //     previous unit prefetched) when its output's gradient arrives; freed after its backward.
 //   otherwise (ZeRO-1/2): every rank keeps whole fp32 parameters; after each optimizer step the
-//     updated shards are all-gathered into them.
+//     updated shards are all-gathered into them, each unit's gather waited for just before its
+//     forward in the next step.
 //   reduce_during_backward (all but ZeRO-1): when the last gradient of a unit has been
 //     accumulated, the unit's gradients are reduce-scattered (fp32, sum) and the whole gradients
-//     freed; ZeRO-1 keeps whole gradients over the micro-batches and reduce-scatters them once.
+//     freed; ZeRO-1 keeps whole gradients over the micro-batches and does so in the last one.
 // With dp_replicate > 1 (HSDP) the shards are all-reduced over the replicas after the last
 // micro-batch.
 #pragma once

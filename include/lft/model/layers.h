@@ -110,5 +110,8 @@ class RotaryEmbedding {
 at::Tensor rotate_half(const at::Tensor& x);
 // x * cos + rotate_half(x) * sin; x [B, heads, T, d], cos/sin [T, d].
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// x [b, t, heads, d] (a projection's output viewed per head) rotated, as [b, heads, t, d]: the
+// fused kernel where it applies (model/fused.h), else apply_rotary on the transposed view.
+at::Tensor rotary_bthd(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 }  // namespace lft::model

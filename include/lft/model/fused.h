@@ -1,0 +1,43 @@
+// Fused CPU kernels for the decoder's memory-bound operations (config `fused_kernels`): RMSNorm,
+// SwiGLU, rotary embedding and the causal-LM cross-entropy, each one pass forward and one pass
+// backward with its own autograd function, instead of the 4-8 ATen operations (and their
+// intermediate tensors) of the plain formulas. Same arithmetic in fp32, in another order, so
+// results differ from the plain path by rounding (a few ulp; tests/unit/test_fused.cpp). Each
+// applies where its inputs are CPU tensors of the dtypes it handles and the CPU has AVX2 + FMA;
+// elsewhere (CUDA, other dtypes) the plain formula runs.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+namespace lft::model {
+
+enum FusedKernel : unsigned {
+  kFusedRmsNorm = 1,
+  kFusedSwiGlu = 2,
+  kFusedRotary = 4,
+  kFusedCrossEntropy = 8,
+  kFusedAll = 15,
+};
+
+// "all", "none" or a comma list of rmsnorm, swiglu, rotary, cross_entropy; throws
+// std::invalid_argument naming what is not one of those.
+unsigned parse_fused_kernels(const std::string& value);
+std::string fused_kernels_name(unsigned mask);
+// The process-wide choice (the session sets it from the config; default none).
+void set_fused_kernels(unsigned mask);
+unsigned fused_kernels();
+// Whether this CPU runs the fused kernels (AVX2 and FMA).
+bool fused_kernels_supported();
+
+// Each returns an undefined tensor where the fused kernel does not apply (not enabled, not this
+// device or dtype): the caller then runs the plain formula.
+at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up);
+// x [b, t, heads, d] contiguous, cos/sin [t, d] fp32: the rotated x as [b, heads, t, d].
+at::Tensor fused_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// logits [b, t, v]: the per-token losses [b, t - 1] (0 where the target is ignore_id).
+at::Tensor fused_token_losses(const at::Tensor& logits, const at::Tensor& input_ids, std::int64_t ignore_id);
+
+}  // namespace lft::model

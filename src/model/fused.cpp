@@ -1,0 +1,242 @@
+#include "lft/model/fused.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <sstream>
+#include <stdexcept>
+
+#include "fused_kernels.h"
+
+namespace lft::model {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+unsigned g_fused = 0;
+
+const std::pair<const char*, FusedKernel> kNames[] = {
+    {"rmsnorm", kFusedRmsNorm},
+    {"swiglu", kFusedSwiGlu},
+    {"rotary", kFusedRotary},
+    {"cross_entropy", kFusedCrossEntropy},
+};
+
+bool enabled(FusedKernel k) { return (g_fused & k) != 0; }
+
+bool fp32_or_bf16(const at::Tensor& t) {
+  return t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16;
+}
+
+bool on_cpu(const at::Tensor& t) { return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided; }
+
+// ---- RMSNorm (fp32 input and weight) ----
+
+struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps) {
+    const at::Tensor xc = x.contiguous();
+    const std::int64_t n = x.size(-1), rows = xc.numel() / n;
+    at::Tensor y = at::empty_like(xc);
+    at::Tensor rstd = at::empty({rows}, xc.options());
+    kernels::rmsnorm_forward(xc.data_ptr<float>(), weight.data_ptr<float>(), y.data_ptr<float>(),
+                             rstd.data_ptr<float>(), rows, n, static_cast<float>(eps));
+    ctx->save_for_backward({xc, weight, rstd});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &weight = saved[1], &rstd = saved[2];
+    const at::Tensor dy = grads[0].contiguous();
+    const std::int64_t n = x.size(-1), rows = x.numel() / n;
+    at::Tensor dx = at::empty_like(x);
+    at::Tensor dw = at::zeros_like(weight);
+    kernels::rmsnorm_backward(dy.data_ptr<float>(), x.data_ptr<float>(), weight.data_ptr<float>(),
+                              rstd.data_ptr<float>(), dx.data_ptr<float>(), dw.data_ptr<float>(), rows, n);
+    return {dx, ctx->needs_input_grad(1) ? dw : at::Tensor(), at::Tensor()};
+  }
+};
+
+// ---- SwiGLU ----
+
+template <typename F>
+void with_dtype(at::ScalarType dtype, F f) {
+  if (dtype == at::kFloat) f(float{});
+  else f(c10::BFloat16{});
+}
+
+struct SwiGluFunction : torch::autograd::Function<SwiGluFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
+    const at::Tensor g = gate.contiguous(), u = up.contiguous();
+    at::Tensor h = at::empty_like(g);
+    with_dtype(g.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::swiglu_forward<T>(g.data_ptr<T>(), u.data_ptr<T>(), h.data_ptr<T>(), g.numel());
+    });
+    ctx->save_for_backward({g, u});
+    return h;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &g = saved[0], &u = saved[1];
+    const at::Tensor dh = grads[0].to(g.scalar_type()).contiguous();
+    at::Tensor dg = at::empty_like(g), du = at::empty_like(u);
+    with_dtype(g.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::swiglu_backward<T>(dh.data_ptr<T>(), g.data_ptr<T>(), u.data_ptr<T>(), dg.data_ptr<T>(),
+                                  du.data_ptr<T>(), g.numel());
+    });
+    return {dg, du};
+  }
+};
+
+// ---- rotary ----
+
+struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+    const std::int64_t b = x.size(0), t = x.size(1), heads = x.size(2), d = x.size(3);
+    at::Tensor y = at::empty(x.sizes(), x.options().dtype(at::kFloat));
+    with_dtype(x.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::rotary_forward<T>(x.data_ptr<T>(), cos.data_ptr<float>(), sin.data_ptr<float>(),
+                                 y.data_ptr<float>(), b, t, heads, d);
+    });
+    ctx->save_for_backward({cos, sin});
+    ctx->saved_data["dtype"] = static_cast<std::int64_t>(x.scalar_type());
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &cos = saved[0], &sin = saved[1];
+    const at::Tensor dy = grads[0].to(at::kFloat).contiguous();
+    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const std::int64_t b = dy.size(0), t = dy.size(1), heads = dy.size(2), d = dy.size(3);
+    at::Tensor dx = at::empty(dy.sizes(), dy.options().dtype(dtype));
+    with_dtype(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      kernels::rotary_backward<T>(dy.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(),
+                                  dx.data_ptr<T>(), b, t, heads, d);
+    });
+    return {dx, at::Tensor(), at::Tensor()};
+  }
+};
+
+// ---- cross-entropy ----
+
+struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits, const at::Tensor& ids,
+                            std::int64_t ignore_id) {
+    const std::int64_t b = logits.size(0), t = logits.size(1), v = logits.size(2);
+    at::Tensor loss = at::empty({b, t - 1}, logits.options().dtype(at::kFloat));
+    at::Tensor lse = at::empty_like(loss);
+    std::int64_t bad = -1;
+    with_dtype(logits.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      bad = kernels::cross_entropy_forward<T>(logits.data_ptr<T>(), ids.data_ptr<std::int64_t>(),
+                                              loss.data_ptr<float>(), lse.data_ptr<float>(), b, t, v, ignore_id);
+    });
+    TORCH_CHECK(bad < 0, "Target ", bad, " is out of bounds.");
+    ctx->save_for_backward({logits, ids, lse});
+    ctx->saved_data["ignore_id"] = ignore_id;
+    return loss;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &logits = saved[0], &ids = saved[1], &lse = saved[2];
+    const at::Tensor grad = grads[0].to(at::kFloat).contiguous();
+    const std::int64_t b = logits.size(0), t = logits.size(1), v = logits.size(2);
+    at::Tensor dlogits = at::empty_like(logits);
+    with_dtype(logits.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::cross_entropy_backward<T>(grad.data_ptr<float>(), logits.data_ptr<T>(), ids.data_ptr<std::int64_t>(),
+                                         lse.data_ptr<float>(), dlogits.data_ptr<T>(), b, t, v,
+                                         ctx->saved_data["ignore_id"].toInt());
+    });
+    return {dlogits, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+unsigned parse_fused_kernels(const std::string& value) {
+  if (value == "all") return kFusedAll;
+  if (value == "none" || value.empty()) return 0;
+  unsigned mask = 0;
+  std::stringstream in(value);
+  for (std::string item; std::getline(in, item, ',');) {
+    const auto begin = item.find_first_not_of(' '), end = item.find_last_not_of(' ');
+    item = begin == std::string::npos ? "" : item.substr(begin, end - begin + 1);
+    bool known = false;
+    for (const auto& [name, bit] : kNames)
+      if (item == name) {
+        mask |= bit;
+        known = true;
+      }
+    if (!known)
+      throw std::invalid_argument("'" + item + "' is not a fused kernel: use \"all\", \"none\" or a comma list of "
+                                  "rmsnorm, swiglu, rotary, cross_entropy");
+  }
+  return mask;
+}
+
+std::string fused_kernels_name(unsigned mask) {
+  if (mask == 0) return "none";
+  if (mask == kFusedAll) return "all";
+  std::string out;
+  for (const auto& [name, bit] : kNames)
+    if (mask & bit) out += (out.empty() ? "" : ",") + std::string(name);
+  return out;
+}
+
+void set_fused_kernels(unsigned mask) {
+  if (mask != 0 && !fused_kernels_supported())
+    throw std::invalid_argument("fused kernels need a CPU with AVX2 and FMA, which this one lacks");
+  g_fused = mask;
+}
+unsigned fused_kernels() { return g_fused; }
+
+bool fused_kernels_supported() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (!enabled(kFusedRmsNorm) || !on_cpu(x) || !on_cpu(weight) || x.scalar_type() != at::kFloat ||
+      weight.scalar_type() != at::kFloat || weight.dim() != 1 || x.size(-1) != weight.size(0))
+    return {};
+  return RmsNormFunction::apply(x, weight, eps);
+}
+
+at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up) {
+  if (!enabled(kFusedSwiGlu) || !on_cpu(gate) || !on_cpu(up) || !fp32_or_bf16(gate) ||
+      gate.scalar_type() != up.scalar_type() || gate.sizes() != up.sizes())
+    return {};
+  return SwiGluFunction::apply(gate, up);
+}
+
+at::Tensor fused_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  if (!enabled(kFusedRotary) || !on_cpu(x) || !on_cpu(cos) || !on_cpu(sin) || x.dim() != 4 ||
+      !x.is_contiguous() || !fp32_or_bf16(x) || cos.scalar_type() != at::kFloat ||
+      sin.scalar_type() != at::kFloat || !cos.is_contiguous() || !sin.is_contiguous() ||
+      x.size(3) % 2 != 0 || x.size(3) > 512 || cos.dim() != 2 || cos.size(0) != x.size(1) ||
+      cos.size(1) != x.size(3) || sin.sizes() != cos.sizes())
+    return {};
+  return RotaryFunction::apply(x, cos, sin).transpose(1, 2);
+}
+
+at::Tensor fused_token_losses(const at::Tensor& logits, const at::Tensor& input_ids, std::int64_t ignore_id) {
+  if (!enabled(kFusedCrossEntropy) || !on_cpu(logits) || !on_cpu(input_ids) || logits.dim() != 3 ||
+      !logits.is_contiguous() || !fp32_or_bf16(logits) || input_ids.scalar_type() != at::kLong ||
+      !input_ids.is_contiguous() || logits.size(1) < 2)
+    return {};
+  return CrossEntropyFunction::apply(logits, input_ids, ignore_id);
+}
+
+}  // namespace lft::model

@@ -1,0 +1,47 @@
+// The CPU kernels behind model/fused.h, on raw contiguous buffers. They live in their own
+// translation unit, compiled for AVX2 + FMA (ATen's vectorized types, its Sleef exp): call them
+// only when fused_kernels_supported() says this CPU has those instructions.
+#pragma once
+
+#include <c10/util/BFloat16.h>
+
+#include <cstdint>
+
+namespace lft::model::kernels {
+
+// RMSNorm over rows of n: y = w * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps).
+void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, std::int64_t rows,
+                     std::int64_t n, float eps);
+// dx, and dw accumulated into `dw` (n floats, zeroed by the caller).
+void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                      float* dw, std::int64_t rows, std::int64_t n);
+
+// SwiGLU: h = silu(g) * u, elementwise over n, in T (float or bfloat16), computed in fp32.
+template <typename T>
+void swiglu_forward(const T* g, const T* u, T* h, std::int64_t n);
+template <typename T>
+void swiglu_backward(const T* dh, const T* g, const T* u, T* dg, T* du, std::int64_t n);
+
+// Rotary embedding on x [rows = b*t*heads, d] (t-major: row r has position (r / heads) % t),
+// cos/sin [t, d] in fp32; y in fp32 (the promotion of x * cos).
+template <typename T>
+void rotary_forward(const T* x, const float* cos, const float* sin, float* y, std::int64_t b,
+                    std::int64_t t, std::int64_t heads, std::int64_t d);
+template <typename T>
+void rotary_backward(const float* dy, const float* cos, const float* sin, T* dx, std::int64_t b,
+                     std::int64_t t, std::int64_t heads, std::int64_t d);
+
+// Causal-LM cross-entropy on logits [b, t, v]: row (i, j < t-1) predicts ids[i, j+1]; loss and
+// logsumexp [b, t-1] (0 where the target is ignore_id). Returns the first out-of-range target,
+// or -1.
+template <typename T>
+std::int64_t cross_entropy_forward(const T* logits, const std::int64_t* ids, float* loss, float* lse,
+                                   std::int64_t b, std::int64_t t, std::int64_t v,
+                                   std::int64_t ignore_id);
+// dlogits = grad * (softmax - onehot) on the predicting rows, 0 on the last position and ignored rows.
+template <typename T>
+void cross_entropy_backward(const float* grad, const T* logits, const std::int64_t* ids,
+                            const float* lse, T* dlogits, std::int64_t b, std::int64_t t,
+                            std::int64_t v, std::int64_t ignore_id);
+
+}  // namespace lft::model::kernels

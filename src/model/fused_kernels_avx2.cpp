@@ -1,0 +1,327 @@
+// Compiled with -mavx2 -mfma and CPU_CAPABILITY=AVX2 (CMakeLists.txt): ATen's Vectorized<float>
+// is then 8 lanes and its exp() is Sleef's, which LibTorch exports.
+#include "fused_kernels.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace lft::model::kernels {
+namespace {
+
+using Vec = at::vec::Vectorized<float>;
+constexpr std::int64_t kLanes = Vec::size();
+constexpr std::int64_t kBlock = 512;  // elements converted at a time for bfloat16
+
+float sum_lanes(const Vec& v) {
+  float lanes[kLanes];
+  v.store(lanes);
+  float s = 0;
+  for (float x : lanes) s += x;
+  return s;
+}
+
+float max_lanes(const Vec& v) {
+  float lanes[kLanes];
+  v.store(lanes);
+  float m = lanes[0];
+  for (float x : lanes) m = std::max(m, x);
+  return m;
+}
+
+Vec sigmoid(const Vec& g) { return Vec(1.f) / (Vec(1.f) + g.neg().exp()); }
+float sigmoid(float g) { return 1.f / (1.f + std::exp(-g)); }
+
+// Loads n <= kBlock elements of T as floats (a copy for bfloat16, the pointer itself for float).
+const float* as_float(const float* p, std::int64_t, float*) { return p; }
+const float* as_float(const c10::BFloat16* p, std::int64_t n, float* buf) {
+  for (std::int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(p[i]);
+  return buf;
+}
+void store(const float* src, float* dst, std::int64_t n) {
+  if (src != dst) std::copy(src, src + n, dst);
+}
+void store(const float* src, c10::BFloat16* dst, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) dst[i] = c10::BFloat16(src[i]);
+}
+template <typename T>
+float* out_buffer(T* p, float* buf) {
+  if constexpr (std::is_same_v<T, float>) return p;
+  else return buf;
+}
+
+// Elementwise `f(i0, n)` over [0, total) in blocks, in parallel.
+template <typename F>
+void for_blocks(std::int64_t total, F f) {
+  at::parallel_for(0, (total + kBlock - 1) / kBlock, 16, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t blk = b0; blk < b1; ++blk) {
+      const std::int64_t i0 = blk * kBlock;
+      f(i0, std::min(kBlock, total - i0));
+    }
+  });
+}
+
+}  // namespace
+
+// ---- RMSNorm ----
+
+void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, std::int64_t rows,
+                     std::int64_t n, float eps) {
+  at::parallel_for(0, rows, 1, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * n;
+      float* yr = y + r * n;
+      Vec acc(0.f);
+      std::int64_t i = 0;
+      for (; i + kLanes <= n; i += kLanes) {
+        const Vec v = Vec::loadu(xr + i);
+        acc = at::vec::fmadd(v, v, acc);
+      }
+      float ss = sum_lanes(acc);
+      for (; i < n; ++i) ss += xr[i] * xr[i];
+      const float rs = 1.f / std::sqrt(ss / static_cast<float>(n) + eps);
+      rstd[r] = rs;
+      const Vec vrs(rs);
+      for (i = 0; i + kLanes <= n; i += kLanes)
+        ((Vec::loadu(xr + i) * vrs) * Vec::loadu(w + i)).store(yr + i);
+      for (; i < n; ++i) yr[i] = (xr[i] * rs) * w[i];
+    }
+  });
+}
+
+void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
+                      float* dw, std::int64_t rows, std::int64_t n) {
+  // Each thread sums its rows' share of dw; the partial sums are added at the end.
+  const int threads = at::get_num_threads();
+  std::vector<float> partial(static_cast<std::size_t>(threads * n), 0.f);
+  at::parallel_for(0, rows, 1, [&](std::int64_t r0, std::int64_t r1) {
+    float* dwp = partial.data() + static_cast<std::int64_t>(at::get_thread_num()) * n;
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const float *xr = x + r * n, *gr = dy + r * n;
+      float* dxr = dx + r * n;
+      const float rs = rstd[r];
+      Vec acc(0.f);
+      std::int64_t i = 0;
+      for (; i + kLanes <= n; i += kLanes)
+        acc = at::vec::fmadd(Vec::loadu(gr + i) * Vec::loadu(w + i), Vec::loadu(xr + i), acc);
+      float c = sum_lanes(acc);
+      for (; i < n; ++i) c += gr[i] * w[i] * xr[i];
+      // d/dx of x * rs: rs * gw - x * rs^3 * mean(gw * x)
+      const float k = rs * rs * rs * c / static_cast<float>(n);
+      const Vec vrs(rs), vk(k);
+      for (i = 0; i + kLanes <= n; i += kLanes) {
+        const Vec xv = Vec::loadu(xr + i), gv = Vec::loadu(gr + i);
+        (vrs * gv * Vec::loadu(w + i) - xv * vk).store(dxr + i);
+        at::vec::fmadd(gv, xv * vrs, Vec::loadu(dwp + i)).store(dwp + i);
+      }
+      for (; i < n; ++i) {
+        dxr[i] = rs * gr[i] * w[i] - xr[i] * k;
+        dwp[i] += gr[i] * xr[i] * rs;
+      }
+    }
+  });
+  for (int th = 0; th < threads; ++th)
+    for (std::int64_t i = 0; i < n; ++i) dw[i] += partial[static_cast<std::size_t>(th * n + i)];
+}
+
+// ---- SwiGLU ----
+
+template <typename T>
+void swiglu_forward(const T* g, const T* u, T* h, std::int64_t n) {
+  for_blocks(n, [&](std::int64_t i0, std::int64_t m) {
+    float gb[kBlock], ub[kBlock], hb[kBlock];
+    const float* gf = as_float(g + i0, m, gb);
+    const float* uf = as_float(u + i0, m, ub);
+    float* hf = out_buffer(h + i0, hb);
+    std::int64_t i = 0;
+    for (; i + kLanes <= m; i += kLanes) {
+      const Vec gv = Vec::loadu(gf + i);
+      (gv * sigmoid(gv) * Vec::loadu(uf + i)).store(hf + i);
+    }
+    for (; i < m; ++i) hf[i] = gf[i] * sigmoid(gf[i]) * uf[i];
+    store(hf, h + i0, m);
+  });
+}
+
+template <typename T>
+void swiglu_backward(const T* dh, const T* g, const T* u, T* dg, T* du, std::int64_t n) {
+  for_blocks(n, [&](std::int64_t i0, std::int64_t m) {
+    float hb[kBlock], gb[kBlock], ub[kBlock], dgb[kBlock], dub[kBlock];
+    const float* hf = as_float(dh + i0, m, hb);
+    const float* gf = as_float(g + i0, m, gb);
+    const float* uf = as_float(u + i0, m, ub);
+    float* dgf = out_buffer(dg + i0, dgb);
+    float* duf = out_buffer(du + i0, dub);
+    std::int64_t i = 0;
+    for (; i + kLanes <= m; i += kLanes) {
+      const Vec gv = Vec::loadu(gf + i), hv = Vec::loadu(hf + i), s = sigmoid(gv);
+      (hv * gv * s).store(duf + i);
+      // d silu(g) / dg = s * (1 + g * (1 - s))
+      (hv * Vec::loadu(uf + i) * s * (Vec(1.f) + gv * (Vec(1.f) - s))).store(dgf + i);
+    }
+    for (; i < m; ++i) {
+      const float s = sigmoid(gf[i]);
+      duf[i] = hf[i] * gf[i] * s;
+      dgf[i] = hf[i] * uf[i] * s * (1.f + gf[i] * (1.f - s));
+    }
+    store(dgf, dg + i0, m);
+    store(duf, du + i0, m);
+  });
+}
+
+// ---- rotary ----
+// y1 = x1 c - x2 s, y2 = x2 c + x1 s over the two halves (cos and sin repeat over the halves).
+// Backward: dx1 = dy1 c + dy2 s, dx2 = dy2 c - dy1 s.
+
+template <typename T>
+void rotary_forward(const T* x, const float* cos, const float* sin, float* y, std::int64_t b,
+                    std::int64_t t, std::int64_t heads, std::int64_t d) {
+  const std::int64_t half = d / 2;
+  at::parallel_for(0, b * t, 1, [&](std::int64_t p0, std::int64_t p1) {
+    float xb[kBlock];
+    for (std::int64_t p = p0; p < p1; ++p) {
+      const float *c = cos + (p % t) * d, *s = sin + (p % t) * d;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const std::int64_t row = (p * heads + h) * d;
+        const float* xf = as_float(x + row, d, xb);
+        float* yr = y + row;
+        for (std::int64_t i = 0; i < half; ++i) {
+          yr[i] = xf[i] * c[i] - xf[i + half] * s[i];
+          yr[i + half] = xf[i + half] * c[i + half] + xf[i] * s[i + half];
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void rotary_backward(const float* dy, const float* cos, const float* sin, T* dx, std::int64_t b,
+                     std::int64_t t, std::int64_t heads, std::int64_t d) {
+  const std::int64_t half = d / 2;
+  at::parallel_for(0, b * t, 1, [&](std::int64_t p0, std::int64_t p1) {
+    float db[kBlock];
+    for (std::int64_t p = p0; p < p1; ++p) {
+      const float *c = cos + (p % t) * d, *s = sin + (p % t) * d;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const std::int64_t row = (p * heads + h) * d;
+        const float* g = dy + row;
+        float* o = out_buffer(dx + row, db);
+        for (std::int64_t i = 0; i < half; ++i) {
+          o[i] = g[i] * c[i] + g[i + half] * s[i + half];
+          o[i + half] = g[i + half] * c[i + half] - g[i] * s[i];
+        }
+        store(o, dx + row, d);
+      }
+    }
+  });
+}
+
+// ---- cross-entropy ----
+
+namespace {
+
+// logsumexp of a row of v floats.
+float row_logsumexp(const float* x, std::int64_t v) {
+  Vec vm(-std::numeric_limits<float>::infinity());
+  std::int64_t i = 0;
+  for (; i + kLanes <= v; i += kLanes) vm = at::vec::maximum(vm, Vec::loadu(x + i));
+  float m = max_lanes(vm);
+  for (; i < v; ++i) m = std::max(m, x[i]);
+  if (std::isinf(m)) return m;
+  const Vec vmax(m);
+  Vec acc(0.f);
+  for (i = 0; i + kLanes <= v; i += kLanes) acc = acc + (Vec::loadu(x + i) - vmax).exp();
+  float s = sum_lanes(acc);
+  for (; i < v; ++i) s += std::exp(x[i] - m);
+  return m + std::log(s);
+}
+
+// A row of logits as floats: the row itself, or a converted copy in `buf`.
+const float* logits_row(const float* p, std::int64_t, std::vector<float>&) { return p; }
+const float* logits_row(const c10::BFloat16* p, std::int64_t v, std::vector<float>& buf) {
+  buf.resize(static_cast<std::size_t>(v));
+  for (std::int64_t i = 0; i < v; ++i) buf[static_cast<std::size_t>(i)] = static_cast<float>(p[i]);
+  return buf.data();
+}
+
+}  // namespace
+
+template <typename T>
+std::int64_t cross_entropy_forward(const T* logits, const std::int64_t* ids, float* loss, float* lse,
+                                   std::int64_t b, std::int64_t t, std::int64_t v,
+                                   std::int64_t ignore_id) {
+  std::atomic<std::int64_t> bad{-1};
+  at::parallel_for(0, b * (t - 1), 1, [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<float> buf;
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::int64_t i = r / (t - 1), j = r % (t - 1);
+      const std::int64_t target = ids[i * t + j + 1];
+      if (target == ignore_id) {
+        loss[r] = 0.f;
+        lse[r] = 0.f;
+        continue;
+      }
+      if (target < 0 || target >= v) {
+        bad = target;  // any one of them: the caller reports it
+        loss[r] = lse[r] = 0.f;
+        continue;
+      }
+      const float* x = logits_row(logits + (i * t + j) * v, v, buf);
+      lse[r] = row_logsumexp(x, v);
+      loss[r] = lse[r] - x[target];
+    }
+  });
+  return bad.load();
+}
+
+template <typename T>
+void cross_entropy_backward(const float* grad, const T* logits, const std::int64_t* ids,
+                            const float* lse, T* dlogits, std::int64_t b, std::int64_t t,
+                            std::int64_t v, std::int64_t ignore_id) {
+  at::parallel_for(0, b * t, 1, [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<float> buf, out(static_cast<std::size_t>(v));
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::int64_t i = r / t, j = r % t;
+      T* dr = dlogits + r * v;
+      const std::int64_t target = j + 1 < t ? ids[i * t + j + 1] : ignore_id;
+      const std::int64_t k = i * (t - 1) + j;
+      if (target == ignore_id || grad[k] == 0.f) {
+        std::fill(dr, dr + v, T(0));
+        continue;
+      }
+      const float* x = logits_row(logits + r * v, v, buf);
+      float* o = out_buffer(dr, out.data());
+      const Vec vg(grad[k]), vl(lse[k]);
+      std::int64_t e = 0;
+      for (; e + kLanes <= v; e += kLanes) (vg * (Vec::loadu(x + e) - vl).exp()).store(o + e);
+      for (; e < v; ++e) o[e] = grad[k] * std::exp(x[e] - lse[k]);
+      o[target] -= grad[k];
+      store(o, dr, v);
+    }
+  });
+}
+
+#define LFT_FUSED_INSTANTIATE(T)                                                                   \
+  template void swiglu_forward<T>(const T*, const T*, T*, std::int64_t);                           \
+  template void swiglu_backward<T>(const T*, const T*, const T*, T*, T*, std::int64_t);            \
+  template void rotary_forward<T>(const T*, const float*, const float*, float*, std::int64_t,      \
+                                  std::int64_t, std::int64_t, std::int64_t);                       \
+  template void rotary_backward<T>(const float*, const float*, const float*, T*, std::int64_t,     \
+                                   std::int64_t, std::int64_t, std::int64_t);                      \
+  template std::int64_t cross_entropy_forward<T>(const T*, const std::int64_t*, float*, float*,    \
+                                                 std::int64_t, std::int64_t, std::int64_t,         \
+                                                 std::int64_t);                                    \
+  template void cross_entropy_backward<T>(const float*, const T*, const std::int64_t*,             \
+                                          const float*, T*, std::int64_t, std::int64_t,            \
+                                          std::int64_t, std::int64_t);
+LFT_FUSED_INSTANTIATE(float)
+LFT_FUSED_INSTANTIATE(c10::BFloat16)
+#undef LFT_FUSED_INSTANTIATE
+
+}  // namespace lft::model::kernels

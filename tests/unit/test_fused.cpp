@@ -1,0 +1,146 @@
+// The fused CPU kernels (model/fused.h) against the plain formulas they replace: outputs and
+// every input gradient, fp32 and bfloat16, on shapes with tails (sizes not multiples of the
+// vector width), ignored targets and the last position of a sequence.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/function.h>
+
+#include <functional>
+#include <vector>
+
+#include "lft/model/fused.h"
+#include "lft/model/layers.h"
+#include "lft/model/loss.h"
+
+namespace lft::model {
+namespace {
+
+// Restores the process-wide choice after a test.
+struct FusedScope {
+  explicit FusedScope(unsigned mask) : previous(fused_kernels()) { set_fused_kernels(mask); }
+  ~FusedScope() { set_fused_kernels(previous); }
+  unsigned previous;
+};
+
+at::Tensor randn(std::vector<std::int64_t> shape, std::uint64_t seed, at::ScalarType dtype = at::kFloat) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn(shape, gen, at::TensorOptions().dtype(at::kFloat)).to(dtype).requires_grad_(true);
+}
+
+// f(inputs) with the kernel on and off: the outputs, and the gradients of sum(out * probe).
+struct Run {
+  at::Tensor out;
+  std::vector<at::Tensor> grads;
+  bool custom_node = false;  // the graph has a C++ autograd function: the fused kernel ran
+};
+
+bool has_custom_node(const std::shared_ptr<torch::autograd::Node>& node, int depth = 0) {
+  if (!node || depth > 8) return false;
+  if (node->name().find("CppNode") != std::string::npos) return true;
+  for (const auto& edge : node->next_edges())
+    if (has_custom_node(edge.function, depth + 1)) return true;
+  return false;
+}
+Run run(unsigned mask, const std::vector<at::Tensor>& inputs,
+        const std::function<at::Tensor(const std::vector<at::Tensor>&)>& f) {
+  FusedScope scope(mask);
+  std::vector<at::Tensor> xs;
+  for (const auto& x : inputs) xs.push_back(x.detach().clone().requires_grad_(x.requires_grad()));
+  const at::Tensor out = f(xs);
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(99);
+  const at::Tensor probe = at::randn(out.sizes(), gen, at::TensorOptions().dtype(at::kFloat));
+  (out.to(at::kFloat) * probe).sum().backward();
+  Run r{out.detach().to(at::kFloat), {}, has_custom_node(out.grad_fn())};
+  for (const auto& x : xs) r.grads.push_back(x.requires_grad() ? x.grad().to(at::kFloat) : at::Tensor());
+  return r;
+}
+
+void expect_close(const at::Tensor& a, const at::Tensor& b, double tol, const char* what) {
+  ASSERT_EQ(a.sizes(), b.sizes()) << what;
+  const double scale = std::max(1.0, b.abs().max().item<double>());
+  EXPECT_LE((a - b).abs().max().item<double>() / scale, tol) << what;
+}
+
+void compare(FusedKernel k, const std::vector<at::Tensor>& inputs,
+             const std::function<at::Tensor(const std::vector<at::Tensor>&)>& f, double tol) {
+  if (!fused_kernels_supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the fused kernels never run here";
+  const Run fused = run(k, inputs, f), plain = run(0, inputs, f);
+  EXPECT_TRUE(fused.custom_node) << "the fused kernel did not run";
+  EXPECT_FALSE(plain.custom_node);
+  expect_close(fused.out, plain.out, tol, "output");
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (plain.grads[i].defined()) expect_close(fused.grads[i], plain.grads[i], tol, "gradient");
+}
+
+TEST(Fused, RmsNormMatchesThePlainFormula) {
+  RMSNorm norm(67, 1e-5, at::TensorOptions());
+  {
+    at::NoGradGuard g;
+    norm->weight.copy_(randn({67}, 3).detach() * 0.3 + 1);
+  }
+  norm->weight.requires_grad_(true);
+  compare(kFusedRmsNorm, {randn({3, 5, 67}, 1)}, [&](const auto& x) {
+    norm->weight.mutable_grad().reset();
+    return norm(x[0]);
+  }, 2e-6);
+  // The weight's gradient too (summed over rows and threads).
+  auto weight_grad = [&](unsigned mask) {
+    FusedScope scope(mask);
+    norm->weight.mutable_grad().reset();
+    const at::Tensor x = randn({4, 33, 67}, 2);
+    (norm(x) * randn({4, 33, 67}, 5).detach()).sum().backward();
+    return norm->weight.grad().clone();
+  };
+  if (fused_kernels_supported()) expect_close(weight_grad(kFusedRmsNorm), weight_grad(0), 2e-6, "weight gradient");
+}
+
+TEST(Fused, SwiGluMatchesThePlainFormula) {
+  auto f = [](const auto& x) {
+    const at::Tensor fused = fused_swiglu(x[0], x[1]);
+    return fused.defined() ? fused : at::silu(x[0]) * x[1];
+  };
+  compare(kFusedSwiGlu, {randn({2, 7, 93}, 1), randn({2, 7, 93}, 2)}, f, 2e-6);
+  // bfloat16: the plain path rounds silu's output before the product, the fused one does not.
+  compare(kFusedSwiGlu, {randn({2, 7, 93}, 1, at::kBFloat16), randn({2, 7, 93}, 2, at::kBFloat16)}, f, 2e-2);
+}
+
+TEST(Fused, RotaryMatchesThePlainFormula) {
+  const std::int64_t t = 11, d = 24;
+  const at::Tensor angles = at::arange(t, at::kFloat).unsqueeze(1) * at::linspace(0.1, 1.3, d / 2).unsqueeze(0);
+  const at::Tensor emb = at::cat({angles, angles}, -1);
+  const at::Tensor cos = emb.cos(), sin = emb.sin();
+  auto f = [&](const auto& x) { return rotary_bthd(x[0], cos, sin); };
+  compare(kFusedRotary, {randn({2, t, 3, d}, 1)}, f, 2e-6);
+  compare(kFusedRotary, {randn({2, t, 3, d}, 1, at::kBFloat16)}, f, 1e-2);
+}
+
+TEST(Fused, CrossEntropyMatchesThePlainLoss) {
+  const std::int64_t b = 3, t = 9, v = 101;
+  at::Tensor ids = at::randint(0, v, {b, t}, at::make_generator<at::CPUGeneratorImpl>(7), at::kLong);
+  ids.index_put_({0, 4}, -100);  // an ignored target
+  ids.index_put_({2, 1}, -100);
+  auto f = [&](const auto& x) { return token_losses(x[0], ids, -100); };
+  compare(kFusedCrossEntropy, {randn({b, t, v}, 1) * 3}, f, 2e-6);
+  compare(kFusedCrossEntropy, {randn({b, t, v}, 1, at::kBFloat16)}, f, 1e-2);
+}
+
+TEST(Fused, CrossEntropyRefusesATargetOutsideTheVocabulary) {
+  if (!fused_kernels_supported()) GTEST_SKIP() << "no AVX2/FMA here";
+  FusedScope scope(kFusedCrossEntropy);
+  const at::Tensor ids = at::full({1, 3}, 500, at::kLong);
+  EXPECT_THROW(token_losses(at::zeros({1, 3, 10}), ids, -100), c10::Error);
+}
+
+TEST(Fused, ParsesItsConfigValue) {
+  EXPECT_EQ(parse_fused_kernels("all"), unsigned{kFusedAll});
+  EXPECT_EQ(parse_fused_kernels("none"), 0u);
+  EXPECT_EQ(parse_fused_kernels("rmsnorm, cross_entropy"), unsigned{kFusedRmsNorm | kFusedCrossEntropy});
+  EXPECT_EQ(fused_kernels_name(kFusedSwiGlu | kFusedRotary), "swiglu,rotary");
+  EXPECT_THROW(parse_fused_kernels("rmsnorm,layernorm"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace lft::model
