@@ -163,7 +163,9 @@ std::string plan_report(const config::Config& cfg, const RunPlan& p) {
          (p.compute == at::kBFloat16 ? "bf16 compute over fp32 weights"
           : p.compute == at::kHalf   ? "fp16 compute over fp32 weights, dynamic loss scaling"
                                      : "fp32");
-  if (p.fp8) out += ", float8 linears (e4m3 forward, e5m2 output gradients, tensorwise dynamic scales)";
+  if (p.fp8)
+    out += ", float8 linears (e4m3 forward, e5m2 output gradients, tensorwise dynamic scales; _scaled_mm on "
+           "CUDA, on CPU the float8 values widened to fp32 for the GEMM)";
   out += "\n  memory     " + p.memory.str();
   return out;
 }
