@@ -4,6 +4,7 @@
 
 #include "lft/model/autocast.h"
 #include "lft/model/causal_lm.h"
+#include "lft/model/fused.h"
 #include "lft/model/weight_source.h"
 
 namespace lft::engine {
@@ -43,7 +44,7 @@ double local_grad_norm_squared(const std::vector<at::Tensor>& tensors) {
   double sum = 0.0;
   for (const auto& t : tensors) {
     const at::Tensor& g = t.grad();
-    if (g.defined()) sum += g.to(at::kDouble).pow(2).sum().item<double>();
+    if (g.defined()) sum += model::sum_of_squares(g);
   }
   return sum;
 }

@@ -11,6 +11,7 @@
 #include "lft/engine/run_plan.h"
 #include "lft/engine/shard_layout.h"
 #include "lft/model/families.h"
+#include "lft/model/fused.h"
 #include "lft/model/parameter_storage.h"
 
 namespace lft::engine {
@@ -226,7 +227,7 @@ double MegatronEngine::grad_norm_squared() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (!params_[i].counted) continue;
     const at::Tensor& g = sharded ? shards_[i].grad() : params_[i].tensor.grad();
-    if (g.defined()) sum += g.to(at::kDouble).pow(2).sum().item<double>();
+    if (g.defined()) sum += model::sum_of_squares(g);
   }
   at::Tensor total = at::full({1}, sum, at::TensorOptions().dtype(at::kDouble));
   tp_.all_reduce(total);

@@ -231,6 +231,12 @@ at::Tensor fused_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
   return RotaryFunction::apply(x, cos, sin).transpose(1, 2);
 }
 
+double sum_of_squares(const at::Tensor& t) {
+  if (fused_kernels_supported() && on_cpu(t) && t.scalar_type() == at::kFloat && t.is_contiguous())
+    return kernels::sum_squares(t.data_ptr<float>(), t.numel());
+  return t.to(at::kDouble).pow(2).sum().item<double>();
+}
+
 at::Tensor fused_token_losses(const at::Tensor& logits, const at::Tensor& input_ids, std::int64_t ignore_id) {
   if (!enabled(kFusedCrossEntropy) || !on_cpu(logits) || !on_cpu(input_ids) || logits.dim() != 3 ||
       !logits.is_contiguous() || !fp32_or_bf16(logits) || input_ids.scalar_type() != at::kLong ||

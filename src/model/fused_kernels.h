@@ -44,4 +44,7 @@ void cross_entropy_backward(const float* grad, const T* logits, const std::int64
                             const float* lse, T* dlogits, std::int64_t b, std::int64_t t,
                             std::int64_t v, std::int64_t ignore_id);
 
+// sum(x^2) over n floats, accumulated in double.
+double sum_squares(const float* x, std::int64_t n);
+
 }  // namespace lft::model::kernels

@@ -6,6 +6,8 @@
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -305,6 +307,34 @@ void cross_entropy_backward(const float* grad, const T* logits, const std::int64
       store(o, dr, v);
     }
   });
+}
+
+// ---- sum of squares, in double ----
+
+double sum_squares(const float* x, std::int64_t n) {
+  constexpr std::int64_t kChunk = 1 << 16;
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<std::size_t>(chunks), 0.0);
+  at::parallel_for(0, chunks, 1, [&](std::int64_t c0, std::int64_t c1) {
+    for (std::int64_t c = c0; c < c1; ++c) {
+      const std::int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+      __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+      std::int64_t i = begin;
+      for (; i + 8 <= end; i += 8) {
+        const __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + i)), hi = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+        acc0 = _mm256_fmadd_pd(lo, lo, acc0);
+        acc1 = _mm256_fmadd_pd(hi, hi, acc1);
+      }
+      double lanes[4];
+      _mm256_storeu_pd(lanes, _mm256_add_pd(acc0, acc1));
+      double s = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+      for (; i < end; ++i) s += static_cast<double>(x[i]) * x[i];
+      partial[static_cast<std::size_t>(c)] = s;
+    }
+  });
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return total;
 }
 
 #define LFT_FUSED_INSTANTIATE(T)                                                                   \

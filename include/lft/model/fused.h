@@ -37,6 +37,10 @@ at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double 
 at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up);
 // x [b, t, heads, d] contiguous, cos/sin [t, d] fp32: the rotated x as [b, heads, t, d].
 at::Tensor fused_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// sum(t^2) accumulated in double, without a double copy of t: the AVX2 kernel for contiguous fp32
+// CPU tensors where the CPU has it (whatever fused_kernels says: the result is the same sum in
+// another order), else t.to(double).pow(2).sum().
+double sum_of_squares(const at::Tensor& t);
 // logits [b, t, v]: the per-token losses [b, t - 1] (0 where the target is ignore_id).
 at::Tensor fused_token_losses(const at::Tensor& logits, const at::Tensor& input_ids, std::int64_t ignore_id);
 
