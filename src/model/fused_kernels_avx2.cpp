@@ -181,23 +181,32 @@ void swiglu_backward(const T* dh, const T* g, const T* u, T* dg, T* du, std::int
 // y1 = x1 c - x2 s, y2 = x2 c + x1 s over the two halves (cos and sin repeat over the halves).
 // Backward: dx1 = dy1 c + dy2 s, dx2 = dy2 c - dy1 s.
 
+namespace {
+
+// f(row offset, cos row, sin row) for each [d] row of a [b, t, heads, d] tensor, in parallel over
+// the b * t positions.
+template <typename F>
+void for_rotary_rows(std::int64_t b, std::int64_t t, std::int64_t heads, std::int64_t d, const float* cos,
+                     const float* sin, F f) {
+  at::parallel_for(0, b * t, 1, [&](std::int64_t p0, std::int64_t p1) {
+    for (std::int64_t p = p0; p < p1; ++p)
+      for (std::int64_t h = 0; h < heads; ++h) f((p * heads + h) * d, cos + (p % t) * d, sin + (p % t) * d);
+  });
+}
+
+}  // namespace
+
 template <typename T>
 void rotary_forward(const T* x, const float* cos, const float* sin, float* y, std::int64_t b,
                     std::int64_t t, std::int64_t heads, std::int64_t d) {
   const std::int64_t half = d / 2;
-  at::parallel_for(0, b * t, 1, [&](std::int64_t p0, std::int64_t p1) {
+  for_rotary_rows(b, t, heads, d, cos, sin, [&](std::int64_t row, const float* c, const float* s) {
     float xb[kBlock];
-    for (std::int64_t p = p0; p < p1; ++p) {
-      const float *c = cos + (p % t) * d, *s = sin + (p % t) * d;
-      for (std::int64_t h = 0; h < heads; ++h) {
-        const std::int64_t row = (p * heads + h) * d;
-        const float* xf = as_float(x + row, d, xb);
-        float* yr = y + row;
-        for (std::int64_t i = 0; i < half; ++i) {
-          yr[i] = xf[i] * c[i] - xf[i + half] * s[i];
-          yr[i + half] = xf[i + half] * c[i + half] + xf[i] * s[i + half];
-        }
-      }
+    const float* xf = as_float(x + row, d, xb);
+    float* yr = y + row;
+    for (std::int64_t i = 0; i < half; ++i) {
+      yr[i] = xf[i] * c[i] - xf[i + half] * s[i];
+      yr[i + half] = xf[i + half] * c[i + half] + xf[i] * s[i + half];
     }
   });
 }
@@ -206,21 +215,15 @@ template <typename T>
 void rotary_backward(const float* dy, const float* cos, const float* sin, T* dx, std::int64_t b,
                      std::int64_t t, std::int64_t heads, std::int64_t d) {
   const std::int64_t half = d / 2;
-  at::parallel_for(0, b * t, 1, [&](std::int64_t p0, std::int64_t p1) {
+  for_rotary_rows(b, t, heads, d, cos, sin, [&](std::int64_t row, const float* c, const float* s) {
     float db[kBlock];
-    for (std::int64_t p = p0; p < p1; ++p) {
-      const float *c = cos + (p % t) * d, *s = sin + (p % t) * d;
-      for (std::int64_t h = 0; h < heads; ++h) {
-        const std::int64_t row = (p * heads + h) * d;
-        const float* g = dy + row;
-        float* o = out_buffer(dx + row, db);
-        for (std::int64_t i = 0; i < half; ++i) {
-          o[i] = g[i] * c[i] + g[i + half] * s[i + half];
-          o[i + half] = g[i + half] * c[i + half] - g[i] * s[i];
-        }
-        store(o, dx + row, d);
-      }
+    const float* g = dy + row;
+    float* o = out_buffer(dx + row, db);
+    for (std::int64_t i = 0; i < half; ++i) {
+      o[i] = g[i] * c[i] + g[i + half] * s[i + half];
+      o[i + half] = g[i + half] * c[i + half] - g[i] * s[i];
     }
+    store(o, dx + row, d);
   });
 }
 
