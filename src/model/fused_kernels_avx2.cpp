@@ -42,15 +42,26 @@ float sigmoid(float g) { return 1.f / (1.f + std::exp(-g)); }
 
 // Loads n <= kBlock elements of T as floats (a copy for bfloat16, the pointer itself for float).
 const float* as_float(const float* p, std::int64_t, float*) { return p; }
+using VecB = at::vec::Vectorized<c10::BFloat16>;  // 16 lanes: two Vecs of floats
 const float* as_float(const c10::BFloat16* p, std::int64_t n, float* buf) {
-  for (std::int64_t i = 0; i < n; ++i) buf[i] = static_cast<float>(p[i]);
+  std::int64_t i = 0;
+  for (; i + VecB::size() <= n; i += VecB::size()) {
+    const auto [lo, hi] = at::vec::convert_bfloat16_float(VecB::loadu(p + i));
+    lo.store(buf + i);
+    hi.store(buf + i + kLanes);
+  }
+  for (; i < n; ++i) buf[i] = static_cast<float>(p[i]);
   return buf;
 }
 void store(const float* src, float* dst, std::int64_t n) {
   if (src != dst) std::copy(src, src + n, dst);
 }
+// Rounded to nearest even, as c10::BFloat16(float).
 void store(const float* src, c10::BFloat16* dst, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = c10::BFloat16(src[i]);
+  std::int64_t i = 0;
+  for (; i + VecB::size() <= n; i += VecB::size())
+    at::vec::convert_float_bfloat16(Vec::loadu(src + i), Vec::loadu(src + i + kLanes)).store(dst + i);
+  for (; i < n; ++i) dst[i] = c10::BFloat16(src[i]);
 }
 template <typename T>
 float* out_buffer(T* p, float* buf) {
@@ -251,8 +262,7 @@ float row_logsumexp(const float* x, std::int64_t v) {
 const float* logits_row(const float* p, std::int64_t, std::vector<float>&) { return p; }
 const float* logits_row(const c10::BFloat16* p, std::int64_t v, std::vector<float>& buf) {
   buf.resize(static_cast<std::size_t>(v));
-  for (std::int64_t i = 0; i < v; ++i) buf[static_cast<std::size_t>(i)] = static_cast<float>(p[i]);
-  return buf.data();
+  return as_float(p, v, buf.data());
 }
 
 }  // namespace

@@ -260,9 +260,11 @@ Peak measure(const std::string& toml, MpiCommunicator& comm) {
 //     the prefetched layer, a layer's whole gradients, its reduce-scatter buffer, and one layer
 //     of slack (<= 6 layers; measured 5.2 at 4 ranks)
 //   no reshard: all of P gathered through forward + 3 layers
-//   ZeRO-2: whole parameters P + 4P/n + A + a layer's gradients, buffer, slack (3 layers)
-//   ZeRO-1: whole parameters and gradients 2P + 4P/n + A + 3 layers
-// Slack: 10% of 4P/n (padding, AdamW step counters) and 2 MiB.
+//   ZeRO-2: whole parameters P + 4P/n + A + a layer's gradients, buffer, slack, and the two
+//     gathers of updated shards in flight under the next forward (5 layers)
+//   ZeRO-1: whole parameters and gradients 2P + 4P/n + A + 5 layers
+// Slack: 10% of 4P/n (padding, AdamW step counters) and 3 MiB (kernel temporaries: with the fused
+// kernels the one-rank A is 0.1 MiB, below what a step's temporaries reach at the sharded peak).
 TEST(ShardedMemory, PeakTensorBytesMatchTheAlgorithm) {
   const int n = world().size();
   if (n == 1 || n > 4) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
@@ -292,8 +294,8 @@ TEST(ShardedMemory, PeakTensorBytesMatchTheAlgorithm) {
     // No reshard keeps every layer gathered through forward: all of P, not a few units.
     const double gathered = e.extra.find("reshard_after_forward = false") != std::string::npos
                                 ? P + 3 * unit
-                                : (e.whole > 0 ? 3 * unit : 6 * unit);
-    const double bound = e.whole * P + 1.1 * 4 * P / n + A + gathered + 2 * 1048576;
+                                : (e.whole > 0 ? 5 * unit : 6 * unit);
+    const double bound = e.whole * P + 1.1 * 4 * P / n + A + gathered + 3 * 1048576;
     if (world().rank() == 0)
       std::printf("%-18s peak %.1f MiB, algorithm bound %.1f MiB (%.2fx)\n", e.label.c_str(),
                   got.step_bytes / 1048576, bound / 1048576, got.step_bytes / bound);
