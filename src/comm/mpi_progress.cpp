@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <cstdint>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -13,7 +12,6 @@ namespace lft {
 namespace {
 
 std::atomic<int> g_in_flight{0};
-std::atomic<std::uint64_t> g_calls{0};
 std::mutex g_mutex;
 std::condition_variable g_wake;  // an operation was posted, or the thread is to stop
 bool g_live = false;
@@ -35,7 +33,6 @@ struct MpiProgressThread::State {
       while (g_in_flight.load() > 0 && !stop) {
         int flag = 0;
         MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, MPI_STATUS_IGNORE);
-        g_calls.fetch_add(1, std::memory_order_relaxed);
         std::this_thread::sleep_for(interval);
       }
       lock.lock();
@@ -53,7 +50,6 @@ MpiProgressThread::MpiProgressThread(std::chrono::microseconds interval) {
   state_ = std::make_unique<State>();
   state_->interval = interval;
   MPI_Comm_dup(MPI_COMM_SELF, &state_->comm);
-  g_calls = 0;
   state_->thread = std::thread([s = state_.get()] { s->loop(); });
 }
 
@@ -77,7 +73,5 @@ void MpiProgressThread::posted() {
 }
 
 void MpiProgressThread::completed() { g_in_flight.fetch_sub(1); }
-
-std::uint64_t MpiProgressThread::calls() { return g_calls.load(); }
 
 }  // namespace lft

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <chrono>
-#include <cstdint>
 #include <memory>
 
 namespace lft {
@@ -26,8 +25,6 @@ class MpiProgressThread {
   // Called by the MPI backend around each posted operation.
   static void posted();
   static void completed();
-  // Progress calls made so far by the live thread (for tests; 0 without one).
-  static std::uint64_t calls();
 
  private:
   struct State;
