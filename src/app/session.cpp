@@ -89,7 +89,14 @@ int run_session(Runtime& rt, const CliOptions& opts) {
                                       rt.local_size());
   at::set_num_threads(threads);
   if (opts.mode == Mode::PrintExample) return print_example(cfg, opts.example_index);
-  const DeviceChoice device = select_device(rt.local_rank(), rt.local_size(), cfg.boolean("use_cpu"));
+  const int ranks_per_gpu = static_cast<int>(cfg.integer("ranks_per_gpu"));
+  const DeviceChoice device = select_device(rt.local_rank(), rt.local_size(), cfg.boolean("use_cpu"), ranks_per_gpu);
+  run_agreed([&] {
+    if (ranks_per_gpu > 1 && !device.cuda)
+      throw config::ConfigError("config error: " + cfg.where("ranks_per_gpu") + ": ranks_per_gpu = " +
+                                std::to_string(ranks_per_gpu) + " shares a GPU between ranks, but this rank computes on the CPU (" +
+                                device.cpu_reason + "); remove ranks_per_gpu");
+  });
   log0(startup_report(rt, cfg, *engine, shape, threads, device));
   for (const std::string& note : cfg.notes()) log0("note: " + note);
   if (rt.node_count() > 1 || opts.mode == Mode::Check) log0(placement_report(shape, rt.hosts()));
@@ -98,7 +105,10 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   const MpiProgressThread progress(
       std::chrono::microseconds(std::llround(cfg.real("comm_progress_us"))));
   MpiCommunicator world(MPI_COMM_WORLD, "world", false);
-  DeviceMesh mesh(world, shape, device.cuda);
+  const at::Device torch_device = device.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index))
+                                              : at::Device(at::kCPU);
+  DeviceMesh mesh(world, shape, torch_device,
+                  !device.cuda ? DeviceComms::Host : device.shared ? DeviceComms::MpiStaged : DeviceComms::Nccl);
   log0(check_communication(world, mesh));
   std::optional<engine::RunPlan> plan;
   run_agreed([&] {

@@ -105,8 +105,18 @@ void Work::complete() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
-Communicator::Communicator(std::string name, int rank, int size)
-    : name_(std::move(name)), rank_(rank), size_(size) {}
+Communicator::Communicator(std::string name, int rank, int size, at::Device device)
+    : name_(std::move(name)), rank_(rank), size_(size), device_(device) {}
+
+void Communicator::require_device(const at::Tensor& t, const char* what) const {
+  const bool same = t.device().type() == device_.type() &&
+                    (!device_.has_index() || !t.device().has_index() || t.device().index() == device_.index());
+  if (!same)
+    throw std::invalid_argument(std::string(what) + " on communicator '" + name_ + "' [" + backend() +
+                                ", rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                                "] takes tensors on " + device_.str() + ", got one on " + t.device().str() +
+                                (device_.is_cpu() ? "" : " (host values go through the mesh's host communicators)"));
+}
 
 std::uint64_t Communicator::wire_bytes(const at::Tensor& t, bool /*reduction*/) const {
   return bytes_of(t);
@@ -129,6 +139,7 @@ Communicator::CallInfo Communicator::begin(CollKind kind, std::uint64_t payload_
 
 WorkPtr Communicator::all_reduce_async(const at::Tensor& t, ReduceOp op) {
   require_contiguous(t, "all_reduce");
+  require_device(t, "all_reduce");
   auto info = begin(CollKind::AllReduce, wire_bytes(t, true),
                     std::string(reduce_op_name(op)) + ", " + dtype_name(t) + ", ");
   return do_all_reduce(t, op, std::move(info));
@@ -137,6 +148,8 @@ WorkPtr Communicator::all_reduce_async(const at::Tensor& t, ReduceOp op) {
 WorkPtr Communicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out,
                                            ReduceOp op, const std::vector<int64_t>& counts) {
   require_shard_shapes(in, out, counts, rank_, size_, "reduce_scatter");
+  require_device(in, "reduce_scatter");
+  require_device(out, "reduce_scatter");
   auto info = begin(CollKind::ReduceScatter, wire_bytes(in, true),
                     std::string(reduce_op_name(op)) + ", " + dtype_name(in) + ", ");
   return do_reduce_scatter(in, out, op, counts, std::move(info));
@@ -145,12 +158,15 @@ WorkPtr Communicator::reduce_scatter_async(const at::Tensor& in, const at::Tenso
 WorkPtr Communicator::all_gather_async(const at::Tensor& in, const at::Tensor& out,
                                        const std::vector<int64_t>& counts) {
   require_shard_shapes(out, in, counts, rank_, size_, "all_gather");
+  require_device(in, "all_gather");
+  require_device(out, "all_gather");
   auto info = begin(CollKind::AllGather, wire_bytes(out, false), dtype_name(in) + ", ");
   return do_all_gather(in, out, counts, std::move(info));
 }
 
 WorkPtr Communicator::broadcast_async(const at::Tensor& t, int root) {
   require_contiguous(t, "broadcast");
+  require_device(t, "broadcast");
   auto info = begin(CollKind::Broadcast, wire_bytes(t, false),
                     "root " + std::to_string(root) + ", " + dtype_name(t) + ", ");
   return do_broadcast(t, root, std::move(info));
@@ -158,6 +174,7 @@ WorkPtr Communicator::broadcast_async(const at::Tensor& t, int root) {
 
 WorkPtr Communicator::send_async(const at::Tensor& t, int dst, int tag) {
   require_contiguous(t, "send");
+  require_device(t, "send");
   auto info = begin(CollKind::Send, wire_bytes(t, false),
                     "to " + std::to_string(dst) + ", tag " + std::to_string(tag) + ", ");
   return do_send(t, dst, tag, std::move(info));
@@ -165,6 +182,7 @@ WorkPtr Communicator::send_async(const at::Tensor& t, int dst, int tag) {
 
 WorkPtr Communicator::recv_async(const at::Tensor& t, int src, int tag) {
   require_contiguous(t, "recv");
+  require_device(t, "recv");
   auto info = begin(CollKind::Recv, wire_bytes(t, false),
                     "from " + std::to_string(src) + ", tag " + std::to_string(tag) + ", ");
   return do_recv(t, src, tag, std::move(info));

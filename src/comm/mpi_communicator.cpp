@@ -40,11 +40,6 @@ int as_count(int64_t n) {
   return static_cast<int>(n);
 }
 
-void require_cpu(const at::Tensor& t) {
-  if (!t.device().is_cpu())
-    throw std::invalid_argument("MPI backend takes CPU tensors, got one on " + t.device().str());
-}
-
 // A posted MPI request and what to do once it completes.
 class MpiWork final : public Work {
  public:
@@ -90,6 +85,39 @@ std::function<void()> finish_reduction(at::Tensor buffer, at::Tensor dest, Reduc
   };
 }
 
+// A GPU communicator of a run whose ranks share one GPU: MPI moves host copies of the tensors.
+// Inputs are copied out before posting (the copy waits for the compute stream), outputs copied
+// back once the operation completes. On a CPU communicator the tensors travel as they are.
+class HostStage {
+ public:
+  explicit HostStage(bool staged) : staged_(staged) {}
+  at::Tensor in(const at::Tensor& t) const { return staged_ ? t.cpu() : t; }
+  at::Tensor out(const at::Tensor& t) {
+    if (!staged_) return t;
+    at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU));
+    back_.emplace_back(t, host);
+    return host;
+  }
+  at::Tensor in_out(const at::Tensor& t) {
+    if (!staged_) return t;
+    at::Tensor host = t.cpu();
+    back_.emplace_back(t, host);
+    return host;
+  }
+  // `done`, then the copies back to the device.
+  std::function<void()> then(std::function<void()> done) const {
+    if (back_.empty()) return done;
+    return [done = std::move(done), back = back_]() {
+      if (done) done();
+      for (const auto& [device, host] : back) device.copy_(host);
+    };
+  }
+
+ private:
+  bool staged_;
+  std::vector<std::pair<at::Tensor, at::Tensor>> back_;  // (device tensor, host copy)
+};
+
 std::vector<int> displacements(const std::vector<int>& counts) {
   std::vector<int> d(counts.size(), 0);
   for (size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
@@ -98,8 +126,8 @@ std::vector<int> displacements(const std::vector<int>& counts) {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, bool owned)
-    : Communicator(std::move(name), mpi_rank(comm), mpi_size(comm)), comm_(comm), owned_(owned) {}
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, bool owned, at::Device device)
+    : Communicator(std::move(name), mpi_rank(comm), mpi_size(comm), device), comm_(comm), owned_(owned) {}
 
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
@@ -119,17 +147,30 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key,
   return std::make_unique<MpiCommunicator>(sub, std::move(name), true);
 }
 
+std::unique_ptr<MpiCommunicator> MpiCommunicator::on_device(at::Device device) const {
+  MPI_Comm dup = MPI_COMM_NULL;
+  {
+    Watchdog::Scope scope("creating communicator '" + name() + "' on " + device.str() + " (MPI_Comm_dup)",
+                          Watchdog::setup_timeout(), "setup_timeout");
+    LFT_MPI_CHECK(MPI_Comm_dup(comm_, &dup));
+  }
+  return std::make_unique<MpiCommunicator>(dup, name(), true, device);
+}
+
+bool MpiCommunicator::staged() const { return !device().is_cpu(); }
+
 std::uint64_t MpiCommunicator::wire_bytes(const at::Tensor& t, bool reduction) const {
   const std::uint64_t n = static_cast<std::uint64_t>(t.numel());
   return reduction && is_16bit_float(t) ? n * 4 : n * t.element_size();
 }
 
 WorkPtr MpiCommunicator::do_all_reduce(const at::Tensor& t, ReduceOp op, CallInfo info) {
-  require_cpu(t);
   check_avg(t, op);
-  at::Tensor buf = reduction_buffer(t);
+  HostStage stage(staged());
+  const at::Tensor host = stage.in_out(t);
+  at::Tensor buf = reduction_buffer(host);
   auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats,
-                                        finish_reduction(buf, t, op, size()));
+                                        stage.then(finish_reduction(buf, host, op, size())));
   LFT_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf.data_ptr(), as_count(buf.numel()),
                                reduction_type(buf), mpi_op(op), comm_, work->request()));
   return work;
@@ -138,12 +179,12 @@ WorkPtr MpiCommunicator::do_all_reduce(const at::Tensor& t, ReduceOp op, CallInf
 WorkPtr MpiCommunicator::do_reduce_scatter(const at::Tensor& in, const at::Tensor& out,
                                            ReduceOp op, const std::vector<int64_t>& counts,
                                            CallInfo info) {
-  require_cpu(in);
-  require_cpu(out);
   check_avg(in, op);
-  at::Tensor src = reduction_buffer(in);
-  at::Tensor dst = is_16bit_float(out) ? at::empty(out.sizes(), out.options().dtype(at::kFloat)) : out;
-  auto done = finish_reduction(dst, out, op, size());
+  HostStage stage(staged());
+  const at::Tensor host_out = stage.out(out);
+  at::Tensor src = reduction_buffer(stage.in(in));
+  at::Tensor dst = is_16bit_float(host_out) ? at::empty(host_out.sizes(), host_out.options().dtype(at::kFloat)) : host_out;
+  auto done = stage.then(finish_reduction(dst, host_out, op, size()));
   // The fp32 input copy and the counts must live until completion: the callback holds them.
   auto c = std::make_shared<std::vector<int>>();
   for (int64_t n : counts) c->push_back(as_count(n));
@@ -162,13 +203,13 @@ WorkPtr MpiCommunicator::do_reduce_scatter(const at::Tensor& in, const at::Tenso
 
 WorkPtr MpiCommunicator::do_all_gather(const at::Tensor& in, const at::Tensor& out,
                                        const std::vector<int64_t>& counts, CallInfo info) {
-  require_cpu(in);
-  require_cpu(out);
+  HostStage stage(staged());
+  const at::Tensor src = stage.in(in), dst = stage.out(out);
   const int64_t elem = in.element_size();
   const int my_bytes = as_count(in.numel() * elem);
   if (counts.empty()) {
-    auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats, nullptr);
-    LFT_MPI_CHECK(MPI_Iallgather(in.data_ptr(), my_bytes, MPI_BYTE, out.data_ptr(), my_bytes,
+    auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats, stage.then([src] {}));
+    LFT_MPI_CHECK(MPI_Iallgather(src.data_ptr(), my_bytes, MPI_BYTE, dst.data_ptr(), my_bytes,
                                  MPI_BYTE, comm_, work->request()));
     return work;
   }
@@ -176,32 +217,34 @@ WorkPtr MpiCommunicator::do_all_gather(const at::Tensor& in, const at::Tensor& o
   auto c = std::make_shared<std::vector<int>>();
   for (int64_t n : counts) c->push_back(as_count(n * elem));
   auto d = std::make_shared<std::vector<int>>(displacements(*c));
-  auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats, [c, d]() {});
-  LFT_MPI_CHECK(MPI_Iallgatherv(in.data_ptr(), my_bytes, MPI_BYTE, out.data_ptr(), c->data(),
+  auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats, stage.then([src, c, d]() {}));
+  LFT_MPI_CHECK(MPI_Iallgatherv(src.data_ptr(), my_bytes, MPI_BYTE, dst.data_ptr(), c->data(),
                                 d->data(), MPI_BYTE, comm_, work->request()));
   return work;
 }
 
 WorkPtr MpiCommunicator::do_broadcast(const at::Tensor& t, int root, CallInfo info) {
-  require_cpu(t);
-  auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats, nullptr);
-  LFT_MPI_CHECK(MPI_Ibcast(t.data_ptr(), as_count(t.numel() * t.element_size()), MPI_BYTE, root,
+  HostStage stage(staged());
+  const at::Tensor host = stage.in_out(t);
+  auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats, stage.then(nullptr));
+  LFT_MPI_CHECK(MPI_Ibcast(host.data_ptr(), as_count(t.numel() * t.element_size()), MPI_BYTE, root,
                            comm_, work->request()));
   return work;
 }
 
 WorkPtr MpiCommunicator::do_send(const at::Tensor& t, int dst, int tag, CallInfo info) {
-  require_cpu(t);
-  auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats, nullptr);
-  LFT_MPI_CHECK(MPI_Isend(t.data_ptr(), as_count(t.numel() * t.element_size()), MPI_BYTE, dst,
+  const at::Tensor host = HostStage(staged()).in(t);  // the callback keeps the host copy alive
+  auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats, [host] {});
+  LFT_MPI_CHECK(MPI_Isend(host.data_ptr(), as_count(t.numel() * t.element_size()), MPI_BYTE, dst,
                           tag, comm_, work->request()));
   return work;
 }
 
 WorkPtr MpiCommunicator::do_recv(const at::Tensor& t, int src, int tag, CallInfo info) {
-  require_cpu(t);
-  auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats, nullptr);
-  LFT_MPI_CHECK(MPI_Irecv(t.data_ptr(), as_count(t.numel() * t.element_size()), MPI_BYTE, src,
+  HostStage stage(staged());
+  const at::Tensor host = stage.out(t);
+  auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats, stage.then(nullptr));
+  LFT_MPI_CHECK(MPI_Irecv(host.data_ptr(), as_count(t.numel() * t.element_size()), MPI_BYTE, src,
                           tag, comm_, work->request()));
   return work;
 }

@@ -2,6 +2,8 @@
 #include "lft/comm/nccl_communicator.h"
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <stdexcept>
@@ -39,19 +41,18 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-void require_cuda(const at::Tensor& t) {
-  if (!t.is_cuda())
-    throw std::invalid_argument("NCCL backend takes CUDA tensors, got one on " + t.device().str());
-}
-
 cudaStream_t current_stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
 
-// Work on the current stream: an event recorded after the operation marks its completion.
+at::Device current_device() { return at::Device(at::kCUDA, c10::cuda::current_device()); }
+
+// An operation on the communicator's stream: an event recorded after it marks its completion.
+// wait() makes the compute stream wait for that event; the host goes on (the step's one read of
+// its loss and norms is where the host waits, under the watchdog: device_sync.h).
 class NcclWork final : public Work {
  public:
-  NcclWork(std::string what, CollStats* stats) : Work(std::move(what), stats) {
+  NcclWork(std::string what, CollStats* stats, cudaStream_t stream) : Work(std::move(what), stats) {
     LFT_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
-    LFT_CUDA_CHECK(cudaEventRecord(event_, current_stream()));
+    LFT_CUDA_CHECK(cudaEventRecord(event_, stream));
   }
   ~NcclWork() override {
     finish_in_destructor();
@@ -59,7 +60,7 @@ class NcclWork final : public Work {
   }
 
  protected:
-  void block() override { LFT_CUDA_CHECK(cudaEventSynchronize(event_)); }
+  void block() override { LFT_CUDA_CHECK(cudaStreamWaitEvent(current_stream(), event_, 0)); }
   bool poll() override {
     const cudaError_t rc = cudaEventQuery(event_);
     if (rc == cudaErrorNotReady) return false;
@@ -81,7 +82,8 @@ std::string nccl_version() {
 }
 
 NcclCommunicator::NcclCommunicator(const MpiCommunicator& bootstrap, std::string name)
-    : Communicator(std::move(name), bootstrap.rank(), bootstrap.size()) {
+    : Communicator(std::move(name), bootstrap.rank(), bootstrap.size(), current_device()),
+      stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/true)) {
   ncclUniqueId id;
   if (rank() == 0) LFT_NCCL_CHECK(ncclGetUniqueId(&id));
   Watchdog::Scope scope("creating NCCL communicator '" + this->name() + "'",
@@ -94,21 +96,37 @@ NcclCommunicator::~NcclCommunicator() {
   if (comm_ != nullptr) ncclCommDestroy(comm_);
 }
 
+cudaStream_t NcclCommunicator::enter(std::initializer_list<const at::Tensor*> tensors) {
+  // The collective reads what the compute stream wrote before the call.
+  cudaEvent_t ready = nullptr;
+  LFT_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+  LFT_CUDA_CHECK(cudaEventRecord(ready, current_stream()));
+  LFT_CUDA_CHECK(cudaStreamWaitEvent(stream_.stream(), ready, 0));
+  LFT_CUDA_CHECK(cudaEventDestroy(ready));
+  // A buffer the caller frees while the collective may still use it is not reused before then.
+  for (const at::Tensor* t : tensors)
+    c10::cuda::CUDACachingAllocator::recordStream(t->storage().data_ptr(), stream_);
+  return stream_.stream();
+}
+
+WorkPtr NcclCommunicator::leave(CallInfo info) {
+  return std::make_unique<NcclWork>(std::move(info.what), info.stats, stream_.stream());
+}
+
 WorkPtr NcclCommunicator::do_all_reduce(const at::Tensor& t, ReduceOp op, CallInfo info) {
-  require_cuda(t);
+  cudaStream_t stream = enter({&t});
   LFT_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), nccl_op(op),
-                               comm_, current_stream()));
-  return std::make_unique<NcclWork>(std::move(info.what), info.stats);
+                               comm_, stream));
+  return leave(std::move(info));
 }
 
 WorkPtr NcclCommunicator::do_reduce_scatter(const at::Tensor& in, const at::Tensor& out,
                                             ReduceOp op, const std::vector<int64_t>& counts,
                                             CallInfo info) {
-  require_cuda(in);
-  require_cuda(out);
+  cudaStream_t stream = enter({&in, &out});
   if (counts.empty()) {
     LFT_NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in),
-                                     nccl_op(op), comm_, current_stream()));
+                                     nccl_op(op), comm_, stream));
   } else {
     // Unequal shards: one reduce per destination rank, in one group.
     const auto* base = static_cast<const char*>(in.data_ptr());
@@ -116,21 +134,20 @@ WorkPtr NcclCommunicator::do_reduce_scatter(const at::Tensor& in, const at::Tens
     LFT_NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < size(); ++r) {
       LFT_NCCL_CHECK(ncclReduce(base + offset * in.element_size(), out.data_ptr(), counts[r],
-                                nccl_type(in), nccl_op(op), r, comm_, current_stream()));
+                                nccl_type(in), nccl_op(op), r, comm_, stream));
       offset += counts[r];
     }
     LFT_NCCL_CHECK(ncclGroupEnd());
   }
-  return std::make_unique<NcclWork>(std::move(info.what), info.stats);
+  return leave(std::move(info));
 }
 
 WorkPtr NcclCommunicator::do_all_gather(const at::Tensor& in, const at::Tensor& out,
                                         const std::vector<int64_t>& counts, CallInfo info) {
-  require_cuda(in);
-  require_cuda(out);
+  cudaStream_t stream = enter({&in, &out});
   if (counts.empty()) {
     LFT_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in), comm_,
-                                 current_stream()));
+                                 stream));
   } else {
     // Unequal shards: every rank broadcasts its shard into place, in one group.
     auto* base = static_cast<char*>(out.data_ptr());
@@ -138,38 +155,39 @@ WorkPtr NcclCommunicator::do_all_gather(const at::Tensor& in, const at::Tensor& 
     LFT_NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < size(); ++r) {
       LFT_NCCL_CHECK(ncclBroadcast(in.data_ptr(), base + offset * out.element_size(), counts[r],
-                                   nccl_type(in), r, comm_, current_stream()));
+                                   nccl_type(in), r, comm_, stream));
       offset += counts[r];
     }
     LFT_NCCL_CHECK(ncclGroupEnd());
   }
-  return std::make_unique<NcclWork>(std::move(info.what), info.stats);
+  return leave(std::move(info));
 }
 
 WorkPtr NcclCommunicator::do_broadcast(const at::Tensor& t, int root, CallInfo info) {
-  require_cuda(t);
+  cudaStream_t stream = enter({&t});
   LFT_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t), root, comm_,
-                               current_stream()));
-  return std::make_unique<NcclWork>(std::move(info.what), info.stats);
+                               stream));
+  return leave(std::move(info));
 }
 
 WorkPtr NcclCommunicator::do_send(const at::Tensor& t, int dst, int /*tag*/, CallInfo info) {
-  require_cuda(t);
-  LFT_NCCL_CHECK(ncclSend(t.data_ptr(), t.numel(), nccl_type(t), dst, comm_, current_stream()));
-  return std::make_unique<NcclWork>(std::move(info.what), info.stats);
+  cudaStream_t stream = enter({&t});
+  LFT_NCCL_CHECK(ncclSend(t.data_ptr(), t.numel(), nccl_type(t), dst, comm_, stream));
+  return leave(std::move(info));
 }
 
 WorkPtr NcclCommunicator::do_recv(const at::Tensor& t, int src, int /*tag*/, CallInfo info) {
-  require_cuda(t);
-  LFT_NCCL_CHECK(ncclRecv(t.data_ptr(), t.numel(), nccl_type(t), src, comm_, current_stream()));
-  return std::make_unique<NcclWork>(std::move(info.what), info.stats);
+  cudaStream_t stream = enter({&t});
+  LFT_NCCL_CHECK(ncclRecv(t.data_ptr(), t.numel(), nccl_type(t), src, comm_, stream));
+  return leave(std::move(info));
 }
 
 WorkPtr NcclCommunicator::do_barrier(CallInfo info) {
-  auto one = at::ones({1}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA));
+  auto one = at::ones({1}, at::TensorOptions().dtype(at::kInt).device(device()));
+  cudaStream_t stream = enter({&one});
   LFT_NCCL_CHECK(ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclInt32, ncclSum, comm_,
-                               current_stream()));
-  return std::make_unique<NcclWork>(std::move(info.what), info.stats);
+                               stream));
+  return leave(std::move(info));
 }
 
 }  // namespace lft

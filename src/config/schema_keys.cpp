@@ -217,6 +217,12 @@ std::vector<KeySpec> build() {
       K("seed", I, "Random seed (initialisation, data order)").def(42).min(0),
       K("use_cpu", B, "Train on the CPU even where GPUs are present (the Hugging Face Trainer's use_cpu)")
           .def(false),
+      K("ranks_per_gpu", I,
+        "Ranks that share one GPU: rank i of a node computes on GPU i / ranks_per_gpu, and the "
+        "device communicators are MPI staged through host memory (NCCL refuses two ranks on one "
+        "device). 1: one rank per GPU, NCCL")
+          .def(1)
+          .min(1),
       K("bf16", B, "bfloat16 mixed precision (not together with fp16)").def(false),
       K("fp16", B,
         "float16 mixed precision (not together with bf16), with dynamic loss scaling: DeepSpeed's "

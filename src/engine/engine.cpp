@@ -25,7 +25,7 @@ at::Tensor Engine::run_micro_batches(model::CausalLM& model, const std::vector<M
       model::AutocastScope autocast(o.compute, b.input_ids.device().type());
       losses = model.token_losses(b.input_ids, b.segment_ids) * b.weights;
     }
-    sums.push_back(losses.detach().to(at::kDouble).sum(1).cpu());
+    sums.push_back(losses.detach().to(at::kDouble).sum(1));
     if (o.backward) (losses.sum() * o.loss_factor).backward();
   }
   return at::cat(sums);
@@ -40,13 +40,22 @@ std::vector<TensorBox> whole_boxes(const std::vector<at::Tensor>& tensors, int r
   return boxes;
 }
 
-double local_grad_norm_squared(const std::vector<at::Tensor>& tensors) {
-  double sum = 0.0;
+at::Tensor local_grad_norm_squared(const std::vector<at::Tensor>& tensors, const at::Device& device) {
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
+  if (device.is_cpu()) {
+    double sum = 0.0;
+    for (const auto& t : tensors) {
+      const at::Tensor& g = t.grad();
+      if (g.defined()) sum += model::sum_of_squares(g);
+    }
+    return at::full({1}, sum, f64);
+  }
+  at::Tensor total = at::zeros({1}, f64);
   for (const auto& t : tensors) {
     const at::Tensor& g = t.grad();
-    if (g.defined()) sum += model::sum_of_squares(g);
+    if (g.defined()) total.add_(at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kFloat).to(at::kDouble).square());
   }
-  return sum;
+  return total;
 }
 
 }  // namespace lft::engine

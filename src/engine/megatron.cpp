@@ -11,7 +11,6 @@
 #include "lft/engine/run_plan.h"
 #include "lft/engine/shard_layout.h"
 #include "lft/model/families.h"
-#include "lft/model/fused.h"
 #include "lft/model/parameter_storage.h"
 
 namespace lft::engine {
@@ -30,6 +29,7 @@ MegatronEngine::MegatronEngine(const EngineContext& ctx)
     : tp_(ctx.mesh.device_comm(MeshDim::TP)),
       pp_(ctx.mesh.device_comm(MeshDim::PP)),
       dp_(ctx.mesh.device_comm(MeshDim::DPReplicate)),
+      pp_host_(ctx.mesh.comm(MeshDim::PP)),
       stage_(ctx.mesh.coord(MeshDim::PP)),
       // Impossible settings end the job here, before the model is built or loaded.
       plan_(plan_for(ctx)) {}
@@ -221,19 +221,16 @@ void MegatronEngine::finish_gradients() {
   }
 }
 
-double MegatronEngine::grad_norm_squared() {
-  double sum = 0.0;
+at::Tensor MegatronEngine::grad_norm_squared() {
   const bool sharded = plan_.distributed_optimizer;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (!params_[i].counted) continue;
-    const at::Tensor& g = sharded ? shards_[i].grad() : params_[i].tensor.grad();
-    if (g.defined()) sum += model::sum_of_squares(g);
-  }
-  at::Tensor total = at::full({1}, sum, at::TensorOptions().dtype(at::kDouble));
+  std::vector<at::Tensor> counted;
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].counted) counted.push_back(sharded ? shards_[i] : params_[i].tensor);
+  at::Tensor total = local_grad_norm_squared(counted, tp_.device());
   tp_.all_reduce(total);
   pp_.all_reduce(total);
   if (sharded) dp_.all_reduce(total);
-  return total.item<double>();
+  return total;
 }
 
 // ---- the distributed optimizer ----

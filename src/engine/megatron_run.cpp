@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -54,7 +55,7 @@ at::Tensor MegatronEngine::forward_chunk(int chunk, const MicroBatch& batch, con
   const at::Tensor out = model_->forward_units(first, last, batch.input_ids, batch.segment_ids, input);
   if (last != model_->num_units()) return out;
   const at::Tensor losses = out * batch.weights;
-  sequence_sums = losses.detach().to(at::kDouble).sum(1).cpu();
+  sequence_sums = losses.detach().to(at::kDouble).sum(1);
   return losses.sum() * loss_factor;
 }
 
@@ -100,6 +101,9 @@ at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector
   const auto f32 = batches.front().input_ids.options().dtype(at::kFloat);
 
   for (const PipelineAction& a : actions) {
+    // A send's buffer is released once the send has completed, not at the end of the step.
+    sends.erase(std::remove_if(sends.begin(), sends.end(), [](auto& send) { return send.first->test(); }),
+                sends.end());
     executed_.push_back(a);
     const MicroBatch& batch = batches[static_cast<std::size_t>(a.micro_batch)];
     const int g = plan_.virtual_stage(stage_, a.chunk);
@@ -147,7 +151,7 @@ at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector
   // The losses live on the last stage; every rank reports them.
   std::int64_t total = 0;
   for (const MicroBatch& b : batches) total += b.input_ids.size(0);
-  at::Tensor all = stage_ == pp - 1 ? at::cat(sums) : at::empty({total}, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor all = stage_ == pp - 1 ? at::cat(sums) : at::empty({total}, f32.dtype(at::kDouble));
   if (pp > 1) pp_.broadcast(all, pp - 1);
   return all;
 }
@@ -155,7 +159,7 @@ at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector
 std::string MegatronEngine::summary(double steps, double step_seconds) {
   if (plan_.pp == 1) return "";
   at::Tensor waited = at::full({1}, pipeline_wait_seconds_, at::TensorOptions().dtype(at::kDouble));
-  pp_.all_reduce(waited);
+  pp_host_.all_reduce(waited);
   const double mean = waited.item<double>() / plan_.pp;  // seconds over the run, per stage
   const double theory = simulate_pipeline(plan_.schedule, plan_.pp, plan_.micro_batches, plan_.virtual_stages,
                                           1.0 / plan_.virtual_stages, 2.0 / plan_.virtual_stages)

@@ -4,7 +4,7 @@
 
 namespace lft::engine {
 
-NoneEngine::NoneEngine(const EngineContext&) {}
+NoneEngine::NoneEngine(const EngineContext& ctx) : device_(ctx.mesh.device()) {}
 
 void NoneEngine::prepare(model::CausalLM& model) {
   for (const auto& item : model.named_parameters()) {

@@ -423,11 +423,10 @@ void ShardedEngine::parameters_updated() {
   prefetch(1);
 }
 
-double ShardedEngine::grad_norm_squared() {
-  double sum = local_grad_norm_squared(pieces_);
-  at::Tensor t = at::full({1}, sum, pieces_.front().options().dtype(at::kDouble));
+at::Tensor ShardedEngine::grad_norm_squared() {
+  at::Tensor t = local_grad_norm_squared(pieces_, shard_comm_.device());
   shard_comm_.all_reduce(t, ReduceOp::Sum);
-  return t.item<double>();
+  return t;
 }
 
 std::vector<Communicator*> ShardedEngine::communicators() const {

@@ -43,8 +43,12 @@ int mesh_rank(const MeshShape& shape, const MeshCoord& coord) {
   return rank;
 }
 
-DeviceMesh::DeviceMesh(const MpiCommunicator& world, const MeshShape& shape, bool cuda)
-    : shape_(shape), world_(world.handle()) {
+DeviceMesh::DeviceMesh(const MpiCommunicator& world, const MeshShape& shape, at::Device device,
+                       DeviceComms comms)
+    : shape_(shape), device_(device), comms_(comms), world_(world.handle()) {
+  if (device.is_cpu() != (comms == DeviceComms::Host))
+    throw std::invalid_argument("DeviceMesh: a mesh on " + device.str() +
+                                (device.is_cpu() ? " uses the host communicators" : " needs NCCL or staged MPI communicators"));
   if (shape.world_size() != world.size())
     throw std::invalid_argument("mesh " + shape.str() + " covers " +
                                 std::to_string(shape.world_size()) + " ranks, the world has " +
@@ -62,14 +66,18 @@ DeviceMesh::DeviceMesh(const MpiCommunicator& world, const MeshShape& shape, boo
   dp_color[static_cast<int>(MeshDim::DPReplicate)] = 0;
   dp_color[static_cast<int>(MeshDim::DPShard)] = 0;
   dp_ = world.split(mesh_rank(shape, dp_color), dp_rank(), "dp");
-  if (!cuda) return;
+  if (comms == DeviceComms::MpiStaged) {
+    for (int d = 0; d < kMeshDims; ++d) device_dims_[d] = dims_[d]->on_device(device);
+    device_dp_ = dp_->on_device(device);
+  } else if (comms == DeviceComms::Nccl) {
 #if LFT_HAS_NCCL
-  for (int d = 0; d < kMeshDims; ++d)
-    device_dims_[d] = std::make_unique<NcclCommunicator>(*dims_[d], dims_[d]->name());
-  device_dp_ = std::make_unique<NcclCommunicator>(*dp_, "dp");
+    for (int d = 0; d < kMeshDims; ++d)
+      device_dims_[d] = std::make_unique<NcclCommunicator>(*dims_[d], dims_[d]->name());
+    device_dp_ = std::make_unique<NcclCommunicator>(*dp_, "dp");
 #else
-  throw std::invalid_argument("DeviceMesh: CUDA communicators need a build with NCCL");
+    throw std::invalid_argument("DeviceMesh: NCCL communicators need a build with NCCL");
 #endif
+  }
 }
 
 DeviceMesh::~DeviceMesh() = default;

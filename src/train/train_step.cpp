@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "lft/comm/device_read.h"
 #include "lft/model/init.h"
 #include "lft/runtime/error.h"
 #include "lft/runtime/log.h"
@@ -57,16 +58,19 @@ StepResult Trainer::step() {
   const at::Tensor local = s.engine->run_micro_batches(*s.model, batches, options);
   s.engine->finish_gradients();
 
-  // Per-sequence sums in one fixed global order, so every layout adds them the same way.
+  // The host's one wait of the step: every sequence's loss and the gradient norm, in one read.
   at::Tensor all = at::empty({global}, local.options());
-  s.mesh.dp().all_gather(local, all);
+  s.mesh.device_dp().all_gather(local, all);
+  const at::Tensor host = read_on_host(at::cat({all, s.engine->grad_norm_squared()}),
+                                       "reading step " + std::to_string(s.step + 1) + "'s losses and gradient norm");
+  // Per-sequence sums in one fixed global order, so every layout adds them the same way.
   double loss_sum = 0.0;
-  const double* p = all.data_ptr<double>();
+  const double* p = host.data_ptr<double>();
   for (std::int64_t i = 0; i < global; ++i) loss_sum += p[i];
 
   StepResult r;
   r.loss = loss_sum / targets;
-  r.grad_norm = std::sqrt(s.engine->grad_norm_squared());
+  r.grad_norm = std::sqrt(p[global]);
   r.tokens = s.data->real_tokens(indices);
   r.padded_tokens = padded;
   auto finish = [&] {

@@ -1,7 +1,9 @@
 // The Communicator interface: collectives over one group of ranks, blocking and non-blocking,
 // with counters (stats.h), a watchdog deadline on every wait (watchdog.h) and a sequence number
 // per call. SPMD rule: every rank of the group calls the same collectives in the same order.
-// Tensors must be contiguous and on the backend's device (CPU for MPI, CUDA for NCCL).
+// Tensors must be contiguous and on the communicator's device(): a tensor on any other device is
+// an error on every backend (host values such as losses, norms and flags go through the mesh's
+// host communicators, device tensors through its device communicators; device_mesh.h).
 // A Communicator and the Work it returns are used from one thread at a time.
 #pragma once
 
@@ -53,6 +55,9 @@ class Communicator {
   int rank() const { return rank_; }
   int size() const { return size_; }
   const std::string& name() const { return name_; }
+  // Where the tensors it takes live: the CPU (MPI), a GPU (NCCL, or MPI staged through host
+  // memory when several ranks share one GPU).
+  const at::Device& device() const { return device_; }
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_.reset(); }
   virtual const char* backend() const = 0;
@@ -87,7 +92,7 @@ class Communicator {
   void barrier() { barrier_async()->wait(); }
 
  protected:
-  Communicator(std::string name, int rank, int size);
+  Communicator(std::string name, int rank, int size, at::Device device);
 
   // What a backend gets with every call: the watchdog's description and the counters to fill.
   struct CallInfo {
@@ -108,10 +113,12 @@ class Communicator {
 
  private:
   CallInfo begin(CollKind kind, std::uint64_t payload_bytes, const std::string& detail);
+  void require_device(const at::Tensor& t, const char* what) const;
 
   std::string name_;
   int rank_;
   int size_;
+  at::Device device_;
   std::uint64_t sequence_ = 0;
   CommStats stats_;
 };

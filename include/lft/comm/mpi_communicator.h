@@ -1,4 +1,5 @@
-// The MPI backend, for CPU tensors. fp32/fp64/int32/int64 reduce natively; bf16/fp16 are reduced
+// The MPI backend, for CPU tensors, or for GPU tensors staged through host memory (on_device:
+// the run mode in which several ranks share one GPU, which NCCL refuses). fp32/fp64/int32/int64 reduce natively; bf16/fp16 are reduced
 // in fp32 (upcast, reduce, round once) so a sum never accumulates in 16 bits. Moves (gather,
 // broadcast, send/recv) take any dtype as raw bytes. Every call is non-blocking underneath
 // (MPI_I*), so waits are covered by the watchdog.
@@ -13,7 +14,7 @@ namespace lft {
 class MpiCommunicator : public Communicator {
  public:
   // Wraps `comm`; frees it on destruction when `owned`.
-  MpiCommunicator(MPI_Comm comm, std::string name, bool owned);
+  MpiCommunicator(MPI_Comm comm, std::string name, bool owned, at::Device device = at::kCPU);
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
@@ -21,6 +22,10 @@ class MpiCommunicator : public Communicator {
   // A sub-communicator of the ranks with the same `color`, ordered by `key` (MPI_Comm_split,
   // under the watchdog's set-up deadline).
   std::unique_ptr<MpiCommunicator> split(int color, int key, std::string name) const;
+
+  // The same group on a duplicate MPI communicator, taking tensors on `device` (a GPU: each
+  // operation copies them to host memory and back). Collective.
+  std::unique_ptr<MpiCommunicator> on_device(at::Device device) const;
 
   MPI_Comm handle() const { return comm_; }
   const char* backend() const override { return "mpi"; }
@@ -38,6 +43,8 @@ class MpiCommunicator : public Communicator {
   std::uint64_t wire_bytes(const at::Tensor& t, bool reduction) const override;
 
  private:
+  bool staged() const;  // tensors on a GPU travel through host copies
+
   MPI_Comm comm_;
   bool owned_;
 };

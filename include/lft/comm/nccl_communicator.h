@@ -1,9 +1,14 @@
 // The NCCL backend, for CUDA tensors (built when LFT_HAS_NCCL). Rank 0 of the group makes the
-// unique id and broadcasts it over the group's MPI communicator. Operations run on the current
-// CUDA stream; wait() synchronises on an event recorded after them, under the watchdog.
+// unique id and broadcasts it over the group's MPI communicator. Operations run on the
+// communicator's own stream, after what the compute stream queued before the call; wait() makes
+// the compute stream wait for them (the host does not block), and the buffers they use are
+// recorded on that stream so the allocator does not reuse them while NCCL may still touch them.
 #pragma once
 
+#include <c10/cuda/CUDAStream.h>
 #include <nccl.h>
+
+#include <initializer_list>
 
 #include "lft/comm/communicator.h"
 #include "lft/comm/mpi_communicator.h"
@@ -32,7 +37,12 @@ class NcclCommunicator : public Communicator {
   WorkPtr do_barrier(CallInfo info) override;
 
  private:
+  // Orders the communicator's stream after the compute stream and protects `tensors`.
+  cudaStream_t enter(std::initializer_list<const at::Tensor*> tensors);
+  WorkPtr leave(CallInfo info);  // the Work of what was just queued
+
   ncclComm_t comm_ = nullptr;
+  c10::cuda::CUDAStream stream_;
 };
 
 // The NCCL library's version, e.g. "2.28.9".

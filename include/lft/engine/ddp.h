@@ -22,7 +22,7 @@ class DdpEngine final : public Engine {
   std::vector<std::string> parameter_names() override { return names_; }
   std::vector<TensorBox> parameter_boxes() override { return whole_boxes(params_, comm_.size(), comm_.rank()); }
   // Gradients are identical on every rank after the all-reduce: the local norm is the norm.
-  double grad_norm_squared() override { return local_grad_norm_squared(params_); }
+  at::Tensor grad_norm_squared() override { return local_grad_norm_squared(params_, comm_.device()); }
   std::vector<Communicator*> communicators() const override { return {&comm_}; }
   std::size_t bucket_count() const { return buckets_.size(); }
 

@@ -63,8 +63,8 @@ class Engine {
   // whose backward must synchronise gradients (no_sync for the others).
   virtual void begin_micro_batch(bool sync) = 0;
   // Forward (and backward) of a step's micro-batches, in order; returns each micro-batch's
-  // per-sequence sums of weighted token losses, concatenated ([sum of B], double, CPU), on every
-  // rank. The default runs them one after another on the whole model, with begin_micro_batch()
+  // per-sequence sums of weighted token losses, concatenated ([sum of B], double, on the mesh's
+  // device: the host reads them once per step), on every rank. The default runs them one after another on the whole model, with begin_micro_batch()
   // before each (sync on the last when training). Collective for engines that communicate in forward.
   virtual at::Tensor run_micro_batches(model::CausalLM& model, const std::vector<MicroBatch>& batches,
                                        const MicroBatchOptions& options);
@@ -79,8 +79,9 @@ class Engine {
   // After the optimizer has updated parameters() (each step, and after a checkpoint load).
   // Collective for engines that rebuild whole parameters from updated shards.
   virtual void parameters_updated() {}
-  // Squared L2 norm of the full logical gradient, over every rank and mesh dim. Collective.
-  virtual double grad_norm_squared() = 0;
+  // Squared L2 norm of the full logical gradient, over every rank and mesh dim: [1] double on the
+  // mesh's device (read with the step's losses). Collective.
+  virtual at::Tensor grad_norm_squared() = 0;
 
   // The communicators it uses, for the byte and time counters.
   virtual std::vector<Communicator*> communicators() const = 0;
@@ -93,7 +94,8 @@ class Engine {
 std::vector<TensorBox> whole_boxes(const std::vector<at::Tensor>& tensors, int replicas = 1,
                                    int replica = 0);
 
-// Squared L2 norm of the gradients of `tensors` on this rank (in double).
-double local_grad_norm_squared(const std::vector<at::Tensor>& tensors);
+// Squared L2 norm of the gradients of `tensors` on this rank: [1] double on `device`, computed
+// there without a host sync (on the CPU in double; on a GPU each tensor's norm in fp32).
+at::Tensor local_grad_norm_squared(const std::vector<at::Tensor>& tensors, const at::Device& device);
 
 }  // namespace lft::engine

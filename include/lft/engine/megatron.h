@@ -46,7 +46,7 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   std::vector<at::Tensor> parameters() override;
   std::vector<std::string> parameter_names() override;
   std::vector<TensorBox> parameter_boxes() override;
-  double grad_norm_squared() override;
+  at::Tensor grad_norm_squared() override;
   std::vector<Communicator*> communicators() const override { return {&tp_, &pp_, &dp_}; }
   // The pipeline's bubble: the time stages waited for activations and gradients, as a fraction
   // of the step time (mean over stages), beside the schedule's idle-slot fraction.
@@ -77,9 +77,10 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   at::Tensor token_losses(const at::Tensor& logits, const at::Tensor& input_ids) override;
   void sync_replicated_gradients();
 
-  Communicator& tp_;
+  Communicator& tp_;  // device communicators
   Communicator& pp_;
   Communicator& dp_;
+  Communicator& pp_host_;  // host values along the pipeline (the summary's wait times)
   int stage_ = 0;
   MegatronPlan plan_;
   model::CausalLM* model_ = nullptr;

@@ -15,10 +15,11 @@ class NoneEngine final : public Engine {
   std::vector<at::Tensor> parameters() override { return params_; }
   std::vector<std::string> parameter_names() override { return names_; }
   std::vector<TensorBox> parameter_boxes() override { return whole_boxes(params_); }
-  double grad_norm_squared() override { return local_grad_norm_squared(params_); }
+  at::Tensor grad_norm_squared() override { return local_grad_norm_squared(params_, device_); }
   std::vector<Communicator*> communicators() const override { return {}; }
 
  private:
+  at::Device device_;
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
 };

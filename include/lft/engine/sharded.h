@@ -62,7 +62,7 @@ class ShardedEngine final : public Engine, private model::LayerHooks {
   std::vector<at::Tensor> parameters() override { return pieces_; }
   std::vector<std::string> parameter_names() override { return names_; }
   std::vector<TensorBox> parameter_boxes() override { return boxes_; }
-  double grad_norm_squared() override;
+  at::Tensor grad_norm_squared() override;
   std::vector<Communicator*> communicators() const override;
 
   const ShardingPlan& plan() const { return plan_; }

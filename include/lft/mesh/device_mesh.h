@@ -1,6 +1,11 @@
 // The device mesh: the world's ranks laid out as pp x dp_replicate x dp_shard x tp, tp innermost
 // (a tensor-parallel group sits on consecutive ranks, so on one node) and pp outermost. Each dim,
-// and the flattened data-parallel dim dp = dp_replicate x dp_shard, gets its own communicator.
+// and the flattened data-parallel dim dp = dp_replicate x dp_shard, gets two communicators:
+//   host   (comm, dp): MPI, for values the host holds (CPU tensors: metadata, flags, timings);
+//   device (device_comm, device_dp): for the tensors the model lives in, on the mesh's device:
+//          the MPI ones on a CPU run, NCCL on GPUs, or MPI staged through host memory when
+//          several ranks share one GPU (DeviceComms::MpiStaged).
+// Each communicator rejects a tensor on another device than its own, on every backend.
 #pragma once
 
 #include <array>
@@ -31,12 +36,17 @@ using MeshCoord = std::array<int, kMeshDims>;
 MeshCoord mesh_coord(const MeshShape& shape, int rank);
 int mesh_rank(const MeshShape& shape, const MeshCoord& coord);
 
+// How the device communicators of a mesh on a GPU move tensors.
+enum class DeviceComms { Host, Nccl, MpiStaged };
+
 class DeviceMesh {
  public:
   // Collective over `world`: splits one communicator per dim and one for dp. The shape must
   // cover exactly world.size() ranks (std::invalid_argument otherwise: callers validate first).
-  // With `cuda`, each group also gets an NCCL communicator for device tensors (needs LFT_HAS_NCCL).
-  DeviceMesh(const MpiCommunicator& world, const MeshShape& shape, bool cuda = false);
+  // On a GPU `device`, each group also gets device communicators: NCCL (needs LFT_HAS_NCCL) or
+  // MPI staged through host memory; on the CPU the host communicators serve both roles.
+  DeviceMesh(const MpiCommunicator& world, const MeshShape& shape, at::Device device = at::kCPU,
+             DeviceComms comms = DeviceComms::Host);
   ~DeviceMesh();
 
   const MeshShape& shape() const { return shape_; }
@@ -44,24 +54,28 @@ class DeviceMesh {
   MPI_Comm world() const { return world_; }
   const MeshCoord& coord() const { return coord_; }
   int coord(MeshDim d) const { return coord_[static_cast<int>(d)]; }
-  // This rank's group along `d` (ranks that differ only in that coordinate), ordered by it.
+  // This rank's host group along `d` (ranks that differ only in that coordinate), ordered by it.
   MpiCommunicator& comm(MeshDim d) { return *dims_[static_cast<int>(d)]; }
-  // The flattened data-parallel group (dp_replicate x dp_shard), ordered dpr-major.
+  // The flattened data-parallel host group (dp_replicate x dp_shard), ordered dpr-major.
   MpiCommunicator& dp() { return *dp_; }
   int dp_rank() const { return coord(MeshDim::DPReplicate) * shape_[MeshDim::DPShard] + coord(MeshDim::DPShard); }
-  // The communicators for the tensors the model lives in: NCCL on GPUs, else the MPI ones.
+  // The communicators for the tensors the model lives in (on device()).
   Communicator& device_comm(MeshDim d);
   Communicator& device_dp();
-  // Whether the model's tensors live on a GPU (the device communicators are NCCL).
-  bool on_cuda() const { return device_dp_ != nullptr; }
+  // Where the model's tensors live.
+  const at::Device& device() const { return device_; }
+  bool on_cuda() const { return device_.is_cuda(); }
+  DeviceComms device_comms() const { return comms_; }
 
  private:
   MeshShape shape_;
+  at::Device device_;
+  DeviceComms comms_;
   MPI_Comm world_;
   MeshCoord coord_{};
   std::array<std::unique_ptr<MpiCommunicator>, kMeshDims> dims_;
   std::unique_ptr<MpiCommunicator> dp_;
-  std::array<std::unique_ptr<Communicator>, kMeshDims> device_dims_;  // NCCL, when cuda
+  std::array<std::unique_ptr<Communicator>, kMeshDims> device_dims_;  // on a GPU
   std::unique_ptr<Communicator> device_dp_;
 };
 

@@ -1,0 +1,15 @@
+// The host's one wait per step: a device tensor (the step's losses and gradient norm) copied to
+// host memory, with the host waiting under the watchdog, so a collective on a GPU that cannot
+// finish ends the job with a report here instead of hanging in a CUDA call.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+namespace lft {
+
+// `t` on the CPU (itself when it is already there). `what` names the wait in the watchdog's report.
+at::Tensor read_on_host(const at::Tensor& t, const std::string& what);
+
+}  // namespace lft
