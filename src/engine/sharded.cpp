@@ -134,6 +134,8 @@ void ShardedEngine::build_units(model::CausalLM& model) {
   for (std::size_t k = 0; k < params_.size(); ++k) units_[unit_of_[k]]->params.push_back(k);
   const int ranks = shard_comm_.size(), me = shard_comm_.rank();
   const auto f32 = params_.front().options().dtype(at::kFloat);
+  const bool pin = plan_.offload && plan_.pin_memory && shard_comm_.device().is_cuda();
+  const auto master_options = plan_.offload ? at::TensorOptions().dtype(at::kFloat).pinned_memory(pin) : f32;
   for (auto& u : units_) {
     std::vector<Shape> shapes;
     for (std::size_t i = 0; i < u->params.size(); ++i) {
@@ -145,8 +147,8 @@ void ShardedEngine::build_units(model::CausalLM& model) {
     for (std::size_t i = 0; i < u->params.size(); ++i) (float8_linear_[u->params[i]] ? u->f8 : u->rest).push_back(i);
     u->f8_layout = sub_layout(u->layout, u->f8, shapes);
     u->rest_layout = sub_layout(u->layout, u->rest, shapes);
-    u->master = at::zeros({u->layout.shard_numel}, f32);
-    u->grad = at::zeros({u->grad_layout.shard_numel}, f32);
+    u->master = at::zeros({u->layout.shard_numel}, master_options);
+    u->grad = at::zeros({u->grad_layout.shard_numel}, master_options);
     for (std::size_t i = 0; i < u->params.size(); ++i) {
       const std::size_t k = u->params[i];
       const ShardPiece& piece = u->layout.pieces[static_cast<std::size_t>(me)][i];
@@ -194,10 +196,17 @@ at::Tensor ShardedEngine::master_view(const Unit& u, std::size_t i) const {
   return u.master.narrow(0, piece.local_offset, piece.rows * row_numel(shape)).view(piece_shape(shape, piece.rows));
 }
 
+at::Tensor ShardedEngine::to_device(const at::Tensor& host, at::ScalarType dtype) const {
+  if (!plan_.offload) return host.to(dtype).contiguous();
+  at::Tensor out = at::empty(host.sizes(), host.options().dtype(dtype).device(shard_comm_.device()).pinned_memory(false));
+  out.copy_(host, /*non_blocking=*/host.is_pinned());
+  return out;
+}
+
 void ShardedEngine::launch_gather(Unit& u) {
   const at::ScalarType dtype = plan_.shard_parameters ? plan_.compute_dtype : at::kFloat;
   if (u.f8.empty()) {
-    u.gather_in = u.master.to(dtype).contiguous();
+    u.gather_in = to_device(u.master, dtype);
     u.gather_out = at::empty({u.layout.shard_numel * shard_comm_.size()}, u.gather_in.options());
     u.gather = shard_comm_.all_gather_async(u.gather_in, u.gather_out);
     return;
@@ -338,7 +347,8 @@ void ShardedEngine::launch_reduce(Unit& u) {
   finish_all_reduces();
   c10::NoGradGuard no_grad;
   const std::int64_t k = u.grad_layout.shard_numel;
-  u.reduce_in = at::zeros({k * shard_comm_.size()}, u.master.options());
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(shard_comm_.device());
+  u.reduce_in = at::zeros({k * shard_comm_.size()}, f32);
   for (std::size_t j = 0; j < u.trained.size(); ++j) {
     at::Tensor& param = params_[u.params[u.trained[j]]];
     const Shape& shape = shapes_[u.params[u.trained[j]]];
@@ -353,7 +363,7 @@ void ShardedEngine::launch_reduce(Unit& u) {
     }
     param.mutable_grad().reset();
   }
-  u.reduce_out = at::empty({k}, u.master.options());
+  u.reduce_out = at::empty({k}, f32);
   u.reduce = shard_comm_.reduce_scatter_async(u.reduce_in, u.reduce_out, ReduceOp::Sum);
   u.pending = 0;
   // With frozen parameters the last gradient may come before the unit's backward has used them
@@ -365,7 +375,7 @@ void ShardedEngine::finish_reduce(Unit& u) {
   if (!u.reduce) return;
   u.reduce->wait();
   u.reduce.reset();
-  u.grad.add_(u.reduce_out);
+  u.grad.add_(plan_.offload ? u.reduce_out.to(u.grad.device()) : u.reduce_out);  // offload: back to the host
   u.reduce_in.reset();
   u.reduce_out.reset();
 }
@@ -399,8 +409,12 @@ void ShardedEngine::finish_gradients() {
       if (u->gathered) free_parameters(*u);
   if (replicate_comm_.size() > 1) {
     std::vector<WorkPtr> works;
-    for (auto& u : units_) works.push_back(replicate_comm_.all_reduce_async(u->grad, ReduceOp::Sum));
+    std::vector<at::Tensor> grads;
+    for (auto& u : units_) grads.push_back(to_device(u->grad, at::kFloat));
+    for (auto& g : grads) works.push_back(replicate_comm_.all_reduce_async(g, ReduceOp::Sum));
     for (auto& w : works) w->wait();
+    if (plan_.offload)
+      for (std::size_t i = 0; i < units_.size(); ++i) units_[i]->grad.copy_(grads[i]);
   }
   c10::NoGradGuard no_grad;
   for (auto& u : units_)
@@ -424,7 +438,7 @@ void ShardedEngine::parameters_updated() {
 }
 
 at::Tensor ShardedEngine::grad_norm_squared() {
-  at::Tensor t = local_grad_norm_squared(pieces_, shard_comm_.device());
+  at::Tensor t = local_grad_norm_squared(pieces_, pieces_.front().device()).to(shard_comm_.device());
   shard_comm_.all_reduce(t, ReduceOp::Sum);
   return t;
 }

@@ -44,14 +44,14 @@ at::ScalarType mixed_precision(const config::Config& cfg) {
   return dtype_of(top);
 }
 
-// Offload moves host-resident state nowhere on a CPU run; on GPUs it is not built yet.
-void check_offload(const EngineContext& ctx, const std::string& what, bool on) {
-  if (!on) return;
-  if (ctx.mesh.on_cuda())
-    fail(what + ": offloading to host memory from GPUs is not implemented in this build",
-         "remove the offload setting; the sharded state already divides GPU memory by the ranks");
-  log0(what + ": this run is on the CPU, where shards, gradients and optimizer state already "
-       "live in host memory; nothing is moved");
+// What offload does on this run, for the start-up log.
+std::string offload_note(const EngineContext& ctx, const ShardingPlan& plan) {
+  if (!ctx.mesh.on_cuda())
+    return "offload: fp32 shards, gradients and AdamW state in host memory, copied to and from the "
+           "compute buffers around each gather and reduce (host to host on this CPU run; nothing to pin)";
+  return std::string("offload: fp32 shards, gradients and AdamW state in ") +
+         (plan.pin_memory ? "pinned" : "pageable") + " host memory, copied to " + ctx.mesh.device().str() +
+         " before each all-gather and back after each reduce-scatter; AdamW steps on the CPU";
 }
 
 std::string precision_word(at::ScalarType t) {
@@ -73,10 +73,20 @@ std::optional<ShardingPlan> sharding_plan(const config::Config& cfg, const RunPl
     plan.per_parameter_cut = true;
     plan.compute_dtype = mixed_precision(cfg);
     plan.reshard_after_forward = cfg.boolean("dist_config.reshard_after_forward");
+    plan.offload = cfg.boolean("dist_config.offload_params");
+    plan.pin_memory = cfg.boolean("dist_config.pin_memory");
+    if (plan.pin_memory && !plan.offload)
+      fail(cfg.where("dist_config.pin_memory") + ": pin_memory pins the offloaded shards, and offload_params is false",
+           "set offload_params = true, or remove pin_memory");
+    if (plan.offload && plan.float8_all_gather)
+      fail(cfg.where("dist_config.offload_params") +
+               ": offload_params with fp8_enable_fsdp_float8_all_gather is not implemented in this build",
+           "remove one of them");
     plan.description = "per-parameter dim-0 shards over dp_shard, gathered in " +
                        precision_word(plan.compute_dtype) + ", reshard_after_forward = " +
                        (plan.reshard_after_forward ? "true" : "false") +
-                       (plan.float8_all_gather ? "; float8 linears' weights gathered as e4m3" : "");
+                       (plan.float8_all_gather ? "; float8 linears' weights gathered as e4m3" : "") +
+                       (plan.offload ? "; offload_params" : "");
     return plan;
   }
   if (engine == "fsdp") {
@@ -107,7 +117,11 @@ std::optional<ShardingPlan> sharding_plan(const config::Config& cfg, const RunPl
   plan.reduce_during_backward = ds.zero_stage >= 2;
   plan.reshard_after_forward = true;
   plan.compute_dtype = ds.bf16 ? at::kBFloat16 : ds.fp16 ? at::kHalf : at::kFloat;
-  plan.description = "ZeRO stage " + std::to_string(ds.zero_stage) + " from " + ds.path;
+  plan.offload = ds.offload_optimizer || ds.offload_param;
+  plan.pin_memory = ds.pin_memory;
+  plan.description = "ZeRO stage " + std::to_string(ds.zero_stage) + " from " + ds.path +
+                     (ds.offload_param ? ", parameters and optimizer state offloaded"
+                                       : ds.offload_optimizer ? ", optimizer state offloaded" : "");
   return plan;
 }
 
@@ -115,18 +129,10 @@ std::unique_ptr<Engine> create_sharded(const EngineContext& ctx) {
   const config::Config& cfg = ctx.cfg;
   const std::optional<ShardingPlan> plan = sharding_plan(cfg, ctx.plan);
   const std::string engine = cfg.string("distributed");
-  if (engine == "fsdp2") {
-    check_offload(ctx, cfg.where("dist_config.offload_params") + ": offload_params = true",
-                  cfg.boolean("dist_config.offload_params"));
-    check_offload(ctx, cfg.where("dist_config.pin_memory") + ": pin_memory = true",
-                  cfg.boolean("dist_config.pin_memory"));
-  } else if (engine == "deepspeed") {
-    const config::DeepSpeedConfig& ds = *ctx.plan.deepspeed;
-    for (const auto& note : ds.notes) log0(note);
-    check_offload(ctx, ds.path + ": zero_optimization.offload_optimizer", ds.offload_optimizer);
-    check_offload(ctx, ds.path + ": zero_optimization.offload_param", ds.offload_param);
-  }
+  if (engine == "deepspeed")
+    for (const auto& note : ctx.plan.deepspeed->notes) log0(note);
   if (!plan) return std::make_unique<DdpEngine>(ctx, engine);  // fsdp NO_SHARD, ZeRO-0: all-reduce
+  if (plan->offload) log0(offload_note(ctx, *plan));
   return std::make_unique<ShardedEngine>(ctx, *plan);
 }
 

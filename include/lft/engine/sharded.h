@@ -15,6 +15,11 @@
 //     freed; ZeRO-1 keeps whole gradients over the micro-batches and does so in the last one.
 // With dp_replicate > 1 (HSDP) the shards are all-reduced over the replicas after the last
 // micro-batch.
+//   offload (fsdp2 offload_params, DeepSpeed offload_optimizer / offload_param): the fp32 shards,
+//     their gradients and so the optimizer's state live in host memory (pinned with pin_memory
+//     on a GPU); each gather copies the shard to the compute device first, each reduced gradient
+//     shard comes back to the host, and AdamW steps there. On a CPU run the same copies run
+//     host to host.
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -41,6 +46,8 @@ struct ShardingPlan {
   // each rank with the whole weight's scale (amax agreed over the shard group) and gathered as
   // one byte an element; the matmul takes them without a second cast.
   bool float8_all_gather = false;
+  bool offload = false;     // shards, gradients and optimizer state in host memory
+  bool pin_memory = false;  // page-locked host memory for them (GPU runs)
   std::string description;                    // one line for the start-up log
 };
 
@@ -91,6 +98,8 @@ class ShardedEngine final : public Engine, private model::LayerHooks {
   void launch_reduce(Unit& u);
   void finish_reduce(Unit& u);
   void finish_all_reduces();
+  // On the compute device: `host` itself, or with offload a copy of it (in `dtype`).
+  at::Tensor to_device(const at::Tensor& host, at::ScalarType dtype) const;
 
   ShardingPlan plan_;
   Communicator& shard_comm_;
