@@ -188,6 +188,28 @@ WorkPtr Communicator::recv_async(const at::Tensor& t, int src, int tag) {
   return do_recv(t, src, tag, std::move(info));
 }
 
+Communicator::SendRecv Communicator::send_recv_async(const at::Tensor& send, int dst, int send_tag,
+                                                    const at::Tensor& recv, int src, int recv_tag) {
+  require_contiguous(send, "send");
+  require_contiguous(recv, "recv");
+  require_device(send, "send");
+  require_device(recv, "recv");
+  auto send_info = begin(CollKind::Send, wire_bytes(send, false),
+                         "to " + std::to_string(dst) + ", tag " + std::to_string(send_tag) + ", ");
+  auto recv_info = begin(CollKind::Recv, wire_bytes(recv, false),
+                         "from " + std::to_string(src) + ", tag " + std::to_string(recv_tag) + ", ");
+  return do_send_recv(send, dst, send_tag, recv, src, recv_tag, std::move(send_info), std::move(recv_info));
+}
+
+Communicator::SendRecv Communicator::do_send_recv(const at::Tensor& send, int dst, int send_tag,
+                                                  const at::Tensor& recv, int src, int recv_tag,
+                                                  CallInfo send_info, CallInfo recv_info) {
+  SendRecv out;
+  out.send = do_send(send, dst, send_tag, std::move(send_info));
+  out.recv = do_recv(recv, src, recv_tag, std::move(recv_info));
+  return out;
+}
+
 WorkPtr Communicator::barrier_async() {
   auto info = begin(CollKind::Barrier, 0, "");
   return do_barrier(std::move(info));

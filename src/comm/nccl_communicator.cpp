@@ -182,6 +182,20 @@ WorkPtr NcclCommunicator::do_recv(const at::Tensor& t, int src, int /*tag*/, Cal
   return leave(std::move(info));
 }
 
+Communicator::SendRecv NcclCommunicator::do_send_recv(const at::Tensor& send, int dst, int /*send_tag*/,
+                                                      const at::Tensor& recv, int src, int /*recv_tag*/,
+                                                      CallInfo send_info, CallInfo recv_info) {
+  cudaStream_t stream = enter({&send, &recv});
+  LFT_NCCL_CHECK(ncclGroupStart());
+  LFT_NCCL_CHECK(ncclSend(send.data_ptr(), send.numel(), nccl_type(send), dst, comm_, stream));
+  LFT_NCCL_CHECK(ncclRecv(recv.data_ptr(), recv.numel(), nccl_type(recv), src, comm_, stream));
+  LFT_NCCL_CHECK(ncclGroupEnd());
+  SendRecv out;
+  out.send = leave(std::move(send_info));
+  out.recv = leave(std::move(recv_info));
+  return out;
+}
+
 WorkPtr NcclCommunicator::do_barrier(CallInfo info) {
   auto one = at::ones({1}, at::TensorOptions().dtype(at::kInt).device(device()));
   cudaStream_t stream = enter({&one});

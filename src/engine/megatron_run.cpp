@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "lft/engine/megatron.h"
@@ -92,6 +93,30 @@ at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector
   std::vector<at::Tensor> sums(static_cast<std::size_t>(m));
   std::map<std::pair<std::int64_t, int>, Live> live;
   std::vector<std::pair<WorkPtr, at::Tensor>> sends;  // in flight, with their buffers
+  // A stage's output waits to be sent until the next action starts: if that action receives, the
+  // send and the receive are posted together (grouped on NCCL); else the send goes alone.
+  struct PendingSend {
+    at::Tensor buffer;
+    int dst, tag;
+  };
+  std::optional<PendingSend> pending;
+  auto post_pending = [&] {
+    if (!pending) return;
+    sends.emplace_back(pp_.send_async(pending->buffer, pending->dst, pending->tag), pending->buffer);
+    pending.reset();
+  };
+  auto receive = [&](const at::Tensor& into, int src, int tag) {
+    const auto start = Clock::now();
+    if (pending) {
+      Communicator::SendRecv both = pp_.send_recv_async(pending->buffer, pending->dst, pending->tag, into, src, tag);
+      sends.emplace_back(std::move(both.send), pending->buffer);
+      pending.reset();
+      both.recv->wait();
+    } else {
+      pp_.recv(into, src, tag);
+    }
+    pipeline_wait_seconds_ += seconds_since(start);
+  };
   executed_.clear();
   peak_live_ = 0;
   auto activation_shape = [&](const MicroBatch& b) {
@@ -108,23 +133,20 @@ at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector
     const MicroBatch& batch = batches[static_cast<std::size_t>(a.micro_batch)];
     const int g = plan_.virtual_stage(stage_, a.chunk);
     const auto key = std::make_pair(a.micro_batch, a.chunk);
-    if (a.kind == PipelineAction::Kind::Forward) {
+    const bool forward = a.kind == PipelineAction::Kind::Forward;
+    if (forward ? g == 0 : g == last) post_pending();  // this action receives nothing
+    if (forward) {
       Live l;
       if (g > 0) {
         l.input = at::empty(activation_shape(batch), f32);
-        const auto start = Clock::now();
-        pp_.recv(l.input, prev, activation_tag(g, a.micro_batch, m));
-        pipeline_wait_seconds_ += seconds_since(start);
+        receive(l.input, prev, activation_tag(g, a.micro_batch, m));
         l.input.requires_grad_(o.backward);
       }
       {
         model::AutocastScope autocast(o.compute, batch.input_ids.device().type());
         l.output = forward_chunk(a.chunk, batch, l.input, o.loss_factor, sums[static_cast<std::size_t>(a.micro_batch)]);
       }
-      if (g < last) {
-        at::Tensor out = l.output.detach().to(at::kFloat).contiguous();
-        sends.emplace_back(pp_.send_async(out, next, activation_tag(g + 1, a.micro_batch, m)), out);
-      }
+      if (g < last) pending = PendingSend{l.output.detach().to(at::kFloat).contiguous(), next, activation_tag(g + 1, a.micro_batch, m)};
       if (o.backward) live.emplace(key, std::move(l));
       peak_live_ = std::max(peak_live_, static_cast<int>(live.size()));
       continue;
@@ -135,17 +157,13 @@ at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector
       l.output.backward();
     } else {
       at::Tensor grad = at::empty(l.output.sizes(), f32);
-      const auto start = Clock::now();
-      pp_.recv(grad, next, gradient_tag(g, a.micro_batch, m));
-      pipeline_wait_seconds_ += seconds_since(start);
+      receive(grad, next, gradient_tag(g, a.micro_batch, m));
       // A first stage that trains nothing (fine-tuning) has no backward to run.
       if (l.output.requires_grad()) l.output.backward(grad.to(l.output.scalar_type()));
     }
-    if (g > 0) {
-      at::Tensor grad = l.input.grad().to(at::kFloat).contiguous();
-      sends.emplace_back(pp_.send_async(grad, prev, gradient_tag(g - 1, a.micro_batch, m)), grad);
-    }
+    if (g > 0) pending = PendingSend{l.input.grad().to(at::kFloat).contiguous(), prev, gradient_tag(g - 1, a.micro_batch, m)};
   }
+  post_pending();
   for (auto& [work, buffer] : sends) work->wait();
 
   // The losses live on the last stage; every rank reports them.

@@ -56,6 +56,21 @@ TEST(DeviceComm, CpuMeshUsesItsHostCommunicatorsForDeviceTensors) {
                std::invalid_argument);
 }
 
+TEST(DeviceComm, SendRecvPairAroundARing) {
+  LFT_REQUIRE_RANKS(2);
+  const int n = world().size(), r = world().rank();
+  auto mine = at::full({100}, static_cast<double>(r));
+  auto theirs = at::empty_like(mine);
+  const auto sends = world().stats()[CollKind::Send].calls;
+  Communicator::SendRecv both = world().send_recv_async(mine, (r + 1) % n, 7, theirs, (r + n - 1) % n, 7);
+  both.recv->wait();
+  both.send->wait();
+  EXPECT_TRUE(at::equal(theirs, at::full({100}, static_cast<double>((r + n - 1) % n))));
+  EXPECT_EQ(world().stats()[CollKind::Send].calls, sends + 1);
+  auto meta = at::empty({4}, at::TensorOptions().device(at::kMeta));
+  EXPECT_THROW(world().send_recv_async(mine, 0, 0, meta, 0, 0), std::invalid_argument);
+}
+
 // Every rank of the node on GPU 0, as with ranks_per_gpu = local size.
 DeviceChoice shared_gpu() {
   int local_rank = 0, local_size = 1;

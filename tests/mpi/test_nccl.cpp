@@ -61,6 +61,33 @@ TEST(Nccl, CollectivesOnCudaTensorsMatchLocalValues) {
   EXPECT_EQ(nccl.stats()[CollKind::AllReduce].calls, 4u);  // three dtypes and the barrier
 }
 
+// The collectives run on the communicator's own stream: they must see what the compute stream
+// wrote before the call, and the compute stream must see their result after wait(). A grouped
+// send and receive around a ring (at one rank: to itself).
+TEST(Nccl, OwnStreamIsOrderedWithTheComputeStream) {
+  const DeviceChoice device = this_ranks_device();
+  LFT_REQUIRE_GPU(device);
+  NcclCommunicator nccl(world(), "nccl-world");
+  const int n = world().size(), r = world().rank();
+  const auto cuda = at::TensorOptions().device(at::kCUDA, device.index).dtype(at::kFloat);
+  // A long kernel queue before the collective: the collective must wait for it.
+  at::Tensor t = at::zeros({1 << 20}, cuda);
+  for (int i = 0; i < 50; ++i) t.add_(1.0);
+  WorkPtr work = nccl.all_reduce_async(t);
+  work->wait();
+  const at::Tensor after = t * 2;  // on the compute stream, after the all-reduce
+  EXPECT_EQ(after.min().item<float>(), 100.0f * n);
+  EXPECT_EQ(after.max().item<float>(), 100.0f * n);
+  at::Tensor mine = at::full({1000}, static_cast<float>(r), cuda);
+  at::Tensor theirs = at::empty_like(mine);
+  Communicator::SendRecv both = nccl.send_recv_async(mine, (r + 1) % n, 0, theirs, (r + n - 1) % n, 0);
+  both.recv->wait();
+  both.send->wait();
+  EXPECT_TRUE(at::equal(theirs.cpu(), at::full({1000}, static_cast<float>((r + n - 1) % n))));
+  EXPECT_EQ(nccl.stats()[CollKind::Send].calls, 1u);
+  EXPECT_EQ(nccl.stats()[CollKind::Recv].calls, 1u);
+}
+
 TEST(Nccl, RejectsCpuTensors) {
   const DeviceChoice device = this_ranks_device();
   LFT_REQUIRE_GPU(device);

@@ -76,6 +76,13 @@ class Communicator {
   WorkPtr send_async(const at::Tensor& t, int dst, int tag = 0);
   WorkPtr recv_async(const at::Tensor& t, int src, int tag = 0);
   WorkPtr barrier_async();
+  // A send to `dst` and a receive from `src` posted together: NCCL groups them, so that two
+  // pipeline stages exchanging with each other cannot each block on its own send first.
+  struct SendRecv {
+    WorkPtr send, recv;
+  };
+  SendRecv send_recv_async(const at::Tensor& send, int dst, int send_tag, const at::Tensor& recv, int src,
+                           int recv_tag);
 
   void all_reduce(const at::Tensor& t, ReduceOp op = ReduceOp::Sum) { all_reduce_async(t, op)->wait(); }
   void reduce_scatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op = ReduceOp::Sum,
@@ -108,6 +115,9 @@ class Communicator {
   virtual WorkPtr do_send(const at::Tensor& t, int dst, int tag, CallInfo info) = 0;
   virtual WorkPtr do_recv(const at::Tensor& t, int src, int tag, CallInfo info) = 0;
   virtual WorkPtr do_barrier(CallInfo info) = 0;
+  // Default: do_send then do_recv (MPI posts both without blocking).
+  virtual SendRecv do_send_recv(const at::Tensor& send, int dst, int send_tag, const at::Tensor& recv, int src,
+                                int recv_tag, CallInfo send_info, CallInfo recv_info);
   // The bytes a backend hands the wire for `t` (an MPI 16-bit reduction travels as fp32).
   virtual std::uint64_t wire_bytes(const at::Tensor& t, bool reduction) const;
 

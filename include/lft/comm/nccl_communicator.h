@@ -35,6 +35,8 @@ class NcclCommunicator : public Communicator {
   WorkPtr do_send(const at::Tensor& t, int dst, int tag, CallInfo info) override;
   WorkPtr do_recv(const at::Tensor& t, int src, int tag, CallInfo info) override;
   WorkPtr do_barrier(CallInfo info) override;
+  SendRecv do_send_recv(const at::Tensor& send, int dst, int send_tag, const at::Tensor& recv, int src,
+                        int recv_tag, CallInfo send_info, CallInfo recv_info) override;
 
  private:
   // Orders the communicator's stream after the compute stream and protects `tensors`.
