@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "lft/comm/stats.h"
+#include "lft/runtime/device_memory.h"
 #include "lft/runtime/memory.h"
 #include "lft/train/metrics.h"
 #include "trainer_state.h"
@@ -23,19 +24,22 @@ std::string Trainer::run_summary() {
   State& s = *s_;
   // Peak memory of every rank, gathered to all (the world is the mesh's dp x pp x tp).
   MpiCommunicator& world = s.world;
-  at::Tensor mine = at::tensor({static_cast<double>(peak_rss_bytes()), static_cast<double>(cpu_peak_bytes_in_use())},
+  const bool gpu = s.device.cuda;
+  at::Tensor mine = at::tensor({static_cast<double>(peak_rss_bytes()), static_cast<double>(cpu_peak_bytes_in_use()),
+                                static_cast<double>(gpu ? cuda_peak_bytes_in_use(s.device.index) : 0)},
                                at::kDouble);
-  at::Tensor all = at::empty({2 * world.size()}, at::kDouble);
+  at::Tensor all = at::empty({3 * world.size()}, at::kDouble);
   world.all_gather(mine, all);
   auto per_rank = [&](int column) {
     std::string line;
     for (int r = 0; r < world.size(); ++r)
       line += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + " " +
-              std::to_string(static_cast<long>(all[2 * r + column].item<double>() / (1024.0 * 1024.0))) + " MiB";
+              std::to_string(static_cast<long>(all[3 * r + column].item<double>() / (1024.0 * 1024.0))) + " MiB";
     return line;
   };
   std::string out = "summary:\n  peak RSS   " + per_rank(0);
   if (cpu_memory_counter_installed()) out += "\n  peak CPU tensors " + per_rank(1);
+  if (gpu) out += "\n  peak GPU tensors " + per_rank(2);
   const double steps = static_cast<double>(std::max<std::int64_t>(1, s.step));
   double in_flight = 0.0, waited = 0.0;
   for (Communicator* c : s.engine->communicators())
