@@ -11,6 +11,7 @@
 #include "lft/model/float8.h"
 #include "lft/model/parameter_storage.h"
 #include "lft/model/weight_source.h"
+#include "lft/runtime/side_stream.h"
 
 namespace lft::engine {
 namespace {
@@ -206,8 +207,13 @@ at::Tensor ShardedEngine::to_device(const at::Tensor& host, at::ScalarType dtype
 void ShardedEngine::launch_gather(Unit& u) {
   const at::ScalarType dtype = plan_.shard_parameters ? plan_.compute_dtype : at::kFloat;
   if (u.f8.empty()) {
+    // Allocated for the compute stream, which reads it after the gather.
+    u.gather_out = at::empty({u.layout.shard_numel * shard_comm_.size()},
+                             u.master.options().dtype(dtype).device(shard_comm_.device()).pinned_memory(false));
+    // Offload on a GPU: the shard's copy to the device overlaps compute, and the all-gather
+    // waits for it (it is posted from the side stream).
+    const SideStreamScope side(plan_.offload ? shard_comm_.device() : at::Device(at::kCPU));
     u.gather_in = to_device(u.master, dtype);
-    u.gather_out = at::empty({u.layout.shard_numel * shard_comm_.size()}, u.gather_in.options());
     u.gather = shard_comm_.all_gather_async(u.gather_in, u.gather_out);
     return;
   }
