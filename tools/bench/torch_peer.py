@@ -5,9 +5,13 @@ with gloo, or with --fsdp2 PyTorch's FSDP2 (`fully_shard` on each decoder layer 
 gloo, CPU). Prints one JSON object: tokens_per_s, step_seconds, peak_rss_bytes (per rank), and
 with --fsdp2 comm_bytes_per_step: the payload of the all-gathers and reduce-scatters FSDP2 issued
 per step (counted by wrapping torch.distributed's functions), or error: the exception if
-fully_shard failed.
+fully_shard failed. With --device cuda (one rank) it trains on the GPU and adds
+peak_device_bytes (torch.cuda.max_memory_allocated); --gemm-rate prints the device's matmul rate
+instead of training: {"gemm_flops": {"bf16": FLOP/s, "fp32": FLOP/s}}. CONFIG may be TOML or JSON.
 
   torch_peer.py CONFIG.toml --threads 2 [--bf16] [--compile] [--ranks 2] [--micro-batch 4] [--fsdp2 [--no-reshard]]
+  torch_peer.py CONFIG.json --device cuda --bf16 [--compile]     (tools/device-check)
+  torch_peer.py --gemm-rate --device cuda
 """
 import argparse
 import json
@@ -17,7 +21,6 @@ import resource
 import sys
 import tempfile
 import time
-import tomllib
 import traceback
 
 import torch
@@ -89,7 +92,7 @@ class Llama(nn.Module):
 
     def forward(self, ids):
         t = ids.shape[1]
-        freqs = torch.outer(torch.arange(t, dtype=torch.float32), self.inv_freq)
+        freqs = torch.outer(torch.arange(t, dtype=torch.float32, device=ids.device), self.inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         x = self.embed_tokens(ids)
         cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
@@ -127,13 +130,41 @@ def worker(rank, args, cfg, result_file):
         raise  # spawn then ends the other ranks, which may wait in a collective
 
 
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def gemm_rate(args):
+    """The best of several n x n matmuls per dtype on --device, in FLOP/s."""
+    device = torch.device(args.device)
+    torch.set_num_threads(args.threads)
+    n = args.gemm_size or (8192 if device.type == "cuda" else 1024)
+    rates = {}
+    for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        c = a @ b  # warm-up
+        best = 0.0
+        for _ in range(10 if device.type == "cuda" else 3):
+            synchronize(device)
+            start = time.perf_counter()
+            c = a @ b
+            synchronize(device)
+            best = max(best, 2.0 * n ** 3 / (time.perf_counter() - start))
+        rates[name] = best
+        del a, b, c
+    print(json.dumps({"gemm_flops": rates, "n": n, "device": args.device}))
+
+
 def train(rank, args, cfg, result_file):
     torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     if args.ranks > 1:
         dist.init_process_group("gloo", init_method=f"file://{args.init_file}", rank=rank,
                                 world_size=args.ranks)
     torch.manual_seed(1)
-    model = Llama(cfg["model"])
+    model = Llama(cfg["model"]).to(device)
     if args.fsdp2:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -155,9 +186,9 @@ def train(rank, args, cfg, result_file):
     micro = args.micro_batch or cfg.get("per_device_train_batch_size", 8)
     seq = cfg.get("cutoff_len", 256)
     gen = torch.Generator().manual_seed(rank)
-    ids = torch.randint(0, 259, (micro, seq), generator=gen)
+    ids = torch.randint(0, 259, (micro, seq), generator=gen).to(device)
     def forward_loss(ids):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
             logits = model(ids)
         return F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
                                ids[:, 1:].reshape(-1))
@@ -172,6 +203,7 @@ def train(rank, args, cfg, result_file):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        synchronize(device)
         times.append(time.perf_counter() - start)
         if step + 1 == args.warmup:
             COLLECTIVE_BYTES.clear()
@@ -180,6 +212,8 @@ def train(rank, args, cfg, result_file):
     result = {"tokens_per_s": micro * seq * args.ranks / step_s, "step_seconds": step_s,
               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
               "loss": float(loss.detach())}
+    if device.type == "cuda":
+        result["peak_device_bytes"] = torch.cuda.max_memory_allocated(device)
     if args.fsdp2:
         result["comm_bytes_per_step"] = {k: v / len(warm) for k, v in COLLECTIVE_BYTES.items()}
     with open(f"{result_file}.{rank}", "w") as out:
@@ -188,9 +222,18 @@ def train(rank, args, cfg, result_file):
         dist.destroy_process_group()
 
 
+def load_config(path):
+    if path.endswith(".json"):
+        with open(path) as f:
+            return json.load(f)
+    import tomllib  # Python 3.11+; a JSON config needs only 3.8
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("config")
+    ap.add_argument("config", nargs="?", help="TOML or JSON with [model] and the batch keys")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--ranks", type=int, default=1)
     ap.add_argument("--bf16", action="store_true")
@@ -202,9 +245,18 @@ def main():
     ap.add_argument("--compile", action="store_true", help="torch.compile the forward and loss")
     ap.add_argument("--no-reshard", action="store_true",
                     help="with --fsdp2: reshard_after_forward=False")
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (one rank) [cpu]")
+    ap.add_argument("--gemm-rate", action="store_true", help="print the matmul rate of --device and exit")
+    ap.add_argument("--gemm-size", type=int, default=0, help="with --gemm-rate: n of the n x n matmul")
     args = ap.parse_args()
-    with open(args.config, "rb") as f:
-        cfg = tomllib.load(f)
+    if args.gemm_rate:
+        gemm_rate(args)
+        return
+    if args.config is None:
+        ap.error("a CONFIG is needed unless --gemm-rate")
+    if args.device != "cpu" and args.ranks > 1:
+        ap.error("--device cuda runs one rank (the multi-rank peers use gloo on the CPU)")
+    cfg = load_config(args.config)
     with tempfile.TemporaryDirectory() as tmp:
         args.init_file = os.path.join(tmp, "init")
         result_file = os.path.join(tmp, "result")
@@ -229,6 +281,8 @@ def main():
                "peak_rss_bytes": [r["peak_rss_bytes"] for r in results]}
     if args.fsdp2:
         summary["comm_bytes_per_step"] = results[0]["comm_bytes_per_step"]
+    if "peak_device_bytes" in results[0]:
+        summary["peak_device_bytes"] = results[0]["peak_device_bytes"]
     print(json.dumps(summary))
 
 
