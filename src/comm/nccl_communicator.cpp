@@ -47,7 +47,7 @@ at::Device current_device() { return at::Device(at::kCUDA, c10::cuda::current_de
 
 // An operation on the communicator's stream: an event recorded after it marks its completion.
 // wait() makes the compute stream wait for that event; the host goes on (the step's one read of
-// its loss and norms is where the host waits, under the watchdog: device_sync.h).
+// its loss and norms is where the host waits, under the watchdog: device_read.h).
 class NcclWork final : public Work {
  public:
   NcclWork(std::string what, CollStats* stats, cudaStream_t stream) : Work(std::move(what), stats) {

@@ -11,6 +11,7 @@
 #include "lft/engine/run_plan.h"
 #include "lft/engine/shard_layout.h"
 #include "lft/model/families.h"
+#include "lft/model/float8.h"
 #include "lft/model/parameter_storage.h"
 
 namespace lft::engine {
@@ -42,6 +43,7 @@ void MegatronEngine::prepare(model::CausalLM& model) {
   model_ = &model;
   model.set_parallel_ops(this);
   place_parameters();
+  share_float8_scales();
   if (plan_.distributed_optimizer) build_optimizer_shards();
 }
 
@@ -49,6 +51,24 @@ void MegatronEngine::prepare_from(model::CausalLM& model, const model::WeightSou
   weights_ = &weights;
   prepare(model);
   weights_ = nullptr;
+}
+
+// A float8 linear split over tp casts each shard with the whole tensor's scale: the weight's
+// amax and, where those are split too, the row-parallel input's and the column-parallel output
+// gradient's are agreed over tp (torchao's tensorwise scaling of DTensors does the same).
+void MegatronEngine::share_float8_scales() {
+  if (plan_.tp == 1) return;
+  for (const auto& item : model_->named_modules()) {
+    auto* linear = dynamic_cast<model::LinearImpl*>(item.value().get());
+    if (linear == nullptr || !linear->float8) continue;
+    const model::TpRole role = model_->placement(item.key() + ".weight").tp.role;
+    if (role != model::TpRole::ColumnParallel && role != model::TpRole::RowParallel) continue;
+    auto sharding = std::make_shared<model::Float8Sharding>();
+    sharding->max_over_group = [this](const at::Tensor& amax) { tp_.all_reduce(amax, ReduceOp::Max); };
+    sharding->input = role == model::TpRole::RowParallel;
+    sharding->grad_output = role == model::TpRole::ColumnParallel;
+    linear->float8_sharding = std::move(sharding);
+  }
 }
 
 std::pair<std::int64_t, std::int64_t> MegatronEngine::chunk_units(int chunk) const {

@@ -5,6 +5,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
+#include <cstdint>
 #include <stdexcept>
 
 #include "lft/model/causal_lm.h"
@@ -33,17 +34,36 @@ at::Tensor scaled_mm(const Float8Tensor& a, const Float8Tensor& b_column_major, 
                         std::nullopt, out);
 }
 
+// The amax of `t`, agreed over the tensor-parallel group when `split`.
+at::Tensor amax_of(const at::Tensor& t, const Float8Sharding* sharding, bool split) {
+  at::NoGradGuard no_grad;
+  at::Tensor a = t.abs().max().to(at::kFloat);
+  if (sharding != nullptr && split) sharding->max_over_group(a);
+  return a;
+}
+
+// Function::apply passes only tensors and IValues: the sharding travels as its address (it is
+// owned by the linear, which outlives the step).
+std::int64_t address_of(const Float8Sharding* s) { return static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(s)); }
+const Float8Sharding* sharding_at(std::int64_t a) {
+  return reinterpret_cast<const Float8Sharding*>(static_cast<std::intptr_t>(a));
+}
+
 struct Float8LinearFunction : torch::autograd::Function<Float8LinearFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, std::int64_t out,
-                            const at::Tensor& weight8, const at::Tensor& weight8_inv_scale) {
+                            const at::Tensor& weight8, const at::Tensor& weight8_inv_scale, std::int64_t sharding_address) {
     const auto out_dtype = static_cast<at::ScalarType>(out);
-    const Float8Tensor xq = to_float8(x.reshape({-1, x.size(-1)}), at::kFloat8_e4m3fn);
-    const Float8Tensor wq = weight8.numel() > 0 ? Float8Tensor{weight8, weight8_inv_scale} : to_float8(weight, at::kFloat8_e4m3fn);
+    const Float8Sharding* sharding = sharding_at(sharding_address);
+    const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+    const Float8Tensor xq = to_float8(x2, at::kFloat8_e4m3fn, amax_of(x2, sharding, sharding && sharding->input));
+    const Float8Tensor wq = weight8.numel() > 0 ? Float8Tensor{weight8, weight8_inv_scale}
+                                                : to_float8(weight, at::kFloat8_e4m3fn, amax_of(weight, sharding, true));
     const at::Tensor y = scaled_mm(xq, {wq.data.t(), wq.inv_scale}, out_dtype);
     ctx->save_for_backward({xq.data, xq.inv_scale, wq.data, wq.inv_scale});
     ctx->saved_data["x_sizes"] = x.sizes().vec();
     ctx->saved_data["x_dtype"] = static_cast<std::int64_t>(x.scalar_type());
     ctx->saved_data["w_dtype"] = static_cast<std::int64_t>(weight.scalar_type());
+    ctx->saved_data["sharding"] = sharding_address;
     std::vector<std::int64_t> shape = x.sizes().vec();
     shape.back() = weight.size(0);
     return y.view(shape);
@@ -55,11 +75,13 @@ struct Float8LinearFunction : torch::autograd::Function<Float8LinearFunction> {
     const auto x_sizes = ctx->saved_data["x_sizes"].toIntVector();
     const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
-    const Float8Tensor gq = to_float8(grads[0].reshape({-1, wq.data.size(0)}), at::kFloat8_e5m2);
+    const Float8Sharding* sharding = sharding_at(ctx->saved_data["sharding"].toInt());
+    const at::Tensor g2 = grads[0].reshape({-1, wq.data.size(0)});
+    const Float8Tensor gq = to_float8(g2, at::kFloat8_e5m2, amax_of(g2, sharding, sharding && sharding->grad_output));
     // dx [M, in] = dy [M, out] @ W [out, in];  dW [out, in] = dy^T [out, M] @ x [M, in].
     const at::Tensor dx = scaled_mm(gq, {column_major(wq.data), wq.inv_scale}, x_dtype).view(x_sizes);
     const at::Tensor dw = scaled_mm({gq.data.t().contiguous(), gq.inv_scale}, {column_major(xq.data), xq.inv_scale}, w_dtype);
-    return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -84,7 +106,7 @@ Float8Tensor to_float8(const at::Tensor& x, at::ScalarType dtype, const at::Tens
 }
 
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                         const Float8Tensor& weight8) {
+                         const Float8Tensor& weight8, const Float8Sharding* sharding) {
   const at::DeviceType device = x.device().type();
   const at::ScalarType out =
       at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : x.scalar_type();
@@ -94,7 +116,7 @@ at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& weight, const at
   const at::Tensor none = at::empty({0}, x.options().dtype(at::kFloat));
   at::Tensor y = Float8LinearFunction::apply(in, weight, static_cast<std::int64_t>(out),
                                              weight8.data.defined() ? weight8.data : none,
-                                             weight8.data.defined() ? weight8.inv_scale : none);
+                                             weight8.data.defined() ? weight8.inv_scale : none, address_of(sharding));
   return bias.defined() ? y + bias.to(out) : y;
 }
 

@@ -44,7 +44,8 @@ LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias,
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
   at::Tensor y = !float8 ? at::linear(x, weight, bias)
-                         : float8_linear(x, weight, bias, Float8Tensor{float8_weight, float8_weight_inv_scale});
+                         : float8_linear(x, weight, bias, Float8Tensor{float8_weight, float8_weight_inv_scale},
+                                         float8_sharding.get());
   if (!lora_A) return y;
   at::Tensor in = x;
   const std::uint64_t seed = DropoutSeedScope::current();

@@ -7,17 +7,15 @@ namespace lft::model {
 at::Tensor segment_positions(const at::Tensor& segment_ids) {
   TORCH_CHECK(segment_ids.dim() == 2, "segment_positions: segment_ids must be [B, T], got ",
               segment_ids.sizes());
-  const at::Tensor ids = segment_ids.to(at::kLong).cpu().contiguous();
-  at::Tensor positions = at::empty(ids.sizes(), ids.options());
-  const std::int64_t b = ids.size(0), t = ids.size(1);
-  const std::int64_t* in = ids.data_ptr<std::int64_t>();
-  std::int64_t* out = positions.data_ptr<std::int64_t>();
-  for (std::int64_t r = 0; r < b; ++r)
-    for (std::int64_t i = 0; i < t; ++i) {
-      const std::int64_t k = r * t + i;
-      out[k] = (i > 0 && in[k] == in[k - 1]) ? out[k - 1] + 1 : 0;
-    }
-  return positions.to(segment_ids.device());
+  // Position i counts from the start of its segment: i minus the last index <= i where a new
+  // segment starts. Tensor ops on the ids' device, so a GPU batch needs no host round trip.
+  const at::Tensor ids = segment_ids.to(at::kLong);
+  const std::int64_t t = ids.size(1);
+  const at::Tensor index = at::arange(t, ids.options()).unsqueeze(0).expand_as(ids);
+  at::Tensor starts = at::ones_like(ids, ids.options().dtype(at::kBool));
+  if (t > 1) starts.narrow(1, 1, t - 1).copy_(ids.narrow(1, 1, t - 1) != ids.narrow(1, 0, t - 1));
+  const at::Tensor last_start = std::get<0>(at::cummax(at::where(starts, index, at::zeros_like(index)), 1));
+  return index - last_start;
 }
 
 at::Tensor segment_causal_mask(const at::Tensor& segment_ids) {

@@ -292,6 +292,9 @@ TEST(Llama, PackedSegmentsComputeWhatEachSampleDoesAlone) {
   }
   EXPECT_TRUE(at::equal(segment_positions(segments),
                         at::tensor({0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 0, 1}, at::kLong).view({1, 12})));
+  // Each row starts a segment; padding (id 0) counts as one.
+  const at::Tensor two_rows = at::tensor({1, 1, 2, 2, 2, 3, 3, 3, 0, 0}, at::kInt).view({2, 5});
+  EXPECT_TRUE(at::equal(segment_positions(two_rows), at::tensor({0, 1, 0, 1, 2, 0, 1, 2, 0, 1}, at::kLong).view({2, 5})));
 }
 
 // Every autograd node reachable from `t`'s grad_fn.

@@ -64,6 +64,7 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   // The model units of this stage's chunk `chunk`: [first, second).
   std::pair<std::int64_t, std::int64_t> chunk_units(int chunk) const;
   void place_parameters();
+  void share_float8_scales();
   void build_optimizer_shards();
   // One chunk's forward: the model's units of the chunk, from input_ids (virtual stage 0) or
   // `input`, to the loss (last virtual stage: returns sum(weighted losses) * loss_factor and sets

@@ -11,6 +11,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
+#include <functional>
+
 namespace lft::model {
 
 class CausalLM;
@@ -23,6 +25,15 @@ struct Float8Tensor {
 // The largest finite value of e4m3fn (448) or e5m2 (57344).
 double float8_max(at::ScalarType dtype);
 
+// A float8 linear whose weight is split over a tensor-parallel group (megatron): the amax of each
+// split tensor is agreed, the largest over the group, so that every shard is cast with the whole
+// tensor's scale, as torchao's tensorwise scaling of a sharded tensor does.
+struct Float8Sharding {
+  std::function<void(const at::Tensor& amax)> max_over_group;  // in place, collective
+  bool input = false;        // row-parallel: the input's features are split too
+  bool grad_output = false;  // column-parallel: the output gradient's features are split too
+};
+
 // `x` cast to `dtype` with its tensorwise scale; `amax` (an fp32 scalar), when given, replaces x's
 // own absolute maximum (a weight shard cast with the whole weight's scale).
 Float8Tensor to_float8(const at::Tensor& x, at::ScalarType dtype, const at::Tensor& amax = {});
@@ -30,8 +41,9 @@ Float8Tensor to_float8(const at::Tensor& x, at::ScalarType dtype, const at::Tens
 // y = x W^T (+ b) with the three matmuls in float8; x [..., in], weight [out, in]. The output (and
 // the input gradient) in the autocast dtype when autocast is on, else x's dtype.
 // `weight8`, when its data is defined, is the weight already in e4m3 (an fsdp2 float8 all-gather).
+// `sharding`, when given, must outlive the backward.
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                         const Float8Tensor& weight8 = {});
+                         const Float8Tensor& weight8 = {}, const Float8Sharding* sharding = nullptr);
 
 // Makes the linears of the decoder layers (q, k, v, o, gate, up, down; not LoRA adapters, the
 // embedding or the head, as torchao leaves them) float8 linears. Returns how many.

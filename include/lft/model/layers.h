@@ -15,6 +15,8 @@
 
 namespace lft::model {
 
+struct Float8Sharding;  // float8.h
+
 // Every constructor below creates its parameters with `options` (device, dtype; default CPU
 // float32): weights are zero-filled (norm weights one) until init_weights() or a checkpoint load
 // gives them values; inside an UnallocatedParameters scope they get no memory.
@@ -43,6 +45,8 @@ class LinearImpl : public torch::nn::Module {
   // Set by an engine that gathers the weight in float8: its e4m3 data and inverse scale, used
   // instead of casting `weight` (which then holds no memory).
   at::Tensor float8_weight, float8_weight_inv_scale;
+  // Set by an engine that splits the weight over a tensor-parallel group (float8.h).
+  std::shared_ptr<Float8Sharding> float8_sharding;
 
  private:
   std::uint64_t dropout_id_ = 0;
