@@ -59,7 +59,9 @@ struct Float8LinearFunction : torch::autograd::Function<Float8LinearFunction> {
     const Float8Tensor wq = weight8.numel() > 0 ? Float8Tensor{weight8, weight8_inv_scale}
                                                 : to_float8(weight, at::kFloat8_e4m3fn, amax_of(weight, sharding, true));
     const at::Tensor y = scaled_mm(xq, {wq.data.t(), wq.inv_scale}, out_dtype);
-    ctx->save_for_backward({xq.data, xq.inv_scale, wq.data, wq.inv_scale});
+    // x's float8 copy serves only the weight's gradient: a frozen weight's linear does not keep it.
+    const bool weight_grad = weight.requires_grad();
+    ctx->save_for_backward({weight_grad ? xq.data : at::Tensor(), weight_grad ? xq.inv_scale : at::Tensor(), wq.data, wq.inv_scale});
     ctx->saved_data["x_sizes"] = x.sizes().vec();
     ctx->saved_data["x_dtype"] = static_cast<std::int64_t>(x.scalar_type());
     ctx->saved_data["w_dtype"] = static_cast<std::int64_t>(weight.scalar_type());
@@ -80,7 +82,10 @@ struct Float8LinearFunction : torch::autograd::Function<Float8LinearFunction> {
     const Float8Tensor gq = to_float8(g2, at::kFloat8_e5m2, amax_of(g2, sharding, sharding && sharding->grad_output));
     // dx [M, in] = dy [M, out] @ W [out, in];  dW [out, in] = dy^T [out, M] @ x [M, in].
     const at::Tensor dx = scaled_mm(gq, {column_major(wq.data), wq.inv_scale}, x_dtype).view(x_sizes);
-    const at::Tensor dw = scaled_mm({gq.data.t().contiguous(), gq.inv_scale}, {column_major(xq.data), xq.inv_scale}, w_dtype);
+    // A frozen weight (LoRA's base, freeze) needs no gradient: its matmul is skipped.
+    const at::Tensor dw = ctx->needs_input_grad(1)
+                              ? scaled_mm({gq.data.t().contiguous(), gq.inv_scale}, {column_major(xq.data), xq.inv_scale}, w_dtype)
+                              : at::Tensor();
     return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

@@ -104,6 +104,21 @@ TEST(Float8, LinearRunsItsThreeMatmulsInFloat8) {
   EXPECT_LT((y - exact).abs().max().item<double>() / exact.abs().max().item<double>(), 0.1);
 }
 
+// A frozen weight (LoRA's base): the input gradient is the same, and no weight gradient is formed.
+TEST(Float8, FrozenWeightGetsNoGradientAndTheSameInputGradient) {
+  at::manual_seed(5);
+  const at::Tensor w = at::randn({24, 32}) * 0.1;
+  const at::Tensor x = at::randn({2, 5, 32});
+  const at::Tensor dy = at::randn({2, 5, 24});
+  const at::Tensor x_trained = x.clone().requires_grad_(true), w_trained = w.clone().requires_grad_(true);
+  float8_linear(x_trained, w_trained, {}).backward(dy);
+  const at::Tensor x_frozen = x.clone().requires_grad_(true), w_frozen = w.clone();
+  float8_linear(x_frozen, w_frozen, {}).backward(dy);
+  EXPECT_TRUE(at::equal(x_frozen.grad(), x_trained.grad()));
+  EXPECT_FALSE(w_frozen.grad().defined());
+  EXPECT_TRUE(w_trained.grad().defined());
+}
+
 TEST(Float8, AutocastComputesInTheAutocastDtype) {
   at::manual_seed(4);
   Linear l(32, 16, false);
