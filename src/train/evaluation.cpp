@@ -1,6 +1,7 @@
 // The loss over the held-out sequences (val_size), weighted as in training.
 #include <ATen/ATen.h>
 
+#include "lft/comm/device_read.h"
 #include "trainer_state.h"
 
 namespace lft::train {
@@ -13,7 +14,9 @@ double Trainer::evaluate() {
   // Every rank runs the same number of forwards (sharded engines gather collectively); a rank
   // past the end repeats sequence 0 with weight 0.
   const std::int64_t chunks = (n + dp * micro - 1) / (dp * micro);
-  double loss = 0.0, weight = 0.0;
+  // The losses add up on the device; the host reads them once, after the last batch.
+  at::Tensor loss = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(s.mesh.device()));
+  double weight = 0.0;
   c10::NoGradGuard no_grad;
   for (std::int64_t c = 0; c < chunks; ++c) {
     std::vector<std::int64_t> indices;
@@ -27,10 +30,12 @@ double Trainer::evaluate() {
     engine::MicroBatchOptions options;
     options.compute = s.plan.compute;
     options.backward = false;
-    loss += keep * s.engine->run_micro_batches(*s.model, {s.device_batch(b)}, options).sum().item<double>();
-    weight += keep * b.weights.to(at::kDouble).sum().item<double>();
+    const at::Tensor sums = s.engine->run_micro_batches(*s.model, {s.device_batch(b)}, options).sum();
+    if (keep == 0.0) continue;  // a repeated sequence: run for the collectives, not counted
+    loss += sums;
+    weight += b.weights.to(at::kDouble).sum().item<double>();
   }
-  at::Tensor sums = at::tensor({loss, weight}, at::kDouble);
+  at::Tensor sums = at::tensor({read_on_host(loss, "reading the evaluation loss").item<double>(), weight}, at::kDouble);
   s.mesh.dp().all_reduce(sums);
   return sums[0].item<double>() / sums[1].item<double>();
 }
