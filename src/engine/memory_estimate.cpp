@@ -87,7 +87,10 @@ std::string MemoryEstimate::str() const {
   };
   return mib(total()) + " per rank at the peak: weights " + mib(weights) + ", gradients " + mib(gradients) +
          ", optimizer " + mib(optimizer) + ", gathered " + mib(gathered) + ", activations " + mib(activations) +
-         (buffers > 0 ? ", reduction buffers " + mib(buffers) : "");
+         (buffers > 0 ? ", reduction buffers " + mib(buffers) : "") +
+         (offload ? "; offload keeps the fp32 shards, gradients and optimizer in host memory: " + mib(device_total()) +
+                        " on a GPU"
+                  : "");
 }
 
 MemoryEstimate estimate_replicated(const RunPlan& run, bool buckets) {
@@ -132,6 +135,8 @@ MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
   const double cb = element_bytes(plan.compute_dtype);
   MemoryEstimate e;
   e.weights = 4 * shard;            // fp32 masters
+  e.offload = plan.offload;
+  e.offloaded_weights = plan.offload ? e.weights : 0.0;
   e.gradients = 4 * trained.shard;  // reduced gradient shards, summed over micro-batches
   e.optimizer = 8 * trained.whole / n;
   if (!plan.shard_parameters) e.weights += 4 * (all.whole - trained.whole);  // frozen, whole

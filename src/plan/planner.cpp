@@ -252,7 +252,7 @@ PlanResult make_plan(const PlanRequest& r) {
     if (static_cast<int>(result.ranked.size()) >= r.top) break;
     try {
       const engine::RunPlan plan = engine::resolve_run_plan(parse_with(r, c.overrides), c.layout.mesh);
-      c.prediction.memory_bytes = plan.memory.total();
+      c.prediction.memory_bytes = plan.memory.device_total();
       c.memory_report = plan.memory.str();
     } catch (const config::ConfigError& e) {
       refuse(verdicts[c.layout.engine], e);
@@ -284,7 +284,7 @@ Candidate predict_config_layout(const PlanRequest& r, PlanResult& context) {
   StepInput in = step_input(r, context.model, cfg, c.layout);
   if (c.layout.algorithm == Algorithm::Megatron)
     add_shares(in, megatron_shares(*model, engine::make_megatron_plan(cfg, *model, mesh)));
-  in.memory_bytes = plan.memory.total();
+  in.memory_bytes = plan.memory.device_total();
   c.prediction = predict_step(in);
   c.memory_report = plan.memory.str();
   c.fits = in.memory_bytes <= r.cluster.usable_memory_bytes();

@@ -60,6 +60,7 @@ std::vector<Case> cases() {
       {"ZeRO-3, no accumulation", "deepspeed", "deepspeed = \"inputs/ds_z3_config.json\"\n", 0, 1},
       {"fsdp2", "fsdp2", "", 0},
       {"fsdp2 no reshard", "fsdp2", "[dist_config]\nreshard_after_forward = false\n", 0},
+      {"fsdp2 offload (host to host on the CPU)", "fsdp2", "[dist_config]\noffload_params = true\n", 0},
       {"fsdp FULL_SHARD", "fsdp", "", 0},
       {"fsdp SHARD_GRAD_OP", "fsdp", "[dist_config]\nsharding_strategy = \"SHARD_GRAD_OP\"\n", 0},
       {"fsdp NO_SHARD", "fsdp", "[dist_config]\nsharding_strategy = \"NO_SHARD\"\n", 0},
@@ -110,6 +111,24 @@ TEST(MemoryEstimate, WithinFifteenPercentOfTheMeasuredPeak) {
     SCOPED_TRACE(c.label);
     expect_close(c.label, estimate_and_peak(run_toml(c.engine, c.extra, c.accumulation), world()), n);
   }
+}
+
+// Offload: the same bytes in all, but on a GPU the device holds only the gathered parameters, the
+// activations and the buffers; the fp32 shards, gradients and AdamW state are in host memory.
+TEST(MemoryEstimate, OffloadLeavesTheGatheredAndActivationTermsOnTheDevice) {
+  const MeshShape shape{{1, 1, world().size(), 1}};
+  const auto plan = [&](const std::string& extra) {
+    return engine::resolve_run_plan(config::parse_config(run_toml("fsdp2", extra), "test.toml"), shape).memory;
+  };
+  const engine::MemoryEstimate on = plan("[dist_config]\noffload_params = true\n"), off = plan("");
+  EXPECT_FALSE(off.offload);
+  EXPECT_EQ(off.device_total(), off.total());
+  EXPECT_TRUE(on.offload);
+  EXPECT_EQ(on.total(), off.total());
+  EXPECT_EQ(on.offloaded_weights, on.weights);  // fsdp2 keeps only the fp32 shards
+  EXPECT_EQ(on.device_total(), on.gathered + std::max(on.activations, on.buffers));
+  EXPECT_LT(on.device_total(), 0.8 * on.total());
+  EXPECT_NE(on.str().find("offload keeps the fp32 shards"), std::string::npos) << on.str();
 }
 
 }  // namespace

@@ -30,9 +30,23 @@ struct MemoryEstimate {
   // Whether the gradients of earlier micro-batches are held while a forward's activations are
   // (gradient accumulation, or a pipeline with more micro-batches than it keeps in flight).
   bool gradients_during_forward = true;
+  // Offload (fsdp2 offload_params, DeepSpeed's offload keys): the fp32 masters among `weights`
+  // (these bytes), the reduced gradient shards and AdamW's state live in host memory.
+  bool offload = false;
+  double offloaded_weights = 0;
   double total() const {
     const double forward = activations + (gradients_during_forward ? gradients : 0.0);
     return weights + optimizer + gathered + std::max(forward, gradients + buffers);
+  }
+  // What stays in the compute device's memory: total() less what offload keeps on the host.
+  double device_total() const {
+    if (!offload) return total();
+    MemoryEstimate device = *this;
+    device.offload = false;
+    device.weights -= offloaded_weights;
+    device.gradients = 0;
+    device.optimizer = 0;
+    return device.total();
   }
   std::string str() const;  // "41.2 MiB per rank: weights 3.1 MiB, ..."
 };
