@@ -105,9 +105,7 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   const MpiProgressThread progress(
       std::chrono::microseconds(std::llround(cfg.real("comm_progress_us"))));
   MpiCommunicator world(MPI_COMM_WORLD, "world", false);
-  const at::Device torch_device = device.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index))
-                                              : at::Device(at::kCPU);
-  DeviceMesh mesh(world, shape, torch_device,
+  DeviceMesh mesh(world, shape, device.torch_device(),
                   !device.cuda ? DeviceComms::Host : device.shared ? DeviceComms::MpiStaged : DeviceComms::Nccl);
   log0(check_communication(world, mesh));
   std::optional<engine::RunPlan> plan;

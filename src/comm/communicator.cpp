@@ -172,32 +172,34 @@ WorkPtr Communicator::broadcast_async(const at::Tensor& t, int root) {
   return do_broadcast(t, root, std::move(info));
 }
 
+void Communicator::require_point_to_point(CollKind kind, const at::Tensor& t) const {
+  const char* what = kind == CollKind::Send ? "send" : "recv";
+  require_contiguous(t, what);
+  require_device(t, what);
+}
+
+Communicator::CallInfo Communicator::begin_point_to_point(CollKind kind, const at::Tensor& t, int peer, int tag) {
+  return begin(kind, wire_bytes(t, false),
+               (kind == CollKind::Send ? "to " : "from ") + std::to_string(peer) + ", tag " + std::to_string(tag) + ", ");
+}
+
 WorkPtr Communicator::send_async(const at::Tensor& t, int dst, int tag) {
-  require_contiguous(t, "send");
-  require_device(t, "send");
-  auto info = begin(CollKind::Send, wire_bytes(t, false),
-                    "to " + std::to_string(dst) + ", tag " + std::to_string(tag) + ", ");
-  return do_send(t, dst, tag, std::move(info));
+  require_point_to_point(CollKind::Send, t);
+  return do_send(t, dst, tag, begin_point_to_point(CollKind::Send, t, dst, tag));
 }
 
 WorkPtr Communicator::recv_async(const at::Tensor& t, int src, int tag) {
-  require_contiguous(t, "recv");
-  require_device(t, "recv");
-  auto info = begin(CollKind::Recv, wire_bytes(t, false),
-                    "from " + std::to_string(src) + ", tag " + std::to_string(tag) + ", ");
-  return do_recv(t, src, tag, std::move(info));
+  require_point_to_point(CollKind::Recv, t);
+  return do_recv(t, src, tag, begin_point_to_point(CollKind::Recv, t, src, tag));
 }
 
 Communicator::SendRecv Communicator::send_recv_async(const at::Tensor& send, int dst, int send_tag,
                                                     const at::Tensor& recv, int src, int recv_tag) {
-  require_contiguous(send, "send");
-  require_contiguous(recv, "recv");
-  require_device(send, "send");
-  require_device(recv, "recv");
-  auto send_info = begin(CollKind::Send, wire_bytes(send, false),
-                         "to " + std::to_string(dst) + ", tag " + std::to_string(send_tag) + ", ");
-  auto recv_info = begin(CollKind::Recv, wire_bytes(recv, false),
-                         "from " + std::to_string(src) + ", tag " + std::to_string(recv_tag) + ", ");
+  // Both checked before either is counted or posted.
+  require_point_to_point(CollKind::Send, send);
+  require_point_to_point(CollKind::Recv, recv);
+  auto send_info = begin_point_to_point(CollKind::Send, send, dst, send_tag);
+  auto recv_info = begin_point_to_point(CollKind::Recv, recv, src, recv_tag);
   return do_send_recv(send, dst, send_tag, recv, src, recv_tag, std::move(send_info), std::move(recv_info));
 }
 

@@ -56,9 +56,7 @@ struct Trainer::State {
 
   State(const config::Config& c, const engine::RunPlan& p, DeviceMesh& m, const DeviceChoice& d)
       : cfg(c), plan(p), mesh(m), device(d), world(m.world(), "world", false) {}
-  at::Device torch_device() const {
-    return device.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index)) : at::Device(at::kCPU);
-  }
+  at::Device torch_device() const { return device.torch_device(); }
   engine::MicroBatch device_batch(const data::Batch& b) const;
 };
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "lft/comm/mpi_communicator.h"
+#include "lft/runtime/device.h"
 
 namespace lft::test {
 
@@ -13,7 +14,25 @@ inline MpiCommunicator& world() {
   return comm;
 }
 
+// This rank's device, as lftrain picks it from the rank's place on its node: one GPU per rank,
+// or with `share_one_gpu` every rank of the node on GPU 0 (ranks_per_gpu = the node's ranks).
+inline DeviceChoice this_ranks_device(bool share_one_gpu = false) {
+  int local_rank = 0, local_size = 1;
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  MPI_Comm_free(&node);
+  return select_device(local_rank, local_size, false, share_one_gpu ? local_size : 1);
+}
+
 }  // namespace lft::test
+
+// Skips unless this rank got a GPU (a DeviceChoice); the reason names what is missing.
+#define LFT_REQUIRE_GPU(device)                                                           \
+  do {                                                                                    \
+    if (!(device).cuda) GTEST_SKIP() << "no GPU for this rank: " << (device).cpu_reason;  \
+  } while (0)
 
 // Skips (with the reason) a test that needs at least `n` ranks.
 #define LFT_REQUIRE_RANKS(n)                                                              \

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "lft/mesh/device_mesh.h"
-#include "lft/runtime/device.h"
 #include "mpi_test_util.h"
 
 namespace lft {
@@ -72,24 +71,11 @@ TEST(DeviceComm, SendRecvPairAroundARing) {
 }
 
 // Every rank of the node on GPU 0, as with ranks_per_gpu = local size.
-DeviceChoice shared_gpu() {
-  int local_rank = 0, local_size = 1;
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &local_rank);
-  MPI_Comm_size(node, &local_size);
-  MPI_Comm_free(&node);
-  return select_device(local_rank, local_size, false, local_size);
-}
-
-#define LFT_REQUIRE_SHARED_GPU(device)                                                      \
-  do {                                                                                      \
-    if (!(device).cuda) GTEST_SKIP() << "no GPU for this rank: " << (device).cpu_reason;    \
-  } while (0)
+DeviceChoice shared_gpu() { return test::this_ranks_device(/*share_one_gpu=*/true); }
 
 TEST(DeviceComm, StagedMpiOnCudaTensorsMatchesLocalValues) {
   const DeviceChoice device = shared_gpu();
-  LFT_REQUIRE_SHARED_GPU(device);
+  LFT_REQUIRE_GPU(device);
   const at::Device gpu(at::kCUDA, static_cast<c10::DeviceIndex>(device.index));
   const auto comm = world().on_device(gpu);
   const int n = comm->size(), r = comm->rank();
@@ -123,7 +109,7 @@ TEST(DeviceComm, StagedMpiOnCudaTensorsMatchesLocalValues) {
 
 TEST(DeviceComm, StagedMeshOnCudaHasGpuDeviceCommunicators) {
   const DeviceChoice device = shared_gpu();
-  LFT_REQUIRE_SHARED_GPU(device);
+  LFT_REQUIRE_GPU(device);
   const at::Device gpu(at::kCUDA, static_cast<c10::DeviceIndex>(device.index));
   DeviceMesh mesh(world(), MeshShape{{1, world().size(), 1, 1}}, gpu, DeviceComms::MpiStaged);
   EXPECT_EQ(mesh.device_dp().device(), gpu);

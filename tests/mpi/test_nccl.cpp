@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include "lft/build_config.h"
-#include "lft/runtime/device.h"
 #include "mpi_test_util.h"
 
 #if LFT_HAS_NCCL
@@ -16,21 +15,7 @@ namespace {
 using test::world;
 
 #if LFT_HAS_NCCL
-// Skips unless this rank got a GPU of its own; the reason names what is missing.
-#define LFT_REQUIRE_GPU(device)                                                \
-  do {                                                                         \
-    if (!(device).cuda) GTEST_SKIP() << "no GPU for this rank: " << (device).cpu_reason; \
-  } while (0)
-
-DeviceChoice this_ranks_device() {
-  int local_rank = 0, local_size = 1;
-  MPI_Comm node;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-  MPI_Comm_rank(node, &local_rank);
-  MPI_Comm_size(node, &local_size);
-  MPI_Comm_free(&node);
-  return select_device(local_rank, local_size);
-}
+using test::this_ranks_device;
 
 TEST(Nccl, CollectivesOnCudaTensorsMatchLocalValues) {
   const DeviceChoice device = this_ranks_device();

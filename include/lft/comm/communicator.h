@@ -123,6 +123,9 @@ class Communicator {
 
  private:
   CallInfo begin(CollKind kind, std::uint64_t payload_bytes, const std::string& detail);
+  // A send's or receive's checks, and its counters and description ("to 1, tag 3, ").
+  void require_point_to_point(CollKind kind, const at::Tensor& t) const;
+  CallInfo begin_point_to_point(CollKind kind, const at::Tensor& t, int peer, int tag);
   void require_device(const at::Tensor& t, const char* what) const;
 
   std::string name_;

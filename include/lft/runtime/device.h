@@ -2,6 +2,8 @@
 // the node has enough GPUs, else the CPU, with the reason.
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <string>
 
 namespace lft {
@@ -12,6 +14,10 @@ struct DeviceChoice {
   bool shared = false;     // several ranks compute on this GPU (ranks_per_gpu > 1)
   std::string name;        // "cpu" or "cuda:0 (NVIDIA H200)"
   std::string cpu_reason;  // why not CUDA, when on the CPU
+
+  c10::Device torch_device() const {
+    return cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index)) : c10::Device(c10::kCPU);
+  }
 };
 
 // Picks and (for CUDA) activates the device of a rank with `local_rank` of `local_size`.
