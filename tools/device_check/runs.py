@@ -1,0 +1,341 @@
+"""device-check's machinery: the report, lftrain and gtest runs under a budget and their own
+timeouts, the kit's binaries, and the training runs' logs (tools/device-check)."""
+import concurrent.futures
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MIN_RUN_SECONDS = 15  # a run with less of the budget left is skipped
+
+
+# ---------------------------------------------------------------------------------------------
+# The report
+
+
+class Report:
+    """Checks by section, printed as they finish and rewritten to OUT/report.txt (and .json)
+    after each, so that a run cut short still leaves what it found."""
+
+    def __init__(self, out, header):
+        self.out, self.header, self.sections, self.lock = out, header, [], threading.Lock()
+        print("\n".join(header), flush=True)
+
+    def section(self, title):
+        self.sections.append((title, [], []))
+        print(f"\n== {title}", flush=True)
+
+    def add(self, status, name, detail):
+        with self.lock:
+            if not self.sections:
+                self.sections.append(("device-check", [], []))
+            self.sections[-1][1].append({"status": status, "name": name, "detail": detail})
+            print(f"{status:<8}{name}: {detail}", flush=True)
+            self.write()
+
+    def note(self, text):
+        with self.lock:
+            self.sections[-1][2].append(text)
+            print(text, flush=True)
+            self.write()
+
+    def counts(self):
+        statuses = [c["status"] for _, checks, _ in self.sections for c in checks]
+        return {s: statuses.count(s) for s in ("PASS", "FAIL", "SKIPPED")}
+
+    def text(self):
+        lines = list(self.header)
+        for title, checks, notes in self.sections:
+            lines += ["", f"== {title}"] + [f"{c['status']:<8}{c['name']}: {c['detail']}" for c in checks] + notes
+        n = self.counts()
+        lines += ["", f"summary: {n['PASS']} PASS, {n['FAIL']} FAIL, {n['SKIPPED']} SKIPPED"]
+        return "\n".join(lines) + "\n"
+
+    def write(self):
+        with open(os.path.join(self.out, "report.txt"), "w") as f:
+            f.write(self.text())
+        with open(os.path.join(self.out, "report.json"), "w") as f:
+            json.dump({"header": self.header, "counts": self.counts(),
+                       "sections": [{"title": t, "checks": c, "notes": n} for t, c, n in self.sections]},
+                      f, indent=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running things
+
+
+class Budget:
+    def __init__(self, seconds):
+        self.deadline = time.monotonic() + seconds
+
+    def timeout(self, wanted):
+        """The timeout a run starting now gets, or None when too little time is left."""
+        left = self.deadline - time.monotonic()
+        return min(wanted, left) if left >= MIN_RUN_SECONDS else None
+
+
+class Proc:
+    def __init__(self, rc=None, text="", seconds=0.0, timed_out=False, skipped=None):
+        self.rc, self.text, self.seconds, self.timed_out, self.skipped = rc, text, seconds, timed_out, skipped
+
+    def problem(self):
+        """Why the run failed, in one line; None when it succeeded."""
+        if self.skipped:
+            return self.skipped
+        if self.timed_out:
+            return f"timed out after {self.seconds:.0f} s"
+        if self.rc == 0:
+            return None
+        return f"exit status {self.rc}: {last_error(self.text)}"
+
+
+def last_error(text):
+    """The most telling line of a failed run's output: lftrain's own message, else an error."""
+    lines = [l.strip() for l in text.splitlines()[1:] if l.strip()]  # [0] is the command line
+    for pattern in (r"lftrain: ", r"what\(\)", r"error", r"not found|FAILED|refused|Killed|signal"):
+        found = [l for l in lines if re.search(pattern, l, re.I)]
+        if found:
+            return found[0][:300]
+    return lines[-1][:300] if lines else "no output"
+
+
+def run(argv, env, log, timeout, budget):
+    """Runs argv with its own process group (so that a timeout ends mpirun and every rank), the
+    output in LOG."""
+    limit = budget.timeout(timeout)
+    if limit is None:
+        return Proc(skipped="not started: the time budget (--budget) is spent")
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    start = time.monotonic()
+    with open(log, "w") as f:
+        f.write("$ " + " ".join(argv) + "\n")
+        f.flush()
+        p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                             start_new_session=True)
+        RUNNING.add(p)
+        timed_out = False
+        try:
+            p.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            stop_group(p)
+        finally:
+            RUNNING.discard(p)
+    with open(log, errors="replace") as f:
+        text = f.read()
+    return Proc(p.returncode, text, time.monotonic() - start, timed_out)
+
+
+RUNNING = set()  # the process groups to end when device-check itself is stopped
+
+
+def stop_running(signum, frame):
+    for p in list(RUNNING):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    sys.exit(f"device-check: stopped by signal {signum}; the report so far is in report.txt")
+
+
+def stop_group(p):
+    for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class Tools:
+    """Where the binaries are and the environments they run in: the kit's (env.sh) or this
+    checkout's build/ with the environment as it is."""
+
+    def __init__(self, kit):
+        self.kit, self.notes = kit, []
+        if kit:
+            self.env = self.kit_environment(kit)
+            bins = tests = os.path.join(kit, "bin")
+            # The machine's Python must not load the kit's copies of system libraries.
+            self.peer_env = dict(self.env)
+            base = self.env.get("LFT_KIT_BASE_LD_LIBRARY_PATH", "")
+            if base:
+                self.peer_env["LD_LIBRARY_PATH"] = base
+            else:
+                self.peer_env.pop("LD_LIBRARY_PATH", None)
+        else:
+            self.env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+            self.peer_env = self.env
+            bins, tests = os.path.join(ROOT, "build"), os.path.join(ROOT, "build", "tests")
+        self.lftrain = os.path.join(bins, "lftrain")
+        self.gemm_rate = os.path.join(bins, "lft_gemm_rate")
+        self.mpi_tests = os.path.join(tests, "lft_mpi_tests")
+        self.mpirun = shutil.which("mpirun", path=self.env.get("PATH", ""))
+        missing = [b for b in (self.lftrain, self.mpi_tests, self.mpirun) if not b or not os.access(b, os.X_OK)]
+        if missing:
+            sys.exit(f"device-check: not found: {', '.join(str(m) for m in missing)}")
+
+    def kit_environment(self, kit):
+        if not os.path.exists(os.path.join(kit, "env.sh")):
+            sys.exit(f"device-check: {kit} has no env.sh: make it with tools/device-kit")
+        p = subprocess.run(["bash", "-c", 'source "$1/env.sh" >&2 && env -0', "_", kit],
+                           capture_output=True, text=True, cwd=ROOT)
+        if p.returncode != 0:
+            sys.exit(f"device-check: sourcing {kit}/env.sh failed:\n{p.stderr}")
+        self.notes += [f"env.sh: {l}" for l in p.stderr.splitlines() if l.strip()]
+        return dict(item.split("=", 1) for item in p.stdout.split("\0") if "=" in item)
+
+    def mpirun_argv(self, ranks):
+        return [self.mpirun, "--oversubscribe", "--bind-to", "none", "-np", str(ranks)]
+
+    def peer_python(self, want_cuda):
+        """(python, torch version) of the first Python here that imports torch (with CUDA when
+        wanted), or (None, why not)."""
+        why = "no Python with torch (python3, .venv/bin/python)"
+        for py in dict.fromkeys([sys.executable, shutil.which("python3") or "", os.path.join(ROOT, ".venv/bin/python")]):
+            if not py or not os.access(py, os.X_OK):
+                continue
+            p = subprocess.run([py, "-c", "import torch; print(torch.__version__, torch.cuda.is_available())"],
+                               capture_output=True, text=True, env=self.peer_env)
+            if p.returncode != 0:
+                continue
+            version, cuda = p.stdout.split()[-2:]
+            if want_cuda and cuda != "True":
+                why = f"{py}: torch {version} sees no CUDA device"
+                continue
+            return py, version
+        return None, why
+
+
+class DeviceMemory:
+    """The peak of nvidia-smi's memory.used while a run lasts, less the idle value (MiB): the
+    whole process, CUDA context included."""
+
+    def __init__(self, enabled):
+        self.enabled = enabled and shutil.which("nvidia-smi") is not None
+        self.peak = None
+
+    @staticmethod
+    def used():
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10).stdout
+            return int(out.split()[0])
+        except (subprocess.SubprocessError, ValueError, IndexError, OSError):
+            return None
+
+    def __enter__(self):
+        if self.enabled:
+            self.idle, self.samples, self.stop = self.used() or 0, [], threading.Event()
+            self.thread = threading.Thread(target=self.sample, daemon=True)
+            self.thread.start()
+        return self
+
+    def sample(self):
+        while not self.stop.wait(0.25):
+            value = self.used()
+            if value is not None:
+                self.samples.append(value)
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.stop.set()
+            self.thread.join()
+            self.peak = max(self.samples) - self.idle if self.samples else None
+
+
+# ---------------------------------------------------------------------------------------------
+# lftrain runs
+
+
+class Train:
+    """One lftrain job: its process, logged losses by step, the device rank 0 reported."""
+
+    def __init__(self, name, proc, output_dir):
+        self.name, self.proc = name, proc
+        self.records = read_log(os.path.join(output_dir, "trainer_log.jsonl"))
+        self.losses = {r["current_steps"]: r["loss"] for r in self.records if "loss" in r}
+        m = re.search(r"^\s*device\s+(.*)$", proc.text, re.M)
+        self.device = m.group(1).strip() if m else "?"
+
+    def problem(self, steps=None, on_gpu=None):
+        p = self.proc.problem()
+        if p:
+            return p
+        if on_gpu is not None and self.device.startswith("cuda") != on_gpu:
+            return f"ran on {self.device}, not on the {'GPU' if on_gpu else 'CPU'}"
+        if steps is not None:
+            missing = [s for s in range(1, steps + 1) if s not in self.losses]
+            if missing:
+                return f"steps {missing[:5]} missing from trainer_log.jsonl"
+        return None
+
+
+def read_log(path):
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+class Runner:
+    """Starts lftrain jobs: concurrently on a pool for the GPU and one for the CPU."""
+
+    def __init__(self, args, tools, budget):
+        self.args, self.tools, self.budget = args, tools, budget
+        self.gpu_pool = concurrent.futures.ThreadPoolExecutor(args.gpu_jobs)
+        self.cpu_pool = concurrent.futures.ThreadPoolExecutor(args.cpu_jobs)
+
+    def submit(self, name, ranks, config, overrides, on_gpu, timeout=None, flags=()):
+        pool = self.gpu_pool if on_gpu else self.cpu_pool
+        return pool.submit(self.train, name, ranks, config, overrides, timeout or self.args.run_timeout, flags)
+
+    def train(self, name, ranks, config, overrides, timeout, flags):
+        output_dir = os.path.join(self.args.out, "runs", name)
+        shutil.rmtree(output_dir, ignore_errors=True)
+        argv = self.tools.mpirun_argv(ranks) + [self.tools.lftrain, *flags, config, *overrides,
+                                                f"output_dir={output_dir}"]
+        proc = run(argv, self.tools.env, os.path.join(self.args.out, "logs", name + ".log"), timeout, self.budget)
+        return Train(name, proc, output_dir)
+
+
+def common_overrides(steps):
+    # lftrain's own timeouts end a hung collective before ours kills the job, with its report.
+    return [f"max_steps={steps}", "logging_steps=1", "warmup_steps=2", "save_strategy=no",
+            "gradient_accumulation_steps=2", "comm_timeout=60", "setup_timeout=90"]
+
+
+def placement(args, ranks, on_gpu):
+    """use_cpu or ranks_per_gpu, and the threads of each rank, for a run on the GPU (all ranks
+    sharing it) or on the CPU."""
+    threads = args.threads or max(1, (os.cpu_count() or 1) // ranks)
+    out = [f"intra_op_threads={threads}"]
+    if not on_gpu:
+        out.append("use_cpu=true")
+    elif ranks > 1:
+        out.append(f"ranks_per_gpu={ranks}")
+    return out
+
+
+def micro_batch(label, ranks):
+    """Sequences per rank per micro-step so that every row trains 8 sequences a step."""
+    data_parallel = 1 if label.startswith("megatron") else ranks
+    return f"per_device_train_batch_size={4 // data_parallel}"
+
+
+def max_diff(a, b, steps):
+    diffs = [(abs(a.losses[s] - b.losses[s]), s) for s in range(1, steps + 1)]
+    return max(diffs)
+
+
