@@ -10,7 +10,9 @@
 #include <map>
 
 #include "lft/build_config.h"
+#if LFT_HAS_NCCL
 #include "lft/comm/nccl_communicator.h"
+#endif
 #include "lft/model/fused.h"
 #include "lft/runtime/error.h"
 

@@ -75,8 +75,8 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-Work::Work(std::string what, CollStats* stats)
-    : what_(std::move(what)), stats_(stats), start_(std::chrono::steady_clock::now()) {}
+Work::Work(std::string what, CollStats* stats, bool host_timed)
+    : what_(std::move(what)), stats_(stats), start_(std::chrono::steady_clock::now()), host_timed_(host_timed) {}
 
 void Work::wait() {
   if (done_) return;
@@ -85,7 +85,8 @@ void Work::wait() {
     Watchdog::Scope scope(what_, Watchdog::collective_timeout(), "comm_timeout");
     block();
   }
-  stats_->waited_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (host_timed_)
+    stats_->waited_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   complete();
 }
 
@@ -101,8 +102,8 @@ void Work::finish_in_destructor() {
 void Work::complete() {
   finish();
   done_ = true;
-  stats_->seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (host_timed_)
+    stats_->seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
 Communicator::Communicator(std::string name, int rank, int size, at::Device device)

@@ -13,6 +13,9 @@
 
 #include "lft/runtime/cuda_check.h"
 #endif
+#if LFT_HAS_NCCL
+#include "lft/comm/nccl_communicator.h"
+#endif
 
 namespace lft {
 
@@ -27,13 +30,18 @@ at::Tensor read_on_host(const at::Tensor& t, const std::string& what) {
   {
     Watchdog::Scope scope(what, Watchdog::collective_timeout(), "comm_timeout");
     cudaError_t rc = cudaErrorNotReady;
-    while ((rc = cudaEventQuery(copied)) == cudaErrorNotReady)
+    for (int polls = 0; (rc = cudaEventQuery(copied)) == cudaErrorNotReady; ++polls) {
+#if LFT_HAS_NCCL
+      if (polls % 64 == 63) nccl_check_async_errors();  // a failed peer ends the job here
+#endif
       std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
     cudaEventDestroy(copied);
     LFT_CUDA_CHECK(rc);
   }
   return host;
 #else
+  (void)what;  // a CPU-only build has no device to wait for
   return t.cpu();
 #endif
 }

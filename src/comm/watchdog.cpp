@@ -9,8 +9,10 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "lft/comm/liveness.h"
 #include "lft/runtime/error.h"
@@ -66,7 +68,30 @@ void refresh_signal_text_locked(State& s) {
   publish_for_signal(newest.what);
 }
 
+std::mutex g_hooks_mutex;
+std::vector<void (*)()> g_abort_hooks;
+
+constexpr double kAbortHookSeconds = 5;
+
+// The hooks run on a thread of their own: one that blocks must not keep the job from ending.
+void run_abort_hooks() {
+  std::vector<void (*)()> hooks;
+  {
+    std::lock_guard<std::mutex> lock(g_hooks_mutex);
+    hooks = g_abort_hooks;
+  }
+  if (hooks.empty()) return;
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread([hooks, done] {
+    for (void (*hook)() : hooks) hook();
+    done->store(true);
+  }).detach();
+  const auto until = Clock::now() + std::chrono::duration<double>(kAbortHookSeconds);
+  while (!done->load() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
 [[noreturn]] void report_and_abort(const Entry& e) {
+  run_abort_hooks();
   char seconds[32];
   std::snprintf(seconds, sizeof(seconds), "%g", e.timeout_seconds);
   const std::string peers = Liveness::report(kLivenessProbeSeconds);
@@ -102,6 +127,11 @@ void Watchdog::start() {
   s.running = true;
   s.thread = std::thread(watch_loop);
   set_wait_reporter(&Watchdog::current_wait);
+}
+
+void Watchdog::add_abort_hook(void (*hook)()) {
+  std::lock_guard<std::mutex> lock(g_hooks_mutex);
+  g_abort_hooks.push_back(hook);
 }
 
 const char* Watchdog::current_wait() {

@@ -50,12 +50,12 @@ at::Tensor local_grad_norm_squared(const std::vector<at::Tensor>& tensors, const
     }
     return at::full({1}, sum, f64);
   }
-  at::Tensor total = at::zeros({1}, f64);
-  for (const auto& t : tensors) {
-    const at::Tensor& g = t.grad();
-    if (g.defined()) total.add_(at::linalg_vector_norm(g, 2, c10::nullopt, false, at::kFloat).to(at::kDouble).square());
-  }
-  return total;
+  // One fused kernel for every gradient's norm (fp32 accumulation), then one sum of their squares.
+  std::vector<at::Tensor> grads;
+  for (const auto& t : tensors)
+    if (t.grad().defined()) grads.push_back(t.grad());
+  if (grads.empty()) return at::zeros({1}, f64);
+  return at::stack(at::_foreach_norm(grads, 2, at::kFloat)).to(at::kDouble).square().sum().reshape({1});
 }
 
 }  // namespace lft::engine

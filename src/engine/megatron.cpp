@@ -204,9 +204,11 @@ void MegatronEngine::sync_replicated_gradients() {
     const int other = p.other_stage;
     const at::Tensor mine = grad_or_zeros(p.tensor).to(at::kFloat).contiguous();
     at::Tensor theirs = at::empty_like(mine);
-    WorkPtr send = pp_.send_async(mine, other, kTiedEmbeddingTag);
-    pp_.recv(theirs, other, kTiedEmbeddingTag);
-    send->wait();
+    // Posted as one grouped pair: on NCCL an ungrouped send and receive between the same two
+    // ranks deadlock once the tensor is larger than the transport's buffers.
+    Communicator::SendRecv both = pp_.send_recv_async(mine, other, kTiedEmbeddingTag, theirs, other, kTiedEmbeddingTag);
+    both.recv->wait();
+    both.send->wait();
     set_grad(p.tensor, (mine + theirs).to(p.tensor.scalar_type()));
   }
 }

@@ -7,10 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "lft/engine/megatron_plan.h"
 #include "lft/engine/registry.h"
 #include "lft/model/adapter_weights.h"
 #include "lft/model/families.h"
 #include "lft/model/float8.h"
+#include "lft/model/layers.h"
 #include "lft/runtime/log.h"
 
 namespace lft::engine {
@@ -94,6 +96,40 @@ model::FinetuningSpec finetuning_spec(const config::Config& cfg) {
   return f;
 }
 
+namespace {
+
+// _scaled_mm on CUDA takes only widths that are multiples of 16: each float8 linear's weight, as
+// every tensor-parallel rank holds it, is checked before anything starts (the token count is
+// padded instead: float8.cpp).
+void check_float8_widths(const config::Config& cfg, const model::CausalLM& model, int tp) {
+  for (const auto& item : model.named_modules()) {
+    const auto linear = std::dynamic_pointer_cast<model::LinearImpl>(item.value());
+    if (!linear || !linear->float8) continue;
+    const std::string name = item.key() + ".weight";
+    const model::TpSplit split = model.placement(name).tp;
+    for (int r = 0; r < tp; ++r) {
+      std::int64_t shape[2] = {linear->out_features, linear->in_features};
+      if (tp > 1 && split.split()) {
+        const TpSlice slice = tp_slice(split, tp, r);
+        shape[slice.dim] = slice.count;
+      }
+      for (const std::int64_t width : shape) {
+        if (width % model::kFloat8Multiple == 0) continue;
+        const std::string whole = "[" + std::to_string(linear->out_features) + ", " + std::to_string(linear->in_features) + "]";
+        const std::string shard = "[" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "]";
+        throw config::ConfigError(
+            "config error: " + cfg.where("fp8") + ": fp8 = true multiplies through _scaled_mm, which takes widths that "
+            "are multiples of " + std::to_string(model::kFloat8Multiple) + "; " + name + " is " + whole +
+            (tp > 1 && split.split() ? ", " + shard + " on tensor-parallel rank " + std::to_string(r) + " of " + std::to_string(tp) : "") +
+            "\n  hint: choose hidden_size, intermediate_size and head counts whose widths (per tensor-parallel rank) are "
+            "multiples of " + std::to_string(model::kFloat8Multiple) + ", or remove fp8");
+      }
+    }
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<model::CausalLM> create_run_model(const config::Config& cfg, const RunPlan& plan,
                                                   const c10::TensorOptions& options) {
   std::shared_ptr<model::CausalLM> m = model::create_causal_lm(plan.model, options);
@@ -119,7 +155,9 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh) {
   p.fp8 = cfg.boolean("fp8");
   p.finetuning = finetuning_spec(cfg);
   if (p.finetuning.type == "lora" && cfg.is_set("adapter_name_or_path")) p.adapter_folder = cfg.string("adapter_name_or_path");
-  create_run_model(cfg, p, at::TensorOptions().device(at::kMeta));  // module names checked before anything starts
+  // Module names (and float8 widths) checked before anything starts.
+  const std::shared_ptr<model::CausalLM> shape = create_run_model(cfg, p, at::TensorOptions().device(at::kMeta));
+  if (p.fp8) check_float8_widths(cfg, *shape, mesh[MeshDim::TP]);
   if (cfg.string("distributed") == "deepspeed") p.deepspeed = config::read_deepspeed_config(cfg, mesh.dp_size());
   p.memory = engine_for(cfg).estimate_memory(cfg, p);
   return p;

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "lft/build_config.h"
+#include "lft/comm/local_communicator.h"
 #if LFT_HAS_NCCL
 #include "lft/comm/nccl_communicator.h"
 #endif
@@ -66,18 +67,25 @@ DeviceMesh::DeviceMesh(const MpiCommunicator& world, const MeshShape& shape, at:
   dp_color[static_cast<int>(MeshDim::DPReplicate)] = 0;
   dp_color[static_cast<int>(MeshDim::DPShard)] = 0;
   dp_ = world.split(mesh_rank(shape, dp_color), dp_rank(), "dp");
-  if (comms == DeviceComms::MpiStaged) {
-    for (int d = 0; d < kMeshDims; ++d) device_dims_[d] = dims_[d]->on_device(device);
-    device_dp_ = dp_->on_device(device);
-  } else if (comms == DeviceComms::Nccl) {
-#if LFT_HAS_NCCL
-    for (int d = 0; d < kMeshDims; ++d)
-      device_dims_[d] = std::make_unique<NcclCommunicator>(*dims_[d], dims_[d]->name());
-    device_dp_ = std::make_unique<NcclCommunicator>(*dp_, "dp");
-#else
-    throw std::invalid_argument("DeviceMesh: NCCL communicators need a build with NCCL");
+  if (comms == DeviceComms::Host) return;
+#if !LFT_HAS_NCCL
+  if (comms == DeviceComms::Nccl) throw std::invalid_argument("DeviceMesh: NCCL communicators need a build with NCCL");
 #endif
-  }
+  for (int d = 0; d < kMeshDims; ++d) device_dims_[d] = device_communicator(*dims_[d], device, comms);
+  device_dp_ = device_communicator(*dp_, device, comms);
+}
+
+// A group of one rank computes its collectives locally: no NCCL communicator (start-up time and
+// device memory) and no staging through host memory for it.
+std::unique_ptr<Communicator> DeviceMesh::device_communicator(const MpiCommunicator& group, at::Device device,
+                                                              DeviceComms comms) {
+  if (group.size() == 1) return std::make_unique<LocalCommunicator>(group.name(), device);
+  if (comms == DeviceComms::MpiStaged) return group.on_device(device);
+#if LFT_HAS_NCCL
+  return std::make_unique<NcclCommunicator>(group, group.name());
+#else
+  throw std::logic_error("DeviceMesh: no NCCL in this build");
+#endif
 }
 
 DeviceMesh::~DeviceMesh() = default;

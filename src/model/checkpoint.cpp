@@ -3,8 +3,10 @@
 
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <ATen/core/ivalue.h>
@@ -17,10 +19,50 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 using Fn = std::function<at::Tensor(const at::Tensor&)>;
 
-// Keeps the block alive in the autograd context (an IValue capsule) until backward.
+// The autocast state of one device type: what the forward ran under, restored for the recompute
+// (backward runs outside the forward's autocast scope; as torch.utils.checkpoint does).
+struct AutocastState {
+  at::DeviceType device;
+  bool enabled;
+  at::ScalarType dtype;
+
+  static AutocastState of(at::DeviceType device) {
+    return {device, at::autocast::is_autocast_enabled(device), at::autocast::get_autocast_dtype(device)};
+  }
+  void apply() const {
+    at::autocast::set_autocast_dtype(device, dtype);
+    at::autocast::set_autocast_enabled(device, enabled);
+  }
+};
+
+constexpr at::DeviceType kAutocastDevices[] = {at::kCPU, at::kCUDA};
+
+// Sets the forward's autocast state while it lives, and restores the backward's after.
+class AutocastRestore {
+ public:
+  explicit AutocastRestore(const std::vector<AutocastState>& forward) {
+    for (at::DeviceType d : kAutocastDevices) outer_.push_back(AutocastState::of(d));
+    for (const AutocastState& s : forward) s.apply();
+  }
+  ~AutocastRestore() {
+    for (const AutocastState& s : outer_) s.apply();
+    at::autocast::clear_cache();  // the recompute's casts of the weights are not kept
+  }
+  AutocastRestore(const AutocastRestore&) = delete;
+  AutocastRestore& operator=(const AutocastRestore&) = delete;
+
+ private:
+  std::vector<AutocastState> outer_;
+};
+
+// Keeps the block alive in the autograd context (an IValue capsule) until backward, with the
+// autocast state its forward ran under.
 struct FnHolder : torch::CustomClassHolder {
-  explicit FnHolder(Fn f) : fn(std::move(f)) {}
+  explicit FnHolder(Fn f) : fn(std::move(f)) {
+    for (at::DeviceType d : kAutocastDevices) autocast.push_back(AutocastState::of(d));
+  }
   Fn fn;
+  std::vector<AutocastState> autocast;
 };
 
 struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
@@ -43,6 +85,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     at::Tensor out;
     {
       at::AutoGradMode enable_grad(true);
+      const AutocastRestore autocast(holder->autocast);
       out = holder->fn(x);
     }
     // Drop the context's references early: the block may be large and backward is reentrant.

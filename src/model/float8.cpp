@@ -26,12 +26,24 @@ at::Tensor column_major(const at::Tensor& t) { return t.t().contiguous().t(); }
 // e5m2 value is an fp32 value) and multiplied in fp32, which is _scaled_mm's arithmetic (exact
 // products, fp32 sums, then the scales) in another summation order: LibTorch's CPU _scaled_mm
 // ranges from bf16's rate to 0.06 GFLOP/s (on AMX CPUs, measured), the fp32 GEMM does not.
+thread_local Float8GemmLog* g_gemm_log = nullptr;
+
 at::Tensor scaled_mm(const Float8Tensor& a, const Float8Tensor& b_column_major, at::ScalarType out) {
+  if (g_gemm_log != nullptr) g_gemm_log->gemms.push_back({a.data.sizes().vec(), b_column_major.data.sizes().vec()});
   if (a.data.device().is_cpu())
     return (at::mm(a.data.to(at::kFloat), b_column_major.data.to(at::kFloat)) * (a.inv_scale * b_column_major.inv_scale))
         .to(out);
   return at::_scaled_mm(a.data, b_column_major.data, a.inv_scale, b_column_major.inv_scale, std::nullopt,
                         std::nullopt, out);
+}
+
+// _scaled_mm on CUDA takes operands whose dimensions are multiples of 16. The token count is one
+// of them (the weight gradient's inner dimension): `t` [M, n] with zero rows appended up to a
+// multiple of 16. Zero rows change no amax and add nothing to any product.
+at::Tensor pad_tokens(const at::Tensor& t) {
+  const std::int64_t m = t.size(0), padded = (m + kFloat8Multiple - 1) / kFloat8Multiple * kFloat8Multiple;
+  if (padded == m) return t;
+  return at::cat({t, at::zeros({padded - m, t.size(1)}, t.options())});
 }
 
 // The amax of `t`, agreed over the tensor-parallel group when `split`.
@@ -55,10 +67,11 @@ struct Float8LinearFunction : torch::autograd::Function<Float8LinearFunction> {
     const auto out_dtype = static_cast<at::ScalarType>(out);
     const Float8Sharding* sharding = sharding_at(sharding_address);
     const at::Tensor x2 = x.reshape({-1, x.size(-1)});
-    const Float8Tensor xq = to_float8(x2, at::kFloat8_e4m3fn, amax_of(x2, sharding, sharding && sharding->input));
+    const std::int64_t tokens = x2.size(0);
+    const Float8Tensor xq = to_float8(pad_tokens(x2), at::kFloat8_e4m3fn, amax_of(x2, sharding, sharding && sharding->input));
     const Float8Tensor wq = weight8.numel() > 0 ? Float8Tensor{weight8, weight8_inv_scale}
                                                 : to_float8(weight, at::kFloat8_e4m3fn, amax_of(weight, sharding, true));
-    const at::Tensor y = scaled_mm(xq, {wq.data.t(), wq.inv_scale}, out_dtype);
+    const at::Tensor y = scaled_mm(xq, {wq.data.t(), wq.inv_scale}, out_dtype).narrow(0, 0, tokens);
     // x's float8 copy serves only the weight's gradient: a frozen weight's linear does not keep it.
     const bool weight_grad = weight.requires_grad();
     ctx->save_for_backward({weight_grad ? xq.data : at::Tensor(), weight_grad ? xq.inv_scale : at::Tensor(), wq.data, wq.inv_scale});
@@ -79,9 +92,10 @@ struct Float8LinearFunction : torch::autograd::Function<Float8LinearFunction> {
     const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
     const Float8Sharding* sharding = sharding_at(ctx->saved_data["sharding"].toInt());
     const at::Tensor g2 = grads[0].reshape({-1, wq.data.size(0)});
-    const Float8Tensor gq = to_float8(g2, at::kFloat8_e5m2, amax_of(g2, sharding, sharding && sharding->grad_output));
+    const std::int64_t tokens = g2.size(0);
+    const Float8Tensor gq = to_float8(pad_tokens(g2), at::kFloat8_e5m2, amax_of(g2, sharding, sharding && sharding->grad_output));
     // dx [M, in] = dy [M, out] @ W [out, in];  dW [out, in] = dy^T [out, M] @ x [M, in].
-    const at::Tensor dx = scaled_mm(gq, {column_major(wq.data), wq.inv_scale}, x_dtype).view(x_sizes);
+    const at::Tensor dx = scaled_mm(gq, {column_major(wq.data), wq.inv_scale}, x_dtype).narrow(0, 0, tokens).view(x_sizes);
     // A frozen weight (LoRA's base, freeze) needs no gradient: its matmul is skipped.
     const at::Tensor dw = ctx->needs_input_grad(1)
                               ? scaled_mm({gq.data.t().contiguous(), gq.inv_scale}, {column_major(xq.data), xq.inv_scale}, w_dtype)
@@ -91,6 +105,9 @@ struct Float8LinearFunction : torch::autograd::Function<Float8LinearFunction> {
 };
 
 }  // namespace
+
+Float8GemmLog::Float8GemmLog() : previous_(g_gemm_log) { g_gemm_log = this; }
+Float8GemmLog::~Float8GemmLog() { g_gemm_log = previous_; }
 
 double float8_max(at::ScalarType dtype) {
   if (dtype == at::kFloat8_e4m3fn) return 448.0;

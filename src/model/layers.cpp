@@ -8,6 +8,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 
+#include "lft/build_config.h"
+#if LFT_HAS_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#endif
+
 #include "lft/model/float8.h"
 #include "lft/model/fused.h"
 #include "lft/model/init.h"
@@ -31,6 +36,20 @@ at::Tensor new_parameter(const std::vector<std::int64_t>& shape, const c10::Tens
   return at::full(shape, value, param_options(options));
 }
 
+// On the CPU from a CPU generator; on a GPU from a CUDA generator of the same seed, on the device
+// (no mask drawn on the host and copied over, which would block the host every layer).
+at::Tensor dropout_keep_mask(at::IntArrayRef sizes, double keep, std::uint64_t seed, const at::Device& device) {
+#if LFT_HAS_CUDA
+  if (device.is_cuda()) {
+    at::Generator gen = at::cuda::detail::createCUDAGenerator(device.index());
+    gen.set_current_seed(seed);
+    return at::empty(sizes, at::TensorOptions().dtype(at::kFloat).device(device)).bernoulli_(keep, gen);
+  }
+#endif
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::bernoulli(at::full(sizes, keep, at::kFloat), gen).to(device);
+}
+
 }  // namespace
 
 // ---- Linear, Embedding, RMSNorm ----
@@ -50,10 +69,9 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
   at::Tensor in = x;
   const std::uint64_t seed = DropoutSeedScope::current();
   if (lora_dropout > 0 && seed != 0 && at::GradMode::is_enabled()) {
-    // Drawn on the CPU from a generator of (the scope's seed, this adapter): the same mask when
-    // the layer is recomputed, and on every tensor-parallel rank of the same input.
-    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed, dropout_id_));
-    const at::Tensor keep = at::bernoulli(at::full(x.sizes(), 1.0 - lora_dropout, at::kFloat), gen);
+    // Drawn from a generator of (the scope's seed, this adapter): the same mask when the layer is
+    // recomputed, and on every tensor-parallel rank of the same input.
+    const at::Tensor keep = dropout_keep_mask(x.sizes(), 1.0 - lora_dropout, mix_seed(seed, dropout_id_), x.device());
     in = x * (keep / (1.0 - lora_dropout)).to(x.options());
   }
   return y + at::linear(at::linear(in, lora_A->weight), lora_B->weight) * lora_scaling;

@@ -55,11 +55,23 @@ void check_vocabulary(const config::Config& cfg, const model::ModelConfig& model
 
 }  // namespace
 
+namespace {
+
+// On a GPU through pinned host memory, without blocking the host: the copy is queued on the
+// compute stream, and the pinned buffer is not reused before it has run.
+at::Tensor to_device(const at::Tensor& host, const at::Device& device) {
+  if (device.is_cpu()) return host;
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+}  // namespace
+
 engine::MicroBatch Trainer::State::device_batch(const data::Batch& b) const {
   engine::MicroBatch m;
-  m.input_ids = b.input_ids.to(torch_device());
-  if (data->segments() && b.segment_ids.defined()) m.segment_ids = b.segment_ids.to(torch_device());
-  m.weights = b.weights.to(torch_device());
+  const at::Device device = torch_device();
+  m.input_ids = to_device(b.input_ids, device);
+  if (data->segments() && b.segment_ids.defined()) m.segment_ids = to_device(b.segment_ids, device);
+  m.weights = to_device(b.weights, device);
   return m;
 }
 

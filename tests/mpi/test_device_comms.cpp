@@ -120,6 +120,10 @@ TEST(DeviceComm, StagedMeshOnCudaHasGpuDeviceCommunicators) {
   EXPECT_THROW(mesh.dp().all_reduce(on_gpu), std::invalid_argument);
   mesh.device_dp().all_reduce(on_gpu);
   EXPECT_EQ(on_gpu.sum().item<float>(), 2.0f * world().size());
+  // A dimension of size 1 computes locally: nothing staged through host memory, no NCCL for it.
+  EXPECT_STREQ(mesh.device_comm(MeshDim::TP).backend(), "local");
+  EXPECT_STREQ(mesh.device_comm(MeshDim::PP).backend(), "local");
+  EXPECT_STREQ(mesh.device_comm(MeshDim::DPShard).backend(), world().size() == 1 ? "local" : "mpi");
 }
 
 }  // namespace

@@ -119,6 +119,30 @@ TEST(Float8, FrozenWeightGetsNoGradientAndTheSameInputGradient) {
   EXPECT_TRUE(w_trained.grad().defined());
 }
 
+// _scaled_mm on CUDA needs every operand dimension to be a multiple of 16: 15 tokens are padded
+// to 16 in all three GEMMs, and the results are those of the 15 tokens.
+TEST(Float8, EveryGemmGetsDimensionsThatAreMultiplesOf16) {
+  at::manual_seed(6);
+  const at::Tensor x = at::randn({3, 5, 32}).requires_grad_(true);
+  const at::Tensor w = (at::randn({48, 32}) * 0.1).requires_grad_(true);
+  const at::Tensor dy = at::randn({3, 5, 48});
+  Float8GemmLog log;
+  const at::Tensor y = float8_linear(x, w, {});
+  y.backward(dy);
+  ASSERT_EQ(log.gemms.size(), 3u);  // forward, input gradient, weight gradient
+  using Shape = std::vector<std::int64_t>;
+  EXPECT_EQ(log.gemms[0], std::make_pair(Shape{16, 32}, Shape{32, 48}));
+  EXPECT_EQ(log.gemms[1], std::make_pair(Shape{16, 48}, Shape{48, 32}));
+  EXPECT_EQ(log.gemms[2], std::make_pair(Shape{48, 16}, Shape{16, 32}));
+  for (const auto& [a, b] : log.gemms)
+    for (const std::int64_t d : {a[0], a[1], b[0], b[1]}) EXPECT_EQ(d % kFloat8Multiple, 0) << d;
+  EXPECT_EQ(y.sizes(), (at::IntArrayRef{3, 5, 48}));
+  EXPECT_EQ(x.grad().sizes(), x.sizes());
+  const Float8Tensor xq = to_float8(x.detach().reshape({15, 32}), at::kFloat8_e4m3fn);
+  const Float8Tensor gq = to_float8(dy.reshape({15, 48}), at::kFloat8_e5m2);
+  EXPECT_TRUE(at::allclose(w.grad(), at::matmul(dequantized(gq).t(), dequantized(xq)), 1e-5, 1e-5));
+}
+
 TEST(Float8, AutocastComputesInTheAutocastDtype) {
   at::manual_seed(4);
   Linear l(32, 16, false);

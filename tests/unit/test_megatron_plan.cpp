@@ -6,6 +6,7 @@
 
 #include "lft/config/config.h"
 #include "lft/engine/megatron_plan.h"
+#include "lft/engine/run_plan.h"
 #include "lft/model/families.h"
 #include "test_util.h"
 
@@ -103,6 +104,26 @@ TEST(MegatronPlan, ImpossibleSettingsNameTheNumbers) {
                   "8 decoder layers do not divide into pp x virtual stages = 2 x 3 = 6");
   EXPECT_CONTAINS(error([] { plan(run("decoder_first_pipeline_num_layers = 7\n"), 3, 1); }), "cannot fill 3");
   EXPECT_CONTAINS(error([] { plan(run("sequence_parallel = true\n"), 1, 3); }), "attention heads");
+}
+
+// fp8's GEMMs (_scaled_mm on CUDA) take widths that are multiples of 16: each float8 linear is
+// checked as every tensor-parallel rank holds it, when the run is planned.
+TEST(MegatronPlan, Float8WidthsAreMultiplesOf16OnEveryTensorParallelRank) {
+  auto fp8_run = [](std::int64_t ffn) {
+    return config::parse_config("distributed = \"megatron\"\nfp8 = true\ntrain_dataset = \"" + data_file() +
+                                    "\"\ncutoff_len = 32\n[model]\nvocab_size = 259\nhidden_size = 32\n"
+                                    "intermediate_size = " + std::to_string(ffn) +
+                                    "\nnum_hidden_layers = 2\nnum_attention_heads = 4\nnum_key_value_heads = 2\n",
+                                "fp8.toml");
+  };
+  EXPECT_NO_THROW(resolve_run_plan(fp8_run(64), mesh(1, 1)));  // k/v 16 wide, q/o 32, ffn 64
+  const std::string odd = test::message_of<config::ConfigError>([&] { resolve_run_plan(fp8_run(66), mesh(1, 1)); });
+  EXPECT_CONTAINS(odd, "fp8.toml:2:1: key 'fp8'");
+  EXPECT_CONTAINS(odd, "model.layers.0.mlp.gate_proj.weight is [66, 32]");
+  EXPECT_CONTAINS(odd, "multiples of 16");
+  // tp 2: each rank holds one of the two kv heads, 8 wide.
+  const std::string split = test::message_of<config::ConfigError>([&] { resolve_run_plan(fp8_run(64), mesh(1, 2)); });
+  EXPECT_CONTAINS(split, "model.layers.0.self_attn.k_proj.weight is [16, 32], [8, 32] on tensor-parallel rank 0 of 2");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/function.h>
 
+#include "lft/model/autocast.h"
 #include "lft/model/checkpoint.h"
 #include "lft/model/init.h"
 #include "lft/model/llama.h"
@@ -338,6 +339,36 @@ TEST(Llama, GradientCheckpointingMatchesAndKeepsLessGraph) {
   EXPECT_GT(nodes[0], nodes[1] + 3 * 20);
   std::cout << "autograd nodes: " << nodes[0] << " without, " << nodes[1]
             << " with checkpointing\n";
+}
+
+// The recompute in backward runs outside the forward's autocast scope: it must restore the
+// forward's bf16 autocast, or the gradients belong to an fp32 forward that never ran.
+TEST(Llama, GradientCheckpointingRecomputesUnderTheForwardsAutocast) {
+  const ModelConfig c = tiny(3);
+  LlamaForCausalLM m(c);
+  randomize(*m, 9);
+  const at::Tensor ids = ids_for(c, 2, 12, 2);
+  std::map<std::string, at::Tensor> grads[2];
+  double losses[2] = {0, 0};
+  for (int ckpt = 0; ckpt < 2; ++ckpt) {
+    m->set_gradient_checkpointing(ckpt == 1);
+    m->zero_grad();
+    at::Tensor loss;
+    {
+      const AutocastScope autocast(at::kBFloat16, at::kCPU);
+      loss = token_losses(m(ids), ids, 0).sum();
+    }
+    EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU));
+    losses[ckpt] = loss.item<double>();
+    loss.backward();
+    EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU)) << "backward left autocast on";
+    for (const auto& p : m->named_parameters()) grads[ckpt][p.key()] = p.value().grad().clone();
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  for (const auto& [name, g] : grads[0]) {
+    const double scale = g.abs().max().item<double>();
+    EXPECT_LE(max_abs(g, grads[1][name]), 1e-6 * scale) << name;
+  }
 }
 
 TEST(Llama, GradientCheckpointingFiresParameterHooksAndWorksWithFrozenEmbedding) {

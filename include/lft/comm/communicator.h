@@ -33,7 +33,9 @@ class Work {
   const std::string& what() const { return what_; }
 
  protected:
-  Work(std::string what, CollStats* stats);
+  // host_timed: seconds and waited_seconds are the host's (false: the backend adds them from
+  // the device's own timings).
+  Work(std::string what, CollStats* stats, bool host_timed = true);
   virtual void block() = 0;     // wait for the backend
   virtual bool poll() = 0;      // the backend's non-blocking test
   virtual void finish() {}      // after completion: copy back, divide for Avg
@@ -44,6 +46,7 @@ class Work {
   std::string what_;
   CollStats* stats_;
   std::chrono::steady_clock::time_point start_;
+  bool host_timed_;
   bool done_ = false;
 };
 
@@ -60,6 +63,9 @@ class Communicator {
   const at::Device& device() const { return device_; }
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_.reset(); }
+  // Adds the timings a backend measures on the device (CUDA events) once they are known; call
+  // before reading seconds and waited_seconds. A no-op where the host measures them.
+  virtual void settle_stats() {}
   virtual const char* backend() const = 0;
 
   // In place: every rank's `t` becomes the reduction over the group.

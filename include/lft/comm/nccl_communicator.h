@@ -3,12 +3,15 @@
 // communicator's own stream, after what the compute stream queued before the call; wait() makes
 // the compute stream wait for them (the host does not block), and the buffers they use are
 // recorded on that stream so the allocator does not reuse them while NCCL may still touch them.
+// Every host call into NCCL runs under the watchdog, which aborts every NCCL communicator when a
+// deadline passes; seconds and waited_seconds are measured on the device (settle_stats).
 #pragma once
 
 #include <c10/cuda/CUDAStream.h>
 #include <nccl.h>
 
 #include <initializer_list>
+#include <memory>
 
 #include "lft/comm/communicator.h"
 #include "lft/comm/mpi_communicator.h"
@@ -24,6 +27,9 @@ class NcclCommunicator : public Communicator {
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   const char* backend() const override { return "nccl"; }
+  void settle_stats() override;
+
+  struct Timings;  // the device's timings of operations and waits (CUDA events)
 
  protected:
   WorkPtr do_all_reduce(const at::Tensor& t, ReduceOp op, CallInfo info) override;
@@ -45,7 +51,13 @@ class NcclCommunicator : public Communicator {
 
   ncclComm_t comm_ = nullptr;
   c10::cuda::CUDAStream stream_;
+  std::unique_ptr<Timings> timings_;
+  cudaEvent_t begin_ = nullptr;  // the start of the operation being posted (enter to leave)
 };
+
+// Ends the job with a report when a NCCL communicator has failed asynchronously (a peer died, a
+// network error): the host's waits call it while they poll (device_read.h).
+void nccl_check_async_errors();
 
 // The NCCL library's version, e.g. "2.28.9".
 std::string nccl_version();

@@ -22,6 +22,9 @@ class Watchdog {
   static double setup_timeout();
   // What this rank waits in now, or nullptr. Async-signal-safe (for signal handlers).
   static const char* current_wait();
+  // Called on the watchdog's thread when a deadline passes, before the job is aborted: releases
+  // what a blocked call holds (NCCL aborts its communicators). Registered once, never removed.
+  static void add_abort_hook(void (*hook)());
 
   // While a Scope lives, its description is "what this rank waits in"; if it lives longer than
   // `timeout_seconds` the job is aborted. `timeout_key` names the config key that sets it.

@@ -44,7 +44,8 @@ class DeviceMesh {
   // Collective over `world`: splits one communicator per dim and one for dp. The shape must
   // cover exactly world.size() ranks (std::invalid_argument otherwise: callers validate first).
   // On a GPU `device`, each group also gets device communicators: NCCL (needs LFT_HAS_NCCL) or
-  // MPI staged through host memory; on the CPU the host communicators serve both roles.
+  // MPI staged through host memory, and a local one for a group of one rank (local_communicator.h);
+  // on the CPU the host communicators serve both roles.
   DeviceMesh(const MpiCommunicator& world, const MeshShape& shape, at::Device device = at::kCPU,
              DeviceComms comms = DeviceComms::Host);
   ~DeviceMesh();
@@ -68,6 +69,9 @@ class DeviceMesh {
   DeviceComms device_comms() const { return comms_; }
 
  private:
+  static std::unique_ptr<Communicator> device_communicator(const MpiCommunicator& group, at::Device device,
+                                                           DeviceComms comms);
+
   MeshShape shape_;
   at::Device device_;
   DeviceComms comms_;

@@ -13,7 +13,8 @@ namespace lft::model {
 // gradients of the parameters fn uses into their .grad and fires every hook registered on them
 // (as a normal backward does; the DDP engine relies on this), then passes the input's gradient on.
 // This is the "reentrant" scheme of torch.utils.checkpoint(use_reentrant=True), without RNG state
-// restore: fn must be deterministic (no dropout).
+// restore: fn must be deterministic (its dropout is seeded). The recompute runs under the autocast
+// state (CPU and CUDA) of the forward, so a bf16 forward is recomputed in bf16.
 //
 // When grad mode is off, simply returns fn(input). When the input does not require grad (e.g. a
 // frozen embedding under LoRA), it is replaced by a detached leaf that does, so the output still

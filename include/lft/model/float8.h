@@ -11,7 +11,10 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
+#include <cstdint>
 #include <functional>
+#include <utility>
+#include <vector>
 
 namespace lft::model {
 
@@ -20,6 +23,22 @@ class CausalLM;
 struct Float8Tensor {
   at::Tensor data;       // float8_e4m3fn or float8_e5m2, the shape of the source
   at::Tensor inv_scale;  // fp32 scalar: source ~= data * inv_scale
+};
+
+// _scaled_mm on CUDA needs every dimension of both operands to be a multiple of this: the linear
+// widths are checked when the run is planned, the token count is padded with zero rows.
+constexpr std::int64_t kFloat8Multiple = 16;
+
+// While one lives, the float8 GEMMs of this thread append their operand shapes (tests).
+struct Float8GemmLog {
+  Float8GemmLog();
+  ~Float8GemmLog();
+  Float8GemmLog(const Float8GemmLog&) = delete;
+  Float8GemmLog& operator=(const Float8GemmLog&) = delete;
+  std::vector<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> gemms;  // (a, b)
+
+ private:
+  Float8GemmLog* previous_;
 };
 
 // The largest finite value of e4m3fn (448) or e5m2 (57344).

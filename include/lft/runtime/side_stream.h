@@ -1,6 +1,8 @@
-// While a SideStreamScope lives, the CUDA work the thread queues goes to a second stream of the
-// device (from LibTorch's pool), so that it overlaps the compute stream: host-to-device copies of
-// offloaded shards ahead of their all-gather. A no-op for the CPU.
+// While a SideStreamScope lives, the CUDA work the thread queues goes to the device's one side
+// stream, so that it overlaps the compute stream: host-to-device copies of offloaded shards ahead
+// of their all-gather. The side stream first waits for what the compute stream queued before the
+// scope, so memory the allocator hands out again is not written while compute kernels still
+// read it. A no-op for the CPU.
 #pragma once
 
 #include <c10/core/Device.h>
