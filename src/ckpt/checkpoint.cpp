@@ -117,6 +117,15 @@ void check_format(const StoreReader& store, const std::string& folder) {
 
 }  // namespace
 
+void check_save_targets(MPI_Comm world, const std::string& output_dir,
+                        const std::function<bool(std::int64_t)>& will_save) {
+  decided_by_rank0(world, [&]() -> std::string {
+    for (const std::int64_t step : named_steps(output_dir))
+      if (will_save(step)) refuse_to_replace(output_dir, step);
+    return "";
+  });
+}
+
 std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
                             const RunInfo& run, const Progress& progress,
                             const std::vector<HeldTensor>& params, const optim::Optimizer& optimizer) {
@@ -125,6 +134,7 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
   // Written aside: an existing checkpoint of this step stays whole until the new one is complete.
   const std::string state = partial_folder(options.output_dir, name) + (options.per_rank ? "/state" : "/state.h5");
   decided_by_rank0(world, [&]() -> std::string {
+    refuse_to_replace(options.output_dir, progress.step);
     prepare_partial(options.output_dir, name);
     return "";
   });
@@ -176,13 +186,21 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
   writer.set_attribute("/", "data_num_samples", progress.sampler.num_samples);
   writer.set_attribute("/", "data_global_batch", progress.sampler.global_batch);
   writer.close();
+  inject_publish_freeze_if_requested();
 
-  LFT_MPI_CHECK(MPI_Barrier(world));  // every rank's bytes are on disk before COMPLETE
+  // The writing is done: what is left are waits for the other ranks, under comm_timeout (not the
+  // whole save's deadline), so a rank frozen here ends the job with a report within it.
+  {
+    Watchdog::Scope wait("waiting for every rank to finish writing " + folder, Watchdog::collective_timeout(),
+                         "comm_timeout");
+    LFT_MPI_CHECK(MPI_Barrier(world));  // every rank's bytes are on disk before COMPLETE
+  }
   if (mpi_rank(world) == 0) {
     if (publish_checkpoint(options.output_dir, name, progress.step))
       log_rank("replaced " + folder + " (saved earlier) with this run's checkpoint of the same step");
     rotate_checkpoints(options.output_dir, options.total_limit, name);
   }
+  Watchdog::Scope wait("waiting for rank 0 to publish " + folder, Watchdog::collective_timeout(), "comm_timeout");
   LFT_MPI_CHECK(MPI_Barrier(world));
   return folder;
 }

@@ -75,6 +75,36 @@ std::string state_path(const std::string& folder) {
 
 bool is_complete(const std::string& folder) { return exists(folder + "/COMPLETE"); }
 
+std::string not_lftrains(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return "";
+  if (S_ISLNK(st.st_mode)) return "a link";
+  if (!S_ISDIR(st.st_mode)) return "a file";
+  return is_complete(path) ? "" : "a folder without COMPLETE";
+}
+
+std::vector<std::int64_t> named_steps(const std::string& output_dir) {
+  std::vector<std::int64_t> steps;
+  if (DIR* dir = opendir(output_dir.c_str())) {
+    while (const dirent* e = readdir(dir)) {
+      const std::int64_t step = step_of(e->d_name);
+      if (step >= 0) steps.push_back(step);
+    }
+    closedir(dir);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+void refuse_to_replace(const std::string& output_dir, std::int64_t step) {
+  const std::string path = output_dir + "/" + checkpoint_name(step);
+  const std::string what = not_lftrains(path);
+  if (what.empty()) return;
+  throw UsageError("checkpoint error: " + path + " is " + what + " that lftrain did not write, and saving step " +
+                   std::to_string(step) + " would replace it; it was left as it is and nothing was saved\n"
+                   "  hint: move it out of output_dir, or choose another output_dir");
+}
+
 void make_directories(const std::string& path) {
   std::string partial;
   for (std::size_t i = 0; i <= path.size(); ++i) {

@@ -63,4 +63,14 @@ void inject_save_fault_if_requested() {
   std::raise(SIGKILL);
 }
 
+void inject_publish_freeze_if_requested() {
+  const char* spec = std::getenv("LFT_TEST_FREEZE_IN_SAVE");  // "RANK" (its first save) or "RANK:N"
+  if (spec == nullptr || *spec == '\0' || std::atoi(spec) != world_rank_or_minus_one()) return;
+  static std::atomic<int> saves{0};
+  const char* colon = std::strchr(spec, ':');
+  if (++saves != (colon != nullptr ? std::atoi(colon + 1) : 1)) return;
+  log_rank("LFT_TEST_FREEZE_IN_SAVE: stopping this rank between writing a checkpoint and its publication");
+  std::raise(SIGSTOP);
+}
+
 }  // namespace lft

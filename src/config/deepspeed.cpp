@@ -2,6 +2,7 @@
 // optimizer or scheduler), then every key against the table of known keys (rules()), then the
 // values resolved against the TOML, then a note for each key accepted without effect.
 #include "lft/config/deepspeed.h"
+#include "lft/runtime/json_nesting.h"
 
 #include <algorithm>
 #include <cmath>
@@ -287,6 +288,8 @@ class DuplicateKeys {
 };
 
 json parse(const std::string& file, const std::string& text) {
+  if (const std::string deep = json_too_deep(text); !deep.empty())
+    detail::fail(file, nullptr, "malformed JSON: " + deep, "a DeepSpeed config nests its settings a few levels deep");
   try {
     return json::parse(text, DuplicateKeys(file));
   } catch (const json::parse_error& e) {

@@ -20,6 +20,60 @@ using detail::ItemKind;
 
 const char kCommandLine[] = "<command line>";
 
+// toml11 parses nested arrays and inline tables recursively: a value nested tens of thousands
+// deep overflowed the stack. The nesting is counted first, in one pass outside strings and
+// comments.
+constexpr int kMaxTomlNesting = 128;
+
+// The index just past the string that opens at `i` (quote `q`; ''' and """ span lines), counting
+// the newlines it holds into `line`.
+std::size_t skip_toml_string(const std::string& text, std::size_t i, int& line) {
+  const char q = text[i];
+  const bool multi = text.compare(i, 3, std::string(3, q)) == 0;
+  std::size_t j = i + (multi ? 3 : 1);
+  for (; j < text.size(); ++j) {
+    if (text[j] == '\n') {
+      if (!multi) return j;  // an unclosed string: toml11 reports it
+      ++line;
+    } else if (text[j] == '\\' && q == '"') {
+      ++j;
+    } else if (text[j] == q && (!multi || text.compare(j, 3, std::string(3, q)) == 0)) {
+      return j + (multi ? 3 : 1);
+    }
+  }
+  return j;
+}
+
+void check_toml_nesting(const std::string& text, const std::string& file) {
+  int depth = 0, line = 1;
+  std::size_t line_start = 0;
+  for (std::size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      line_start = ++i;
+    } else if (c == '#') {
+      i = std::min(text.find('\n', i), text.size());
+    } else if (c == '"' || c == '\'') {
+      const int before = line;
+      i = skip_toml_string(text, i, line);
+      if (line != before) line_start = text.rfind('\n', i - 1) + 1;
+    } else {
+      if ((c == '[' || c == '{') && ++depth > kMaxTomlNesting) {
+        Location loc;
+        loc.file = file;
+        loc.line = line;
+        loc.column = static_cast<int>(i - line_start) + 1;
+        detail::fail(file, &loc, "values nested more than " + std::to_string(kMaxTomlNesting) + " levels deep",
+                     "a config nests a table or a list a few levels at most");
+      }
+      if ((c == ']' || c == '}') && depth > 0) --depth;
+      ++i;
+    }
+  }
+}
+
+
 std::string trim(const std::string& s) {
   const char* ws = " \t\r\n";
   std::size_t b = s.find_first_not_of(ws);
@@ -172,6 +226,7 @@ std::vector<Item> parse_override(const std::string& file, const std::string& arg
   const bool list_value = spec != nullptr && spec->list && !raw.empty() && raw.front() == '[';
   if (spec == nullptr || spec->type != ValueType::String || list_value) {
     try {
+      check_toml_nesting("v = " + raw, kCommandLine);
       std::istringstream is("v = " + raw);
       const toml::value parsed = toml::parse(is, kCommandLine);
       if (parsed.is_table() && parsed.as_table().size() == 1 && parsed.contains("v")) {
@@ -208,6 +263,7 @@ Config parse_config(const std::string& text, const std::string& file_name,
   if (in.yaml) {
     detail::flatten_yaml(text, file_name, in);
   } else {
+    check_toml_nesting(text, file_name);
     toml::value root;
     try {
       std::istringstream is(text);

@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +17,65 @@
 
 namespace lft::config::detail {
 namespace {
+
+// YAML 1.1's scalars as LlamaFactory's loader types them, scanned in one pass (std::regex
+// recurses per character and overflowed the stack on a value of ~50,000 characters).
+bool is_yaml_bool(const std::string& s) {
+  static const char* const kWords[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON",
+                                       "false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+  for (const char* w : kWords)
+    if (s == w) return true;
+  return false;
+}
+
+std::size_t skip_digits(const std::string& s, std::size_t i) {
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+  return i;
+}
+
+std::size_t skip_sign(const std::string& s, std::size_t i) {
+  return i < s.size() && (s[i] == '-' || s[i] == '+') ? i + 1 : i;
+}
+
+// [-+]?[0-9]+
+bool is_integer(const std::string& s) {
+  const std::size_t start = skip_sign(s, 0), end = skip_digits(s, start);
+  return end > start && end == s.size();
+}
+
+// [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+bool is_float(const std::string& s) {
+  std::size_t i = skip_sign(s, 0);
+  if (i < s.size() && s[i] == '.') {
+    const std::size_t end = skip_digits(s, i + 1);
+    if (end == i + 1) return false;
+    i = end;
+  } else {
+    const std::size_t end = skip_digits(s, i);
+    if (end == i) return false;
+    i = end;
+    if (i < s.size() && s[i] == '.') i = skip_digits(s, i + 1);
+  }
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    const std::size_t digits = skip_sign(s, i + 1), end = skip_digits(s, digits);
+    if (end == digits) return false;
+    i = end;
+  }
+  return i == s.size();
+}
+
+// The 1-based line of the last '---' line at or before line `at` (-1: anywhere): where a document
+// whose content starts at `at` opens.
+int document_marker_before(const std::string& text, int at) {
+  int line = 1, found = 0;
+  for (std::size_t start = 0; start < text.size() && (at < 0 || line <= at); ++line) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    if (text.compare(start, 3, "---") == 0) found = line;
+    start = end + 1;
+  }
+  return found;
+}
 
 class YamlReader {
  public:
@@ -84,21 +142,19 @@ class YamlReader {
   Value typed(const YAML::Node& node, const Location& loc) const {
     const std::string& s = node.Scalar();
     if (node.Tag() == "!") return s;  // quoted
-    static const std::regex kBool("true|True|TRUE|yes|Yes|YES|on|On|ON|false|False|FALSE|no|No|NO|off|Off|OFF");
-    static const std::regex kInt("[-+]?[0-9]+");
-    static const std::regex kFloat("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
-    if (std::regex_match(s, kBool)) {
+    if (is_yaml_bool(s)) {
       const char c = s[0];
       return c == 't' || c == 'T' || c == 'y' || c == 'Y' || (s.size() == 2 && (s[1] == 'n' || s[1] == 'N'));
     }
-    if (std::regex_match(s, kInt)) {
+    if (is_integer(s)) {
       errno = 0;
       const long long v = std::strtoll(s.c_str(), nullptr, 10);
       if (errno == ERANGE)
-        fail(file_, &loc, "the integer " + s + " is outside the 64-bit range", "use a smaller value");
+        fail(file_, &loc, "the integer " + (s.size() > 40 ? s.substr(0, 40) + "... (" + std::to_string(s.size()) + " digits)" : s) +
+                              " is outside the 64-bit range", "use a smaller value");
       return static_cast<std::int64_t>(v);
     }
-    if (std::regex_match(s, kFloat)) return std::strtod(s.c_str(), nullptr);
+    if (is_float(s)) return std::strtod(s.c_str(), nullptr);
     return s;
   }
 
@@ -131,7 +187,18 @@ bool is_yaml_file(const std::string& file_name) {
 void flatten_yaml(const std::string& text, const std::string& file_name, Input& in) {
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    if (documents.size() > 1) {
+      // LlamaFactory's loader (yaml.safe_load) refuses a stream of several documents too.
+      Location loc;
+      loc.file = file_name;
+      loc.line = document_marker_before(text, documents[1].Mark().line >= 0 ? documents[1].Mark().line + 1 : -1);
+      loc.column = 1;
+      fail(file_name, &loc,
+           "a second YAML document starts here ('---'): a config is one document, and the keys after it would be lost",
+           "merge the documents into one, or remove the '---' line");
+    }
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::ParserException& e) {
     Location loc;
     loc.file = file_name;

@@ -111,6 +111,11 @@ void contradictions(const Input& in) {
   }
   const Checked* max_steps = get(in, "max_steps");
   const Checked* epochs = get(in, "num_train_epochs");
+  // In a LlamaFactory YAML 0 is the Hugging Face Trainer's "no limit" (num_train_epochs decides);
+  // lftrain's own files say -1 for that, and 0 would read as "train no step".
+  if (max_steps && std::get<std::int64_t>(max_steps->value) == 0 && !in.yaml)
+    fail(in.file, &max_steps->loc, "max_steps = 0 would train no step",
+         "give the number of steps, or -1 (the default) to run num_train_epochs epochs");
   // A LlamaFactory YAML often keeps num_train_epochs beside max_steps, which then wins (as in the
   // Hugging Face Trainer).
   if (max_steps && epochs && std::get<std::int64_t>(max_steps->value) != -1 && !in.yaml) {

@@ -208,7 +208,8 @@ std::vector<KeySpec> build() {
           .max(1),
       K("warmup_steps", I, "Optimizer steps of linear warm-up (or warmup_ratio)").def(0).min(0),
       K("max_steps", I,
-        "Total optimizer steps; -1: run num_train_epochs epochs (set one of the two)")
+        "Total optimizer steps; -1: run num_train_epochs epochs (set one of the two); 0 is refused, except in a "
+        "LlamaFactory YAML, where it means -1 as in the Hugging Face Trainer")
           .def(-1)
           .min(-1),
       K("num_train_epochs", F, "Epochs over train_dataset, used when max_steps = -1")

@@ -4,12 +4,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <variant>
 
 #include "internal.h"
+#include "lft/runtime/json_nesting.h"
 
 namespace lft::config::detail {
 namespace {
@@ -258,7 +260,9 @@ void check_path(const Input& in, const Item& item) {
           fail(in.file, &item.loc, key + "model folder " + shown + " has no config.json", what_hf);
         }
         std::ifstream file(json_path);
-        const nlohmann::json json = nlohmann::json::parse(file, nullptr, false);
+        const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+        const nlohmann::json json =
+            json_too_deep(text).empty() ? nlohmann::json::parse(text, nullptr, false) : nlohmann::json(nlohmann::json::value_t::discarded);
         if (json.is_discarded() || !json.is_object()) {
           fail(in.file, &item.loc,
                key + format_value(Value{json_path.string()}) + " is not a JSON object",

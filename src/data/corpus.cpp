@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lft/runtime/error.h"
+#include "lft/runtime/json_nesting.h"
 
 namespace lft::data {
 namespace {
@@ -182,6 +183,7 @@ std::vector<std::string> read_jsonl(const std::string& path, const std::string& 
   for_each_line(text, [&](std::size_t line_no, const std::string& line) {
     if (is_blank(line)) return;
     json record;
+    if (const std::string deep = json_too_deep(line); !deep.empty()) fail(at_line(path, line_no), deep);
     try {
       record = json::parse(line);
     } catch (const json::parse_error& e) {
@@ -254,6 +256,7 @@ std::vector<std::size_t> top_level_element_offsets(const std::string& text) {
 
 std::vector<std::string> read_json(const std::string& path, const std::string& text) {
   const std::size_t first = text.find_first_not_of(" \t\r\n");
+  if (const std::string deep = json_too_deep(text); !deep.empty()) fail(path, deep);
   json root;
   try {
     root = json::parse(text);

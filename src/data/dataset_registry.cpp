@@ -9,6 +9,7 @@
 
 #include "lft/config/config.h"
 #include "lft/runtime/error.h"
+#include "lft/runtime/json_nesting.h"
 
 namespace lft::data {
 namespace {
@@ -23,6 +24,7 @@ json read_registry(const std::string& file) {
                             "files with train_dataset");
   std::stringstream text;
   text << in.rdbuf();
+  if (const std::string deep = json_too_deep(text.str()); !deep.empty()) throw UsageError(file + ": " + deep);
   json root = json::parse(text.str(), nullptr, false);
   if (root.is_discarded() || !root.is_object())
     throw UsageError(file + " is not a JSON object of dataset entries (invalid JSON?)");
@@ -52,7 +54,7 @@ void read_string(const json& object, const char* key, std::string& out, const st
 
 // A `columns` or `tags` object: the keys it names, and nothing else (LlamaFactory's rule).
 void read_names(const json& entry, const char* group, const std::vector<std::pair<const char*, std::string*>>& fields,
-                const std::string& where) {
+                const std::string& where, std::vector<std::pair<std::string, std::string>>* named = nullptr) {
   const auto it = entry.find(group);
   if (it == entry.end() || it->is_null()) return;
   if (!it->is_object()) throw UsageError(where + ": \"" + group + "\" must be an object");
@@ -66,6 +68,7 @@ void read_names(const json& entry, const char* group, const std::vector<std::pai
   for (const auto& [key, target] : fields) {
     *target = "";
     read_string(*it, key, *target, where + ": " + group);
+    if (named != nullptr && it->contains(key) && !target->empty()) named->emplace_back(key, *target);
   }
 }
 
@@ -109,7 +112,8 @@ DatasetSource source_of(const std::string& name, const json& entry, const std::s
   read_names(entry, "columns",
              {{"prompt", &c.prompt}, {"query", &c.query}, {"response", &c.response}, {"history", &c.history},
               {"system", &c.system}, {"messages", &c.messages}},
-             where);
+             where, &s.named_columns);
+  s.registry_entry = where;
   read_names(entry, "tags",
              {{"role_tag", &c.role_tag}, {"content_tag", &c.content_tag}, {"user_tag", &c.user_tag},
               {"assistant_tag", &c.assistant_tag}, {"observation_tag", &c.observation_tag},

@@ -11,6 +11,7 @@
 
 #include "hf_tokenizer_internal.h"
 #include "lft/runtime/error.h"
+#include "lft/runtime/json_nesting.h"
 
 namespace lft::data {
 namespace hf {
@@ -239,6 +240,7 @@ hf::Json read_json(const std::string& path) {
   if (!in) throw UsageError("cannot read tokenizer file '" + path + "'");
   std::ostringstream text;
   text << in.rdbuf();
+  if (const std::string deep = json_too_deep(text.str()); !deep.empty()) throw UsageError(path + ": " + deep);
   try {
     return hf::Json::parse(text.str());
   } catch (const hf::Json::exception& e) {

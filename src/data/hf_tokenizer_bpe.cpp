@@ -86,9 +86,11 @@ Bpe::Bpe(const Json& m, bool byte_level) : byte_level_(byte_level) {
   std::int32_t max_id = -1;
   for (const auto& [token, id] : vocab.items()) {
     file_keys_.push_back(token);
-    ids.push_back(id.get<std::int32_t>());
-    if (ids.back() < 0)
-      throw std::invalid_argument("vocab id " + std::to_string(ids.back()) + " < 0");
+    // Checked before any table is sized by it: an id of 2^31-1 made every rank allocate its table.
+    if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= kMaxTokenId)
+      throw std::invalid_argument("model.vocab: token " + Json(token).dump() + " has id " + id.dump() +
+                                  ", outside [0, " + std::to_string(kMaxTokenId) + ") (no vocabulary is that large)");
+    ids.push_back(static_cast<std::int32_t>(id.get<std::int64_t>()));
     max_id = std::max(max_id, ids.back());
   }
   vocab_entries_ = file_keys_.size();

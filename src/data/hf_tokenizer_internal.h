@@ -26,6 +26,10 @@ namespace lft::data::hf {
 
 using Json = nlohmann::json;
 
+// Token ids at or above this are refused when tokenizer.json is read (the largest vocabularies in
+// use have a few hundred thousand ids; tables are sized by the largest id).
+constexpr std::int64_t kMaxTokenId = std::int64_t{1} << 22;
+
 // ---- text ----------------------------------------------------------------------------------
 // Whether `s` is well-formed UTF-8.
 bool is_valid_utf8(std::string_view s);

@@ -8,10 +8,12 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "lft/runtime/error.h"
+#include "lft/runtime/json_nesting.h"
 #include "sft_record_formats.h"
 
 namespace lft::data {
@@ -94,6 +96,7 @@ std::vector<RawRecord> raw_records(const std::string& path, const std::string& t
     const std::size_t first = text.find_first_not_of(" \t\r\n");
     if (first == std::string::npos) return records;
     if (text[first] == '[') {
+      if (const std::string deep = json_too_deep(text); !deep.empty()) fail(path, deep);
       json root;
       try {
         root = json::parse(text);
@@ -114,7 +117,8 @@ std::vector<RawRecord> raw_records(const std::string& path, const std::string& t
     if (blank(line)) continue;
     RawRecord r{path + ":" + std::to_string(no), json(), ""};
     try {
-      r.value = json::parse(line);
+      r.parse_error = json_too_deep(line);
+      if (r.parse_error.empty()) r.value = json::parse(line);
     } catch (const json::parse_error&) {
       r.parse_error = "invalid JSON";
     }
@@ -130,6 +134,29 @@ std::string field_names(const json& record) {
     out += (out.empty() ? "\"" : ", \"") + it.key() + "\"";
   }
   return "fields " + (out.empty() ? std::string("none") : out);
+}
+
+// A field that dataset_info.json's "columns" names and no record has is a misspelling: an error
+// naming the entry, the column, the field and the fields the records do have.
+void check_named_columns(const DatasetSource& source, const std::vector<RawRecord>& records) {
+  for (const auto& [column, field] : source.named_columns) {
+    std::set<std::string> seen;
+    bool found = false;
+    for (const RawRecord& r : records) {
+      if (!r.parse_error.empty() || !r.value.is_object()) continue;
+      if (r.value.contains(field)) {
+        found = true;
+        break;
+      }
+      for (auto it = r.value.begin(); it != r.value.end() && seen.size() < 20; ++it) seen.insert(it.key());
+    }
+    if (found || records.empty()) continue;
+    std::string have;
+    for (const std::string& f : seen) have += (have.empty() ? "" : ", ") + f;
+    throw UsageError(source.registry_entry + ": column \"" + column + "\" names the field \"" + field +
+                     "\", which no record of " + source.path + " has (its records have: " +
+                     (have.empty() ? "no fields" : have) + ")\n  hint: correct the field's name in dataset_info.json");
+  }
 }
 
 FileReport read_file_records(const DatasetSource& source, std::vector<Conversation>& out) {
@@ -191,6 +218,7 @@ FileReport read_file_records(const DatasetSource& source, std::vector<Conversati
       report.first_bad.push_back(r.where + ": " + bad);
     }
   }
+  check_named_columns(source, records);
   if (report.used == 0) {
     std::string why = report.records == 0 ? "the file holds no records"
                                           : "none of its " + std::to_string(report.records) +
@@ -264,7 +292,7 @@ SftRecords read_sft_records(const std::vector<std::string>& paths, const RecordO
 std::vector<DatasetSource> sources_of_files(const std::vector<std::string>& paths,
                                             const RecordOptions& options, std::int64_t max_samples) {
   std::vector<DatasetSource> sources;
-  for (const std::string& path : paths) sources.push_back({path, options, max_samples, ""});
+  for (const std::string& path : paths) sources.push_back({path, options, max_samples, "", {}, ""});
   return sources;
 }
 

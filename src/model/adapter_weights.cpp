@@ -7,9 +7,11 @@
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
+#include <torch/nn/module.h>
 
 #include "lft/config/config.h"
 #include "lft/model/finetuning.h"
+#include "lft/runtime/json_nesting.h"
 
 namespace lft::model {
 namespace {
@@ -39,6 +41,7 @@ PeftAdapter::PeftAdapter(const std::string& folder) : folder_(folder), file_(fol
   if (!in) throw ConfigError(config_file + ": cannot be read (is " + folder + " a PEFT adapter folder?)");
   std::stringstream text;
   text << in.rdbuf();
+  if (const std::string deep = json_too_deep(text.str()); !deep.empty()) throw ConfigError(config_file + ": " + deep);
   const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) throw ConfigError(config_file + ": not valid JSON");
   const std::string type = j.value("peft_type", std::string());
@@ -59,12 +62,34 @@ PeftAdapter::PeftAdapter(const std::string& folder) : folder_(folder), file_(fol
 
 bool PeftAdapter::has(const std::string& name) const { return header_.find(kPeftPrefix + name) != nullptr; }
 
+namespace {
+
+std::string shape_text(at::IntArrayRef shape) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+void PeftAdapter::check_shapes(const torch::nn::Module& model) const {
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    const SafetensorsEntry* e = header_.find(kPeftPrefix + item.key());
+    if (e == nullptr || item.value().sizes().equals(e->shape)) continue;
+    throw ConfigError(file_ + ": tensor '" + e->name + "' has shape " + shape_text(e->shape) + ", the model's " +
+                      item.key() + " " + shape_text(item.value().sizes()) +
+                      ": size mismatch (is the adapter for this base model?)");
+  }
+}
+
 void PeftAdapter::read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows, at::Tensor out) const {
   const SafetensorsEntry* e = header_.find(kPeftPrefix + name);
   if (e == nullptr) throw ConfigError(file_ + ": no tensor '" + kPeftPrefix + name + "' for the model's " + name);
+  // The whole shape was checked against the model (check_shapes); these rows must lie inside it.
   const std::vector<std::int64_t> have = out.sizes().vec();
-  const bool fits = e->shape.size() == have.size() && std::equal(have.begin() + (have.empty() ? 0 : 1), have.end(),
-                                                                  e->shape.begin() + (have.empty() ? 0 : 1));
+  const bool fits = e->shape.size() == have.size() &&
+                    std::equal(have.begin() + (have.empty() ? 0 : 1), have.end(), e->shape.begin() + (have.empty() ? 0 : 1)) &&
+                    (e->shape.empty() || (row_begin >= 0 && row_begin + rows <= e->shape[0]));
   if (!fits)
     throw ConfigError(file_ + ": tensor '" + e->name + "' does not fit the model's " + name +
                       " (is the adapter for this base model?)");

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -20,6 +21,7 @@
 
 #include "lft/config/config.h"
 #include "lft/model/safetensors.h"
+#include "lft/runtime/json_nesting.h"
 
 namespace lft::model {
 
@@ -49,7 +51,9 @@ std::vector<std::string> hf_weight_files(const std::string& folder) {
   const std::string index = join(folder, "model.safetensors.index.json");
   if (is_file(index)) {
     std::ifstream in(index);
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (const std::string deep = json_too_deep(text); !deep.empty()) throw ConfigError(index + ": " + deep);
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) throw ConfigError(index + ": not valid JSON");
     auto map = j.find("weight_map");
     if (map == j.end() || !map->is_object()) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lft/config/config.h"
+#include "lft/runtime/json_nesting.h"
 
 namespace lft::model {
 
@@ -126,6 +127,7 @@ std::string format_count(std::int64_t n) {
 }  // namespace
 
 ModelConfig ModelConfig::from_hf_json(const std::string& json_text, const std::string& file_name) {
+  if (const std::string deep = json_too_deep(json_text); !deep.empty()) throw ConfigError(file_name + ": " + deep);
   Json root;
   try {
     root = Json::parse(json_text);

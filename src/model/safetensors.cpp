@@ -1,5 +1,6 @@
 // safetensors reader and writer (POSIX I/O, nlohmann-json header).
 #include "lft/model/safetensors.h"
+#include "lft/runtime/json_nesting.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -154,6 +155,7 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   std::string text(static_cast<std::size_t>(n), '\0');
   file.pread_all(text.data(), n, 8, "the header");
 
+  if (const std::string deep = json_too_deep(text); !deep.empty()) fail(path, "header: " + deep);
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <optional>
 
+#include "lft/ckpt/checkpoint.h"
 #include "lft/comm/mpi_util.h"
 #include "lft/comm/watchdog.h"
 #include "lft/data/tokenizer.h"
@@ -94,6 +95,7 @@ std::unique_ptr<model::WeightSource> starting_weights(const config::Config& cfg,
   if (!cfg.is_set("model_name_or_path")) {
     if (plan.adapter_folder.empty()) return std::make_unique<model::InitWeights>(model, seed);
     auto adapter = std::make_shared<const model::PeftAdapter>(plan.adapter_folder);
+    adapter->check_shapes(model);
     return std::make_unique<model::FinetuningWeights>(std::make_unique<model::InitWeights>(model, seed),
                                                       std::make_unique<model::PeftAdapterWeights>(adapter), adapter);
   }
@@ -102,6 +104,7 @@ std::unique_ptr<model::WeightSource> starting_weights(const config::Config& cfg,
   if (plan.adapter_folder.empty())
     return std::make_unique<model::FinetuningWeights>(std::move(base), std::make_unique<model::InitWeights>(model, seed));
   auto adapter = std::make_shared<const model::PeftAdapter>(plan.adapter_folder);
+  adapter->check_shapes(model);
   return std::make_unique<model::FinetuningWeights>(std::move(base), std::make_unique<model::PeftAdapterWeights>(adapter),
                                                     adapter);
 }
@@ -267,6 +270,12 @@ int Trainer::run() {
          std::to_string(s.data->eval().num_sequences()) + " held-out sequences");
     if (log_file) log_file->write_eval(s.step, s.total, loss);
   };
+  if (saving) {
+    const std::int64_t first = s.step, total = s.total;
+    ckpt::check_save_targets(s.mesh.world(), out_dir, [&](std::int64_t step) {
+      return step > first && (step == total || (save_every > 0 && step % save_every == 0 && step < total));
+    });
+  }
   set_graceful_stop(true);
   while (s.step < s.total) {
     if (stop_requested()) {

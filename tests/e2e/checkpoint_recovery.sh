@@ -113,6 +113,21 @@ text=$(run 2 output_dir="$out/own" max_steps=20 save_total_limit=1) || fail "rot
 [ -f "$out/own/checkpoint-7/README" ] || fail "rotation deleted a folder lftrain did not write"
 [ -L "$out/own/checkpoint-5" ] && [ -z "$(ls -A "$out/elsewhere")" ] || fail "a link was followed or removed"
 [ -f "$out/own/checkpoint-20/COMPLETE" ] && [ ! -e "$out/own/checkpoint-10" ] || fail "rotation did not keep 1"
+# A user's checkpoint-<step> that a save would replace (a folder without COMPLETE, a file, a link):
+# the run stops before training with exit 2 naming it, and leaves it as it is.
+mkdir -p "$out/mine/checkpoint-10" && echo "my notes" > "$out/mine/checkpoint-10/README"
+text=$(run 2 output_dir="$out/mine" max_steps=20); status=$?
+[ $status -eq 2 ] || fail "a save over a user's checkpoint-10 folder exited $status, wanted 2: $text"
+expect "$text" "$out/mine/checkpoint-10 is a folder without COMPLETE that lftrain did not write, and saving step 10 would replace it"
+[ -f "$out/mine/checkpoint-10/README" ] && ! grep -q "step 1/" <<<"$text" || fail "the user's folder was touched, or steps were spent"
+rm -r "$out/mine/checkpoint-10" && echo "my notes" > "$out/mine/checkpoint-20"
+text=$(run 2 output_dir="$out/mine" max_steps=20); status=$?
+[ $status -eq 2 ] && [ "$(cat "$out/mine/checkpoint-20")" = "my notes" ] || fail "a file named checkpoint-20 (the final save): $status $text"
+expect "$text" "checkpoint-20 is a file that lftrain did not write"
+rm "$out/mine/checkpoint-20" && ln -s "$out/elsewhere" "$out/mine/checkpoint-10"
+text=$(run 2 output_dir="$out/mine" max_steps=20); status=$?
+[ $status -eq 2 ] && [ -L "$out/mine/checkpoint-10" ] || fail "a link named checkpoint-10: $status $text"
+expect "$text" "checkpoint-10 is a link that lftrain did not write"
 mpirun --oversubscribe --bind-to none -np 2 "$build/lftrain" inputs/run.toml max_steps=100000 logging_steps=1 \
   save_strategy=no output_dir="$out/busy" > "$out/busy.log" 2>&1 &
 first=$!

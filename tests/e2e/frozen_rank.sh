@@ -42,4 +42,23 @@ for np in 2 4; do
     [ -z "$(pids_of_job)" ] || fail "np $np, rank $frozen frozen: lftrain processes are left: $(pids_of_job)"
   done
 done
+# A rank frozen inside a save, between writing its part and the publication (its second save): the
+# job ends within comm_timeout + 30 s although setup_timeout is long, and the first checkpoint
+# stays complete and named by latest.
+log="$out/in-save.log"
+start=$(date +%s)
+LFT_TEST_FREEZE_IN_SAVE=1:2 timeout 300 mpirun --oversubscribe --bind-to none -np 2 "$build/lftrain" "$out/run.toml" \
+  output_dir="$out/s" max_steps=4 save_steps=2 logging_steps=1 comm_timeout=$timeout_s setup_timeout=600 > "$log" 2>&1
+status=$?
+took=$(( $(date +%s) - start ))
+echo "frozen_rank: rank 1 frozen in its second save: the job ended after $took s with status $status"
+[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "frozen in a save: status $status: $(tail -5 "$log")"
+grep -q "LFT_TEST_FREEZE_IN_SAVE: stopping this rank" "$log" || fail "the freeze was not injected: $(tail -5 "$log")"
+grep -q "waiting for every rank to finish writing .*checkpoint-4 did not complete within $timeout_s s (comm_timeout)" "$log" \
+  || fail "frozen in a save: no watchdog report naming the save's wait: $(tail -5 "$log")"
+[ "$took" -le $((timeout_s + 60)) ] || fail "frozen in a save: the job took $took s to end"
+[ -f "$out/s/checkpoint-2/COMPLETE" ] && [ "$(cat "$out/s/latest")" = checkpoint-2 ] && [ ! -e "$out/s/checkpoint-4" ] \
+  || fail "frozen in a save: checkpoint-2 is not complete and latest, or checkpoint-4 was published"
+sleep 1
+[ -z "$(pids_of_job)" ] || fail "frozen in a save: lftrain processes are left: $(pids_of_job)"
 echo "frozen_rank: ok"

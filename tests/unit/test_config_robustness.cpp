@@ -9,6 +9,7 @@
 #include <string>
 
 #include "lft/config/config.h"
+#include "test_util.h"
 
 namespace lft::config {
 namespace {
@@ -73,6 +74,36 @@ TEST(ConfigRobustness, ByteFlipsEndInAConfigError) {
   }
   EXPECT_GT(errors, 0);
   std::printf("config byte-flip fuzz: %d errors, %d still valid\n", errors, accepted);
+}
+
+// Values of any length, nesting of any depth and bytes that are not text: a ConfigError or a
+// value, never a crash (std::regex's recursion per character overflowed the stack on a YAML
+// scalar of ~50,000 characters; toml11 recursed per nesting level).
+TEST(ConfigRobustness, LongDeepAndBinaryValuesEndInAConfigError) {
+  auto error = [](const std::string& text, const std::string& file) {
+    return test::message_of<ConfigError>([&] { parse_config(text, file); });
+  };
+  const std::string digits(200000, '7');
+  EXPECT_CONTAINS(error("seed: " + digits + "\n", "run.yaml"), "is outside the 64-bit range");
+  EXPECT_CONTAINS(error("seed = " + digits + "\n", "run.toml"), "run.toml");
+  EXPECT_CONTAINS(error("seed: 1." + digits + "e" + digits + "\n", "run.yaml"), "run.yaml");
+  EXPECT_CONTAINS(error("output_dir: " + std::string(200000, 'x') + "\n", "run.yaml"), "run.yaml");
+  EXPECT_CONTAINS(error("output_dir = \"" + std::string(200000, 'x') + "\"\n", "run.toml"), "run.toml");
+  const int depth = 100000;
+  std::string m = error("x = " + std::string(depth, '[') + std::string(depth, ']') + "\n", "run.toml");
+  EXPECT_CONTAINS(m, "run.toml:1:133: values nested more than 128 levels deep");
+  std::string inline_tables = "seed = 1\nx = ";
+  for (int i = 0; i < depth; ++i) inline_tables += "{a = ";
+  inline_tables += "1" + std::string(depth, '}') + "\n";
+  EXPECT_CONTAINS(error(inline_tables, "run.toml"), "run.toml:2:");
+  // Brackets inside strings and comments are not nesting.
+  EXPECT_CONTAINS(error("# " + std::string(depth, '[') + "\nx = \"" + std::string(depth, '{') + "\"\n", "run.toml"),
+                  "unknown key 'x'");
+  EXPECT_CONTAINS(error("x: " + std::string(depth, '[') + std::string(depth, ']') + "\n", "run.yaml"), "run.yaml");
+  std::string binary;
+  for (int i = 0; i < 4096; ++i) binary += static_cast<char>(i % 256);
+  EXPECT_CONTAINS(error("seed: " + binary + "\n", "run.yaml"), "run.yaml");
+  EXPECT_CONTAINS(error("seed = " + binary + "\n", "run.toml"), "run.toml");
 }
 
 }  // namespace

@@ -80,6 +80,18 @@ TEST(ConfigRules, MaxStepsAndEpochsContradict) {
       parse_config(data_line() + "max_steps = -1\nnum_train_epochs = 2\n" + model_table(), "r"));
 }
 
+// max_steps = 0 trained num_train_epochs (3) epochs; in lftrain's files -1 says that, so 0 is an
+// error. A LlamaFactory YAML keeps the Hugging Face Trainer's meaning (0: num_train_epochs).
+TEST(ConfigRules, MaxStepsZeroIsRefusedOutsideLlamaFactoryYaml) {
+  EXPECT_CONTAINS(error_of(data_line() + "max_steps = 0\n" + model_table()),
+                  "config error: run.toml:2:1: max_steps = 0 would train no step");
+  EXPECT_CONTAINS(error_of(data_line() + model_table(), {"max_steps=0"}), "max_steps = 0 would train no step");
+  const Config yaml = parse_config("train_dataset: " + data_path() + "\nfinetuning_type: full\nmax_steps: 0\n"
+                                   "model:\n  vocab_size: 128\n  hidden_size: 64\n  intermediate_size: 256\n"
+                                   "  num_hidden_layers: 2\n  num_attention_heads: 4\n", "run.yaml");
+  EXPECT_EQ(yaml.integer("max_steps"), 0);
+}
+
 TEST(ConfigRules, ModelTableAndModelFolderContradict) {
   const std::string m =
       error_of(data_line() + "model_name_or_path = \"/nonexistent/m\"\n" + model_table());

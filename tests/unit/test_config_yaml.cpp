@@ -281,6 +281,17 @@ TEST(ConfigYaml, DuplicateKeyNamesBothLines) {
   EXPECT_CONTAINS(m, "run.yaml:6:3: key 'dist_config.pin_memory' appears twice (also on line 5)");
 }
 
+// LlamaFactory's loader refuses a stream of several documents; the keys after '---' were dropped.
+TEST(ConfigYaml, ASecondDocumentIsRefusedAtItsLine) {
+  std::string m = yaml_error(yaml_head() + "seed: 1\n---\nseed: 2\nlearning_rate: 1.0\n" + yaml_model());
+  EXPECT_CONTAINS(m, "config error: run.yaml:4:1: a second YAML document starts here ('---')");
+  EXPECT_CONTAINS(m, "hint: merge the documents into one");
+  m = yaml_error(yaml_head() + yaml_model() + "---\n");  // an empty second document
+  EXPECT_CONTAINS(m, "run.yaml:9:1: a second YAML document starts here");
+  // A first document that opens with '---' is one document.
+  EXPECT_EQ(parse_yaml("---\n" + yaml_head() + yaml_model()).string("stage"), "sft");
+}
+
 TEST(ConfigYaml, TopLevelMustBeAMapping) {
   std::string m = yaml_error("- train_dataset: x\n- finetuning_type: full\n");
   EXPECT_CONTAINS(m, "config error: run.yaml: a YAML config is a mapping of keys to values");

@@ -41,7 +41,8 @@ const char kDatasetInfo[] = R"json({
   "folder": {"file_name": "sub"},
   "no_file": {"formatting": "alpaca"},
   "media": {"file_name": "plain.json", "columns": {"prompt": "instruction", "images": "images"}},
-  "typo_column": {"file_name": "plain.json", "columns": {"promt": "instruction"}}
+  "typo_column": {"file_name": "plain.json", "columns": {"promt": "instruction"}},
+  "misspelt_field": {"file_name": "plain.json", "columns": {"query": "inptu"}}
 })json";
 
 // Alpaca with every default column, plus a system and a history that LlamaFactory reads only when
@@ -122,6 +123,15 @@ void expect_message(const Message& m, Role role, const std::string& text, float 
   EXPECT_EQ(m.role, role) << role_name(m.role) << " " << m.text;
   EXPECT_EQ(m.text, text);
   EXPECT_FLOAT_EQ(m.loss_weight, weight);
+}
+
+// A field that `columns` names and no record has would drop that part of every record: an error
+// naming the entry, the column, the field and the fields the records have.
+TEST_F(DatasetRegistry, AMisspeltFieldIsAnError) {
+  const std::string m = test::message_of<UsageError>([&] { read({"misspelt_field"}); });
+  EXPECT_CONTAINS(m, "dataset_info.json: \"misspelt_field\": column \"query\" names the field \"inptu\", which no record of");
+  EXPECT_CONTAINS(m, "(its records have: history, input, instruction, output, system)");
+  EXPECT_NO_THROW(read({"with_system", "qa", "chat"}));  // every named field occurs
 }
 
 TEST_F(DatasetRegistry, AlpacaWithDefaultColumns) {

@@ -3,16 +3,20 @@
 // dropout masks.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 
+#include "lft/config/config.h"
+#include "lft/model/adapter_weights.h"
 #include "lft/model/families.h"
 #include "lft/model/finetuning.h"
 #include "lft/model/init.h"
 #include "lft/model/layers.h"
+#include "lft/model/safetensors.h"
 #include "test_util.h"
 
 namespace lft::model {
@@ -75,6 +79,37 @@ TEST(Lora, UnknownModulesNameTheKey) {
   spec.additional_target = {"score"};
   EXPECT_CONTAINS(error_of(spec, &key), "additional_target names 'score', which is no module of the model");
   EXPECT_EQ(key, "additional_target");
+}
+
+// An adapter made for another base (intermediate_size 80, not 40): refused as PEFT refuses it,
+// naming both shapes, before any rows are read (rows were cut to the model's shape before).
+TEST(Lora, AdapterForAnotherBaseIsASizeMismatch) {
+  FinetuningSpec spec;
+  spec.type = "lora";
+  spec.lora_rank = 4;
+  spec.lora_target = {"up_proj"};
+  const auto m = build(spec);
+  test::TempDir dir;
+  dir.write("adapter_config.json", R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["up_proj"]})");
+  auto write_adapter = [&](std::int64_t ffn) {
+    std::map<std::string, at::Tensor> tensors;
+    for (int l = 0; l < 4; ++l) {
+      const std::string prefix = std::string(kPeftPrefix) + "model.layers." + std::to_string(l) + ".mlp.up_proj.";
+      tensors[prefix + "lora_A.weight"] = at::zeros({4, 32});
+      tensors[prefix + "lora_B.weight"] = at::zeros({ffn, 4});
+    }
+    write_safetensors(dir.path("adapter_model.safetensors"), tensors);
+  };
+  write_adapter(40);
+  EXPECT_NO_THROW(PeftAdapter(dir.dir()).check_shapes(*m));
+  write_adapter(80);
+  const std::string why = test::message_of<config::ConfigError>([&] { PeftAdapter(dir.dir()).check_shapes(*m); });
+  EXPECT_CONTAINS(why, "adapter_model.safetensors: tensor 'base_model.model.model.layers.0.mlp.up_proj.lora_B.weight' "
+                       "has shape [80, 4], the model's model.layers.0.mlp.up_proj.lora_B.weight [40, 4]: size mismatch");
+  // Rows beyond the file's tensor are refused too (a caller that skipped check_shapes).
+  at::Tensor rows = at::empty({40, 4});
+  write_adapter(20);
+  EXPECT_THROW(PeftAdapter(dir.dir()).read_rows("model.layers.0.mlp.up_proj.lora_B.weight", 0, 40, rows), config::ConfigError);
 }
 
 TEST(Lora, ForwardIsTheBasePlusScaledLowRankUpdate) {

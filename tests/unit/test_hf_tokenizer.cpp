@@ -250,6 +250,33 @@ TEST(HfTokenizer, EncodeIsThreadSafe) {
   EXPECT_EQ(wrong, std::vector<int>(4, 0));
 }
 
+// An absurd id is refused, naming the file and the token, before any table is sized by it (2^31-1
+// was an uncaught length_error; ~5e8 made every rank allocate gigabytes). Deep, long and binary
+// JSON values end in a located error or load, never a crash.
+TEST(HfTokenizer, HostileVocabularyIdsAndValues) {
+  using lft::UsageError;
+  using lft::test::message_of;
+  for (const std::string id : {"2147483647", "500000000", "-1", "1.5", "\"7\""}) {
+    std::string json = tiny_bpe("");
+    json.replace(json.find("\"<unk>\":6"), 9, "\"<unk>\":" + id);
+    TempTokenizer t(json);
+    const std::string m = message_of<UsageError>([&] { HfTokenizer::load(t.dir()); });
+    EXPECT_CONTAINS(m, t.dir() + "/tokenizer.json: model.vocab: token \"<unk>\" has id " + id);
+  }
+  std::string deep = tiny_bpe("");
+  deep.replace(deep.find("\"decoder\":null"), 14, "\"decoder\":" + std::string(200000, '[') + std::string(200000, ']'));
+  TempTokenizer nested(deep);
+  EXPECT_CONTAINS(message_of<UsageError>([&] { HfTokenizer::load(nested.dir()); }), nested.dir() + "/tokenizer.json");
+  std::string long_token = tiny_bpe("");
+  long_token.replace(long_token.find("\"abc\":5"), 7, "\"" + std::string(200000, 'a') + "\":5");
+  TempTokenizer long_one(long_token);
+  EXPECT_NO_THROW(HfTokenizer::load(long_one.dir()));
+  std::string binary = "{\"model\": \"";
+  for (int i = 1; i < 256; ++i) binary += static_cast<char>(i);
+  TempTokenizer bytes(binary + "\"}");
+  EXPECT_CONTAINS(message_of<UsageError>([&] { HfTokenizer::load(bytes.dir()); }), bytes.dir() + "/tokenizer.json");
+}
+
 TEST(HfTokenizer, ErrorsNameTheFileAndTheComponent) {
   using lft::UsageError;
   using lft::test::message_of;

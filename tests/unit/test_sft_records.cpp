@@ -88,6 +88,25 @@ TEST(SftRecordsTest, TextFormats) {
   EXPECT_CONTAINS(error_of(dir + "/wiki_demo.txt", "alpaca"), "a .txt file holds text documents");
 }
 
+// Deep, long and binary values in a dataset file: a located error or a bad record, never a crash
+// (copying a value nested 100,000 deep recursed per level).
+TEST(SftRecordsTest, DeepLongAndBinaryValues) {
+  TempDir tmp;
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_CONTAINS(error_of(tmp.write("deep.json", "[" + deep + "]")), "values nested more than 256 levels deep");
+  const std::string good = R"({"instruction": "Add", "output": "3"})";
+  const SftRecords lines = read(tmp.write("deep.jsonl", good + "\n{\"instruction\": " + deep + "}\n" + good + "\n"));
+  EXPECT_EQ(lines.files[0].used, 2);
+  EXPECT_EQ(lines.files[0].bad, 1);
+  EXPECT_CONTAINS(lines.files[0].first_bad[0], "deep.jsonl:2: values nested more than 256 levels deep");
+  const SftRecords long_one = read(tmp.write("long.jsonl", R"({"instruction": ")" + std::string(300000, 'x') +
+                                                               R"(", "output": "3"})" "\n"));
+  EXPECT_EQ(long_one.files[0].used, 1);
+  std::string binary = R"({"instruction": ")";
+  for (int i = 1; i < 256; ++i) binary += static_cast<char>(i);
+  EXPECT_CONTAINS(error_of(tmp.write("binary.jsonl", binary + R"(", "output": "3"})" "\n")), "binary.jsonl");
+}
+
 TEST(SftRecordsTest, AlpacaFieldsSystemAndHistory) {
   TempDir tmp;
   const std::string path =

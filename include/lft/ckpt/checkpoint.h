@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,6 +85,12 @@ struct SaveOptions {
 // Saves checkpoint-<progress.step> collectively over `world`. `optimizer` holds the state of
 // `params`, index for index. A checkpoint of the same step from an earlier run is replaced.
 // Returns the checkpoint folder.
+// Collective: a UsageError on every rank when an entry output_dir/checkpoint-<step> for which
+// `will_save(step)` is something lftrain did not write (checked before training, so the run stops
+// before its steps are spent; save_checkpoint checks its own step again).
+void check_save_targets(MPI_Comm world, const std::string& output_dir,
+                        const std::function<bool(std::int64_t)>& will_save);
+
 std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
                             const RunInfo& run, const Progress& progress,
                             const std::vector<HeldTensor>& params, const optim::Optimizer& optimizer);

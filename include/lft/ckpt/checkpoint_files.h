@@ -12,6 +12,14 @@ std::string checkpoint_name(std::int64_t step);  // "checkpoint-<step>"
 // The state inside a checkpoint folder: "state.h5" (shared file) or "state" (per-rank folder).
 std::string state_path(const std::string& folder);
 bool is_complete(const std::string& folder);
+// What `path` is when it exists and is not a complete lftrain checkpoint ("a file", "a link",
+// "a folder without COMPLETE"); "" when it is one or does not exist.
+std::string not_lftrains(const std::string& path);
+// The steps of every entry of output_dir named checkpoint-<step> (folders, files, links), ascending.
+std::vector<std::int64_t> named_steps(const std::string& output_dir);
+// UsageError when output_dir/checkpoint-<step> exists and is not lftrain's: a save never
+// replaces what it did not write.
+void refuse_to_replace(const std::string& output_dir, std::int64_t step);
 // A save is written aside, in output_dir/.<name>.partial (no "checkpoint-" prefix: never taken
 // for a checkpoint), and published only when every rank has written it.
 std::string partial_folder(const std::string& output_dir, const std::string& name);

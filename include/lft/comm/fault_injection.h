@@ -17,5 +17,8 @@ namespace lft {
 void inject_fault_if_requested(std::uint64_t collective_number, const std::string& what);
 // Called by a checkpoint save between writing the tensors and closing the file.
 void inject_save_fault_if_requested();
+// LFT_TEST_FREEZE_IN_SAVE="RANK[:N]": world rank RANK stops itself (SIGSTOP, a frozen node) in
+// its N-th save (default 1st) after writing the state, before the barrier of the publication.
+void inject_publish_freeze_if_requested();
 
 }  // namespace lft

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lft::data {
@@ -97,6 +98,10 @@ struct DatasetSource {
   RecordOptions options;
   std::int64_t max_samples = -1;  // only the first this many records; -1: all
   std::string name;               // the dataset_info.json name, "" for a plain file
+  // The record fields its dataset_info.json "columns" named, as (column, field): each must occur in
+  // some record of the file (a misspelt field would drop that part of every record silently).
+  std::vector<std::pair<std::string, std::string>> named_columns;
+  std::string registry_entry;  // for messages: "<dir>/dataset_info.json: \"<name>\""
 };
 
 // The formats accepted by RecordOptions::format, "auto" first.

@@ -26,6 +26,9 @@ class PeftAdapter {
   bool use_rslora = false;
   std::vector<std::string> target_modules;
   std::vector<std::string> modules_to_save;
+  // ConfigError naming both shapes unless every tensor of the file that `model` has a parameter
+  // of has that parameter's whole shape (PEFT's "size mismatch"), before any rows are read.
+  void check_shapes(const torch::nn::Module& model) const;
   // Whether the file holds parameter `name`, and its rows.
   bool has(const std::string& name) const;
   void read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows, at::Tensor out) const;
