@@ -1,6 +1,7 @@
-"""device-check's machinery: the report, lftrain and gtest runs under a budget and their own
-timeouts, the kit's binaries, and the training runs' logs (tools/device-check)."""
+"""device-check's machinery: the report and what comes back of it, lftrain and gtest runs under a
+budget and their own timeouts, the kit's binaries, and the training runs' logs (tools/device-check)."""
 import concurrent.futures
+import io
 import json
 import os
 import re
@@ -8,62 +9,151 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIN_RUN_SECONDS = 15  # a run with less of the budget left is skipped
+BUDGET = "(budget)"  # a skip reason starting so is reported "SKIPPED (budget)", never FAIL
+LOG_CAP = 2 << 20  # logs.tar.gz keeps at most the last 2 MiB of each file
+TAIL_LINES = 25
 
 
 # ---------------------------------------------------------------------------------------------
 # The report
 
 
-class Report:
-    """Checks by section, printed as they finish and rewritten to OUT/report.txt (and .json)
-    after each, so that a run cut short still leaves what it found."""
-
-    def __init__(self, out, header):
-        self.out, self.header, self.sections, self.lock = out, header, [], threading.Lock()
-        print("\n".join(header), flush=True)
-
-    def section(self, title):
-        self.sections.append((title, [], []))
-        print(f"\n== {title}", flush=True)
+class Section:
+    def __init__(self, report, key, title):
+        self.report, self.key, self.title, self.checks, self.notes = report, key, title, [], []
 
     def add(self, status, name, detail):
-        with self.lock:
-            if not self.sections:
-                self.sections.append(("device-check", [], []))
-            self.sections[-1][1].append({"status": status, "name": name, "detail": detail})
-            print(f"{status:<8}{name}: {detail}", flush=True)
-            self.write()
+        budget = status == "SKIPPED" and detail.startswith(BUDGET)
+        check = {"status": status, "name": name, "detail": detail[len(BUDGET):].strip() if budget else detail}
+        if budget:
+            check["budget"] = True
+        self.report.record(lambda: self.checks.append(check), f"[{self.key}] {line(check)}")
 
     def note(self, text):
+        self.report.record(lambda: self.notes.append(text), f"[{self.key}] {text}")
+
+
+def line(check):
+    status = check["status"] + (f" {BUDGET}" if check.get("budget") else "")
+    return f"{status:<7} {check['name']}: {check['detail']}"
+
+
+class Report:
+    """Checks by section, printed as they finish (with their section's key: checks run together).
+    After each, OUT holds only report.txt,
+    report.json and logs.tar.gz (WORK's logs/, runs/*/trainer_log.jsonl and the configs written
+    there), each replaced whole, so that a run cut short still leaves what it found."""
+
+    def __init__(self, out, work, header):
+        self.out, self.work, self.header, self.lock = out, work, header, threading.Lock()
+        self.sections, self.preflight_failed = {}, None
+        print("\n".join(header), flush=True)
+
+    def section(self, key, title):
+        """The section KEY (sections are written in the order of their keys), made once."""
         with self.lock:
-            self.sections[-1][2].append(text)
+            if key not in self.sections:
+                self.sections[key] = Section(self, key, title)
+                print(f"\n== {title}", flush=True)
+            return self.sections[key]
+
+    def record(self, change, text):
+        with self.lock:
+            change()
             print(text, flush=True)
-            self.write()
+            self.write_locked()
+
+    def fail_preflight(self, name, problem, log):
+        with self.lock:
+            self.preflight_failed = {"check": name, "problem": problem, "log": log_name(self.work, log),
+                                     "tail": tail(log)}
+            self.write_locked()
+
+    def ordered(self):
+        return [self.sections[k] for k in sorted(self.sections)]
 
     def counts(self):
-        statuses = [c["status"] for _, checks, _ in self.sections for c in checks]
+        statuses = [c["status"] for s in self.ordered() for c in s.checks]
         return {s: statuses.count(s) for s in ("PASS", "FAIL", "SKIPPED")}
 
     def text(self):
         lines = list(self.header)
-        for title, checks, notes in self.sections:
-            lines += ["", f"== {title}"] + [f"{c['status']:<8}{c['name']}: {c['detail']}" for c in checks] + notes
+        p = self.preflight_failed
+        if p:
+            lines += ["", f"PREFLIGHT FAILED: {p['check']}: {p['problem']}",
+                      "nothing else was run; the last lines of " + p["log"] + " (in logs.tar.gz):"]
+            lines += ["  | " + l for l in p["tail"]]
+        for s in self.ordered():
+            lines += ["", f"== {s.title}"] + [line(c) for c in s.checks] + s.notes
         n = self.counts()
-        lines += ["", f"summary: {n['PASS']} PASS, {n['FAIL']} FAIL, {n['SKIPPED']} SKIPPED"]
+        lines += ["", f"summary: {n['PASS']} PASS, {n['FAIL']} FAIL, {n['SKIPPED']} SKIPPED"
+                  + ("; PREFLIGHT FAILED" if p else "")]
         return "\n".join(lines) + "\n"
 
     def write(self):
-        with open(os.path.join(self.out, "report.txt"), "w") as f:
-            f.write(self.text())
-        with open(os.path.join(self.out, "report.json"), "w") as f:
-            json.dump({"header": self.header, "counts": self.counts(),
-                       "sections": [{"title": t, "checks": c, "notes": n} for t, c, n in self.sections]},
-                      f, indent=1)
+        with self.lock:
+            self.write_locked()
+
+    def write_locked(self):
+        data = {"header": self.header, "counts": self.counts(), "preflight_failed": self.preflight_failed,
+                "sections": [{"title": s.title, "checks": s.checks, "notes": s.notes} for s in self.ordered()]}
+        replace(os.path.join(self.out, "report.txt"), self.text().encode())
+        replace(os.path.join(self.out, "report.json"), json.dumps(data, indent=1).encode())
+        replace(os.path.join(self.out, "logs.tar.gz"), logs_archive(self.work))
+
+
+def replace(path, data):
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def logs_archive(work):
+    """WORK's logs, trainer logs and configs as a .tar.gz (bytes); files still being written are
+    read as they are now, at most the last LOG_CAP bytes of each."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
+        for path in archived_files(work):
+            try:
+                with open(path, "rb") as f:
+                    f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_CAP))
+                    data = f.read(LOG_CAP)
+            except OSError:
+                continue
+            info = tarfile.TarInfo(os.path.relpath(path, work))
+            info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def archived_files(work):
+    found = []
+    for top, dirs, files in os.walk(work):
+        dirs.sort()
+        rel = os.path.relpath(top, work)
+        for name in sorted(files):
+            if rel == "." or rel.startswith("logs") or name == "trainer_log.jsonl":
+                found.append(os.path.join(top, name))
+    return found
+
+
+def log_name(work, log):
+    return os.path.relpath(log, work) if log else "(no log)"
+
+
+def tail(path, n=TAIL_LINES):
+    try:
+        with open(path, errors="replace") as f:
+            return [l.rstrip("\n")[:300] for l in f.readlines()[-n:]]
+    except (OSError, TypeError):
+        return []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -71,18 +161,28 @@ class Report:
 
 
 class Budget:
-    def __init__(self, seconds):
-        self.deadline = time.monotonic() + seconds
+    def __init__(self, seconds, what):
+        self.deadline, self.what = time.monotonic() + seconds, what
+
+    def left(self):
+        return self.deadline - time.monotonic()
 
     def timeout(self, wanted):
         """The timeout a run starting now gets, or None when too little time is left."""
-        left = self.deadline - time.monotonic()
+        left = self.left()
         return min(wanted, left) if left >= MIN_RUN_SECONDS else None
 
 
 class Proc:
-    def __init__(self, rc=None, text="", seconds=0.0, timed_out=False, skipped=None):
-        self.rc, self.text, self.seconds, self.timed_out, self.skipped = rc, text, seconds, timed_out, skipped
+    def __init__(self, rc=None, text="", seconds=0.0, timed_out=False, skipped=None, log=None):
+        self.rc, self.text, self.seconds, self.timed_out = rc, text, seconds, timed_out
+        self.skipped, self.log = skipped, log
+
+    def skip(self):
+        """Why the run was skipped (and its log, if it started); None when it was not."""
+        if self.skipped and self.log:
+            return f"{self.skipped} (log: {os.path.relpath(self.log, os.path.dirname(os.path.dirname(self.log)))})"
+        return self.skipped
 
     def problem(self):
         """Why the run failed, in one line; None when it succeeded."""
@@ -105,12 +205,15 @@ def last_error(text):
     return lines[-1][:300] if lines else "no output"
 
 
-def run(argv, env, log, timeout, budget):
+def run(argv, env, log, timeout, budget, own_budget=False):
     """Runs argv with its own process group (so that a timeout ends mpirun and every rank), the
-    output in LOG."""
+    output in LOG. A run the budget cuts short (or, with OWN_BUDGET, any that times out: its
+    timeout is its budget) is a skip, not a failure."""
+    if STOPPING.is_set():
+        return Proc(skipped=STOPPED)
     limit = budget.timeout(timeout)
     if limit is None:
-        return Proc(skipped="not started: the time budget (--budget) is spent")
+        return Proc(skipped=f"{BUDGET} not started: the time budget ({budget.what}) is spent")
     os.makedirs(os.path.dirname(log), exist_ok=True)
     start = time.monotonic()
     with open(log, "w") as f:
@@ -129,13 +232,22 @@ def run(argv, env, log, timeout, budget):
             RUNNING.discard(p)
     with open(log, errors="replace") as f:
         text = f.read()
-    return Proc(p.returncode, text, time.monotonic() - start, timed_out)
+    seconds = time.monotonic() - start
+    skipped = None
+    if STOPPING.is_set() and p.returncode != 0:
+        skipped = STOPPED
+    elif timed_out and (own_budget or limit < timeout):
+        skipped = f"{BUDGET} cut after {seconds:.0f} s by the time budget ({budget.what})"
+    return Proc(p.returncode, text, seconds, timed_out, skipped, log)
 
 
 RUNNING = set()  # the process groups to end when device-check itself is stopped
+STOPPING = threading.Event()  # no run starts after device-check was stopped
+STOPPED = "device-check was stopped by a signal"
 
 
 def stop_running(signum, frame):
+    STOPPING.set()
     for p in list(RUNNING):
         try:
             os.killpg(p.pid, signal.SIGKILL)
@@ -290,24 +402,32 @@ def read_log(path):
 
 
 class Runner:
-    """Starts lftrain jobs: concurrently on a pool for the GPU and one for the CPU."""
+    """Runs lftrain jobs (and other calls) ARGS.jobs at a time, their logs and output under
+    ARGS.work; each run gets the time BUDGET leaves it."""
 
     def __init__(self, args, tools, budget):
         self.args, self.tools, self.budget = args, tools, budget
-        self.gpu_pool = concurrent.futures.ThreadPoolExecutor(args.gpu_jobs)
-        self.cpu_pool = concurrent.futures.ThreadPoolExecutor(args.cpu_jobs)
+        self.pool = concurrent.futures.ThreadPoolExecutor(args.jobs)
+
+    def call(self, fn, *a):
+        return self.pool.submit(fn, *a)
 
     def submit(self, name, ranks, config, overrides, on_gpu, timeout=None, flags=()):
-        pool = self.gpu_pool if on_gpu else self.cpu_pool
-        return pool.submit(self.train, name, ranks, config, overrides, timeout or self.args.run_timeout, flags)
+        return self.pool.submit(self.train, name, ranks, config, overrides, timeout or self.args.run_timeout, flags)
 
     def train(self, name, ranks, config, overrides, timeout, flags):
-        output_dir = os.path.join(self.args.out, "runs", name)
+        output_dir = os.path.join(self.args.work, "runs", name)
         shutil.rmtree(output_dir, ignore_errors=True)
         argv = self.tools.mpirun_argv(ranks) + [self.tools.lftrain, *flags, config, *overrides,
                                                 f"output_dir={output_dir}"]
-        proc = run(argv, self.tools.env, os.path.join(self.args.out, "logs", name + ".log"), timeout, self.budget)
+        proc = run(argv, self.tools.env, self.log(name), timeout, self.budget)
         return Train(name, proc, output_dir)
+
+    def log(self, name):
+        return os.path.join(self.args.work, "logs", name + ".log")
+
+    def close(self):
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 def common_overrides(steps):
@@ -318,8 +438,8 @@ def common_overrides(steps):
 
 def placement(args, ranks, on_gpu):
     """use_cpu or ranks_per_gpu, and the threads of each rank, for a run on the GPU (all ranks
-    sharing it) or on the CPU."""
-    threads = args.threads or max(1, (os.cpu_count() or 1) // ranks)
+    sharing it) or on the CPU (the cores shared by the ranks of ARGS.jobs runs)."""
+    threads = args.threads or max(1, (os.cpu_count() or 1) // (ranks * args.jobs))
     out = [f"intra_op_threads={threads}"]
     if not on_gpu:
         out.append("use_cpu=true")
@@ -337,5 +457,3 @@ def micro_batch(label, ranks):
 def max_diff(a, b, steps):
     diffs = [(abs(a.losses[s] - b.losses[s]), s) for s in range(1, steps + 1)]
     return max(diffs)
-
-
