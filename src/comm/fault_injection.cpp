@@ -53,22 +53,29 @@ void inject_fault_if_requested(std::uint64_t collective_number, const std::strin
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(3600));
 }
 
-void inject_save_fault_if_requested() {
-  const char* spec = std::getenv("LFT_TEST_KILL_IN_SAVE");  // "RANK" (its first save) or "RANK:N"
-  if (spec == nullptr || *spec == '\0' || std::atoi(spec) != world_rank_or_minus_one()) return;
-  static std::atomic<int> saves{0};
+namespace {
+
+// Whether `variable` ("RANK" for its first save, or "RANK:N") names this rank's save now under way;
+// `saves` counts this rank's saves seen by that fault.
+bool this_save_is_named(const char* variable, std::atomic<int>& saves) {
+  const char* spec = std::getenv(variable);
+  if (spec == nullptr || *spec == '\0' || std::atoi(spec) != world_rank_or_minus_one()) return false;
   const char* colon = std::strchr(spec, ':');
-  if (++saves != (colon != nullptr ? std::atoi(colon + 1) : 1)) return;
+  return ++saves == (colon != nullptr ? std::atoi(colon + 1) : 1);
+}
+
+}  // namespace
+
+void inject_save_fault_if_requested() {
+  static std::atomic<int> saves{0};
+  if (!this_save_is_named("LFT_TEST_KILL_IN_SAVE", saves)) return;
   log_rank("LFT_TEST_KILL_IN_SAVE: killing this rank in the middle of a checkpoint save");
   std::raise(SIGKILL);
 }
 
 void inject_publish_freeze_if_requested() {
-  const char* spec = std::getenv("LFT_TEST_FREEZE_IN_SAVE");  // "RANK" (its first save) or "RANK:N"
-  if (spec == nullptr || *spec == '\0' || std::atoi(spec) != world_rank_or_minus_one()) return;
   static std::atomic<int> saves{0};
-  const char* colon = std::strchr(spec, ':');
-  if (++saves != (colon != nullptr ? std::atoi(colon + 1) : 1)) return;
+  if (!this_save_is_named("LFT_TEST_FREEZE_IN_SAVE", saves)) return;
   log_rank("LFT_TEST_FREEZE_IN_SAVE: stopping this rank between writing a checkpoint and its publication");
   std::raise(SIGSTOP);
 }
