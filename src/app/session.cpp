@@ -83,6 +83,12 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   run_agreed([&] {
     engine = &engine::engine_for(cfg);
     shape = engine::plan_mesh(cfg, *engine, rt.world_size());
+    parsed = parsed->with_global_batch(shape.dp_size());
+    if (cfg.is_set("ray_num_workers") && cfg.integer("ray_num_workers") != rt.world_size())
+      throw config::ConfigError("config error: " + cfg.where("ray_num_workers") + ": ray_num_workers = " +
+                                std::to_string(cfg.integer("ray_num_workers")) + " but the job has " +
+                                std::to_string(rt.world_size()) + " MPI ranks (one worker = one rank)\n  hint: start it "
+                                "with mpirun -np " + std::to_string(cfg.integer("ray_num_workers")) + " (or srun -n), or change ray_num_workers");
   });
 
   const int threads = threads_per_rank(static_cast<int>(cfg.integer("intra_op_threads")),
@@ -127,6 +133,9 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   if (opts.mode == Mode::Check) {
     // The engine validates its layout against the model (megatron: heads, stages, micro-batches).
     run_agreed([&] { engine->create(engine::EngineContext{cfg, mesh, *plan}); });
+    std::string data_summary;
+    run_agreed([&] { data_summary = train::check_training_data(cfg); });
+    log0("check: data: " + data_summary);
     log0("check: ok (nothing was trained: --check)");
     return 0;
   }

@@ -71,7 +71,8 @@ std::string startup_report(const Runtime& rt, const config::Config& cfg,
   out += "  device     " + device.name + (device.cuda ? "" : " (" + device.cpu_reason + ")") + "\n";
   out += "  libraries  " + library_versions() + "\n";
   out += "  config     " + cfg.source_name() +
-         (cfg.overrides().empty() ? "" : " + " + std::to_string(cfg.overrides().size()) + " override(s)") + "\n";
+         (cfg.overrides().empty() ? "" : " + " + std::to_string(cfg.overrides().size()) + " override(s)") + ", read as " +
+         cfg.format() + "\n";
   out += "  engine     " + engine.name + ": " + engine.summary + "\n";
   out += "  mesh       " + shape.str() + "\n";
   out += "  timeouts   comm_timeout " + fmt("%g", cfg.real("comm_timeout")) + " s, setup_timeout " +

@@ -185,6 +185,7 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
   writer.set_attribute("/", "data_seed", static_cast<int64_t>(progress.sampler.seed));
   writer.set_attribute("/", "data_num_samples", progress.sampler.num_samples);
   writer.set_attribute("/", "data_global_batch", progress.sampler.global_batch);
+  if (progress.sampler.order_dp > 0) writer.set_attribute("/", "data_order_dp", progress.sampler.order_dp);
   writer.close();
   inject_publish_freeze_if_requested();
 
@@ -323,6 +324,7 @@ Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInf
   p.sampler.seed = static_cast<std::uint64_t>(store.int_attribute("/", "data_seed"));
   p.sampler.num_samples = store.int_attribute("/", "data_num_samples");
   p.sampler.global_batch = store.int_attribute("/", "data_global_batch");
+  if (store.has_attribute("/", "data_order_dp")) p.sampler.order_dp = store.int_attribute("/", "data_order_dp");
   return p;
 }
 

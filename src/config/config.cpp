@@ -76,4 +76,21 @@ std::string Config::where(const std::string& path) const {
   return "key '" + path + "' (unset)";
 }
 
+Config Config::with_global_batch(int dp_size) const {
+  Config out = *this;
+  if (!is_set("global_batch_size")) return out;
+  const std::int64_t global = integer("global_batch_size");
+  const std::int64_t micro = integer("per_device_train_batch_size");
+  const std::int64_t per_step = micro * dp_size;
+  if (global % per_step != 0)
+    throw ConfigError("config error: " + where("global_batch_size") + ": global_batch_size = " +
+                      std::to_string(global) + " is not a multiple of the data-parallel size (" +
+                      std::to_string(dp_size) + ") x per_device_train_batch_size (" + std::to_string(micro) +
+                      ") = " + std::to_string(per_step) +
+                      "\n  hint: set global_batch_size to a multiple of " + std::to_string(per_step) +
+                      ", or change micro_batch_size (per_device_train_batch_size) or the number of ranks");
+  out.entries_["gradient_accumulation_steps"] = Entry{Value{global / per_step}, *location("global_batch_size")};
+  return out;
+}
+
 }  // namespace lft::config

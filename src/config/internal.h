@@ -58,6 +58,8 @@ struct Checked {
 struct Input {
   std::string file;
   bool yaml = false;                       // read as YAML (LlamaFactory's format)
+  bool v1 = false;                         // a LlamaFactory v1 config (v1_keys.cpp)
+  std::string format;                      // Config::format()
   std::vector<std::string> notes;          // keys accepted with no effect, and why
   std::vector<Item> items;                 // sorted by order
   std::map<std::string, Location> tables;  // tables present ("model" -> its header)
@@ -79,6 +81,14 @@ void flatten_yaml(const std::string& text, const std::string& file_name, Input& 
 // input, adds LlamaFactory's defaults where they differ from lftrain's.
 class Problems;
 void apply_llamafactory_keys(Input& in, Problems& problems);
+// LlamaFactory v1's files (v1_keys.cpp): a YAML file with a v1-only key (model, peft_config,
+// dist_config.name, micro_batch_size, ...), or with train_dataset and none of the classic
+// trainer's stage / finetuning_type / dataset (the guide's files).
+bool is_v1_config(const Input& in);
+void apply_v1_keys(Input& in, Problems& problems);
+// v1's plugin tables (peft_config, kernel_config, ...), flattened by the YAML reader like tables.
+bool is_v1_plugin_table(const std::string& path);
+bool is_v1_plugin_key(const std::string& path);
 
 // The messages of the ConfigErrors of one validation run: each check that fails adds its own, so
 // that a file with several mistakes gets them all in one run.

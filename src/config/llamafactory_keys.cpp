@@ -39,6 +39,14 @@ const Inert kInert[] = {
     {"include_num_input_tokens_seen", "tokens seen are always counted and logged"},
     {"do_eval", "evaluation runs whenever val_size or eval_dataset is set"},
     {"per_device_eval_batch_size", "evaluation batches have per_device_train_batch_size sequences"},
+    {"master_addr", "MPI (mpirun, srun) starts and connects the ranks, so no address is needed"},
+    {"master_port", "MPI (mpirun, srun) starts and connects the ranks, so no port is needed"},
+    {"resources_per_worker", "each MPI rank is one worker, placed by mpirun or srun"},
+    {"placement_strategy", "each MPI rank is one worker, placed by mpirun or srun"},
+    {"ray_run_name", "lftrain logs to trainer_log.jsonl and its own output"},
+    {"ray_storage_path", "checkpoints go to output_dir"},
+    {"ray_storage_filesystem", "checkpoints go to output_dir"},
+    {"ray_init_kwargs", "lftrain starts no Ray cluster: MPI plays Ray's part"},
 };
 
 // Keys whose LlamaFactory default is the only value lftrain implements.
@@ -197,13 +205,22 @@ void apply_llamafactory_keys(Input& in, Problems& problems) {
   for (const Item& item : all)
     if (handled(item.path)) apply(in, item, problems);
 
+  if (Item* ray = find(in, "distributed"); in.yaml && ray != nullptr && ray->value == Value{std::string("ray")}) {
+    // The guide's Ray files: Ray's workers run DeepSpeed when a deepspeed file is given, else DDP;
+    // under MPI each rank is one worker.
+    const bool deepspeed = find(in, "deepspeed") != nullptr;
+    ray->value = std::string(deepspeed ? "deepspeed" : "ddp");
+    in.notes.push_back(ray->loc.str() + ": distributed = \"ray\": the job runs on the MPI world instead of a Ray "
+                       "cluster (one worker = one rank; ray_num_workers is checked against the world size), with the "
+                       "engine Ray's workers would use: " + std::string(deepspeed ? "deepspeed (the deepspeed file)" : "ddp"));
+  }
   if (deepspeed_without_engine) {  // LlamaFactory: a deepspeed file is the engine
     Item engine = *find(in, "deepspeed");
     engine.path = "distributed";
     engine.value = std::string("deepspeed");
     in.items.push_back(engine);
   }
-  if (!in.yaml) return;
+  if (!in.yaml || in.v1) return;
   // LlamaFactory's defaults where they differ from lftrain's.
   // DDP when launched on several processes; stage sft; LoRA; resume from output_dir's newest checkpoint.
   if (find(in, "finetuning_type") == nullptr) add_default(in, "finetuning_type", "lora");

@@ -295,6 +295,8 @@ Config parse_config(const std::string& text, const std::string& file_name,
   }
 
   detail::Problems problems;
+  in.v1 = detail::is_v1_config(in);
+  if (in.v1) detail::apply_v1_keys(in, problems);
   detail::apply_llamafactory_keys(in, problems);
   detail::check_items(in, problems);
   detail::check_engines(in, problems);
@@ -307,6 +309,7 @@ Config parse_config(const std::string& text, const std::string& file_name,
   config.source_text_ = text;
   config.overrides_ = overrides;
   config.notes_ = in.notes;
+  config.format_ = !in.yaml ? "lftrain TOML" : in.v1 ? in.format : "a LlamaFactory (classic trainer) YAML";
   for (const auto& [path, checked] : in.entries) {
     config.entries_[path] = Config::Entry{checked.value, checked.loc};
   }

@@ -108,7 +108,7 @@ class YamlReader {
       case YAML::NodeType::Undefined:
         return;  // `key: null` is the key left out, as in LlamaFactory
       case YAML::NodeType::Map:
-        if (find_key(path) == nullptr && is_table_name(path)) {
+        if (find_key(path) == nullptr && (is_table_name(path) || is_v1_plugin_table(path))) {
           in_.tables.emplace(path, loc);
           read_mapping(node, path);
           return;
@@ -118,7 +118,7 @@ class YamlReader {
       case YAML::NodeType::Sequence: {
         const KeySpec* spec = find_key(path);
         std::string joined;
-        bool scalars = spec != nullptr && spec->list;
+        bool scalars = (spec != nullptr && spec->list) || is_v1_plugin_key(path);
         for (const YAML::Node& element : node) {
           scalars = scalars && element.IsScalar();
           if (scalars) joined += (joined.empty() ? "" : "\n") + element.Scalar();  // as split_list reads it

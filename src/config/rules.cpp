@@ -109,6 +109,12 @@ void contradictions(const Input& in) {
         shown(in, "warmup_ratio") + " and " + shown(in, "warmup_steps") + " contradict each other",
         "set one of warmup_ratio and warmup_steps");
   }
+  const Checked* global_batch = get(in, "global_batch_size");
+  const Checked* accumulation = get(in, "gradient_accumulation_steps");
+  if (global_batch && accumulation)
+    fail_two(in, global_batch->loc, "key 'global_batch_size'", accumulation->loc, "key 'gradient_accumulation_steps'",
+             "global_batch_size sets gradient_accumulation_steps, which is set too",
+             "set one of global_batch_size and gradient_accumulation_steps");
   const Checked* max_steps = get(in, "max_steps");
   const Checked* epochs = get(in, "num_train_epochs");
   // In a LlamaFactory YAML 0 is the Hugging Face Trainer's "no limit" (num_train_epochs decides);

@@ -108,9 +108,12 @@ std::vector<KeySpec> build() {
         "Record format of train_dataset; auto decides from each file's first record and logs it")
           .def("auto")
           .allowed({"auto", "alpaca", "sharegpt", "messages", "text"}),
-      K("template", S, "Chat template for stage = \"sft\" (LlamaFactory's formats)")
+      K("template", S,
+        "Chat template for stage = \"sft\": the classic trainer's (default, llama3, qwen, mistral) "
+        "or LlamaFactory v1's (qwen3_nothink, qwen3, chatml: each message rendered and trained as "
+        "v1 renders it, the assistant header included, sequences cut at cutoff_len)")
           .def("default")
-          .allowed({"default", "llama3", "qwen", "mistral"}),
+          .allowed({"default", "llama3", "qwen", "mistral", "qwen3_nothink", "qwen3", "chatml"}),
       K("packing", B, "Pack several samples into each cutoff_len sequence").def(false),
       K("pad_to_multiple_of", I,
         "Pad each micro-batch to its longest sequence rounded up to a multiple of this (as "
@@ -181,8 +184,28 @@ std::vector<KeySpec> build() {
       K("gradient_accumulation_steps", I, "Micro-steps accumulated into one optimizer step")
           .def(1)
           .min(1),
+      K("global_batch_size", I,
+        "Sequences per optimizer step over all data-parallel ranks (LlamaFactory v1's key): sets "
+        "gradient_accumulation_steps = global_batch_size / (data-parallel size x "
+        "per_device_train_batch_size), which must divide")
+          .min(1),
+      K("ray_num_workers", I,
+        "LlamaFactory's Ray worker count: under MPI one worker is one rank, so it must equal the "
+        "number of ranks")
+          .min(1),
+      K("sample_order", S,
+        "\"global\": one order of the samples whatever the layout (any two layouts with the same "
+        "global batch train on the same samples); \"per_rank\": torch's DistributedSampler order "
+        "(a torch.randperm seeded seed + epoch, dealt to the data-parallel ranks in turn), as "
+        "LlamaFactory v1, which depends on the data-parallel size")
+          .def("global")
+          .allowed({"global", "per_rank"}),
       K("learning_rate", F, "Peak learning rate of AdamW").def(5e-5).min(0),
       K("weight_decay", F, "AdamW decoupled weight decay").def(0.0).min(0),
+      K("decay_all_parameters", B,
+        "Weight decay on every parameter, norms included (torch's AdamW over all parameters, as "
+        "LlamaFactory v1); false: on matrices only, as the Hugging Face Trainer")
+          .def(false),
       K("adam_beta1", F, "AdamW beta1 (first-moment decay)").def(0.9).min(0).max(1),
       K("adam_beta2", F, "AdamW beta2 (second-moment decay)").def(0.999).min(0).max(1),
       K("adam_epsilon", F, "AdamW epsilon").def(1e-8).min(0),

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "lft/data/v1_render.h"
 #include "lft/runtime/error.h"
 
 namespace lft::data {
@@ -40,7 +41,7 @@ void check_shape(const Conversation& conv) {
 }  // namespace
 
 const std::vector<std::string>& ChatTemplate::names() {
-  static const std::vector<std::string> names{"llama3", "qwen", "mistral", "default"};
+  static const std::vector<std::string> names{"llama3", "qwen", "mistral", "default", "qwen3_nothink", "qwen3", "chatml"};
   return names;
 }
 
@@ -48,7 +49,11 @@ ChatTemplate::ChatTemplate(const std::string& name) : name_(name) {
   const Slot bos{Slot::kBos, ""};
   const Slot eos{Slot::kEos, ""};
   auto text = [](std::string s) { return Slot{Slot::kText, std::move(s)}; };
-  if (name == "llama3") {
+  if (is_v1_template(name)) {
+    v1_ = true;  // rendered by v1_render.cpp
+    eos_word_ = "<|im_end|>";
+    special_words_ = {"<|im_start|>", "<|im_end|>"};
+  } else if (name == "llama3") {
     prefix_ = {bos};
     system_ = {text("<|start_header_id|>system<|end_header_id|>\n\n{content}<|eot_id|>")};
     user_ = {
@@ -145,6 +150,7 @@ void ChatTemplate::walk(const Conversation& conv, Emit&& emit, TurnEnd&& turn_en
 
 std::vector<EncodedTurn> ChatTemplate::encode(const Conversation& conv, const Tokenizer& tok,
                                               const SpecialTokens& special) const {
+  if (v1_) throw std::logic_error("ChatTemplate::encode: \"" + name_ + "\" is a v1 template; use v1_encode");
   std::vector<EncodedTurn> turns;
   std::vector<std::int32_t> ids;
   auto emit = [&](const Slot& slot, const std::string& content) {
@@ -179,6 +185,10 @@ std::vector<EncodedTurn> ChatTemplate::encode(const Conversation& conv, const To
 std::string ChatTemplate::render(const Conversation& conv, const std::string& bos,
                                  const std::string& eos) const {
   std::string out;
+  if (v1_) {
+    for (const V1Segment& segment : v1_segments(name_, conv)) out += segment.text;
+    return out;
+  }
   auto emit = [&](const Slot& slot, const std::string& content) {
     out += slot.kind == Slot::kText  ? fill(slot.text, content)
            : slot.kind == Slot::kBos ? bos

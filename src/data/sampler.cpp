@@ -4,6 +4,9 @@
 #include <string>
 #include <utility>
 
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "lft/runtime/error.h"
 
 namespace lft::data {
@@ -56,9 +59,28 @@ std::vector<std::int64_t> GlobalSampler::epoch_permutation(std::int64_t num_samp
   return order;
 }
 
+std::vector<std::int64_t> GlobalSampler::per_rank_order(std::int64_t num_samples, std::uint64_t seed,
+                                                        std::int64_t epoch, int dp_size,
+                                                        std::int64_t global_batch) {
+  if (dp_size < 1 || global_batch % dp_size != 0)
+    throw std::invalid_argument("GlobalSampler: the per-rank order needs dp_size >= 1 dividing the global batch");
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed + static_cast<std::uint64_t>(epoch));
+  const at::Tensor perm = at::randperm(num_samples, gen, at::TensorOptions().dtype(at::kLong));
+  const std::int64_t* p = perm.data_ptr<std::int64_t>();
+  const std::int64_t per_rank_batch = global_batch / dp_size;
+  const std::int64_t steps = num_samples / global_batch;
+  std::vector<std::int64_t> order;
+  order.reserve(static_cast<std::size_t>(steps * global_batch));
+  for (std::int64_t k = 0; k < steps; ++k)
+    for (int r = 0; r < dp_size; ++r)
+      for (std::int64_t j = 0; j < per_rank_batch; ++j) order.push_back(p[(k * per_rank_batch + j) * dp_size + r]);
+  return order;
+}
+
 GlobalSampler::GlobalSampler(std::int64_t num_samples, std::int64_t global_batch,
-                             std::uint64_t seed)
-    : num_samples_(num_samples), global_batch_(global_batch), seed_(seed), steps_per_epoch_(0) {
+                             std::uint64_t seed, int per_rank_dp)
+    : num_samples_(num_samples), global_batch_(global_batch), seed_(seed), steps_per_epoch_(0),
+      per_rank_dp_(per_rank_dp) {
   if (num_samples < 0) {
     throw std::invalid_argument("GlobalSampler: num_samples must be >= 0, got " +
                                 std::to_string(num_samples));
@@ -80,7 +102,8 @@ GlobalSampler::GlobalSampler(std::int64_t num_samples, std::int64_t global_batch
 
 void GlobalSampler::set_epoch(std::int64_t epoch) {
   epoch_ = epoch;
-  order_ = epoch_permutation(num_samples_, seed_, epoch);
+  order_ = per_rank_dp_ > 0 ? per_rank_order(num_samples_, seed_, epoch, per_rank_dp_, global_batch_)
+                           : epoch_permutation(num_samples_, seed_, epoch);
 }
 
 std::vector<std::int64_t> GlobalSampler::global_batch_indices() const {
@@ -103,6 +126,7 @@ SamplerState GlobalSampler::state() const {
   s.seed = seed_;
   s.num_samples = num_samples_;
   s.global_batch = global_batch_;
+  s.order_dp = per_rank_dp_;
   return s;
 }
 
@@ -121,6 +145,14 @@ void GlobalSampler::restore(const SamplerState& s) {
               " sequences, this run has " + std::to_string(global_batch_) +
               "; keep data-parallel size x gradient_accumulation_steps x "
               "per_device_train_batch_size the same");
+  }
+  if (s.order_dp != per_rank_dp_) {
+    const auto order = [](std::int64_t dp) {
+      return dp == 0 ? std::string("sample_order = \"global\"")
+                     : "sample_order = \"per_rank\" over " + std::to_string(dp) + " data-parallel ranks";
+    };
+    bad_state("it was written with " + order(s.order_dp) + ", this run has " + order(per_rank_dp_) +
+              "; resume with the checkpoint's sample_order and data-parallel size");
   }
   if (s.epoch < 0 || s.step_in_epoch < 0 || s.step_in_epoch >= steps_per_epoch_) {
     bad_state("its position (epoch " + std::to_string(s.epoch) + ", step " +

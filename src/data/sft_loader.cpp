@@ -1,11 +1,14 @@
 // load_sft_data: options -> cache or (records -> template -> sequences) -> train/eval split.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
 #include "lft/data/sft_cache.h"
+#include "lft/data/python_random.h"
 #include "lft/data/sft_dataset.h"
+#include "lft/data/v1_render.h"
 #include "lft/runtime/error.h"
 
 namespace lft::data {
@@ -32,10 +35,11 @@ std::string cache_key(const std::vector<DatasetSource>& sources, const SftOption
   for (const DatasetSource& s : sources) {
     const SftColumns& c = s.options.columns;
     key += "file=" + s.path + " " + file_stamp(s.path) + " max_samples=" + std::to_string(s.max_samples) +
+           " v1_size=" + std::to_string(s.v1_size) + " v1_weight=" + std::to_string(s.v1_weight) +
            "\ndataset_format=" + s.options.format + "\ncolumns=" + c.prompt + "," + c.query + "," +
            c.response + "," + c.history + "," + c.system + "," + c.messages + "," + c.role_tag + "," +
            c.content_tag + "," + c.user_tag + "," + c.assistant_tag + "," + c.observation_tag + "," +
-           c.function_tag + "," + c.system_tag + "," + c.text + "\n";
+           c.function_tag + "," + c.system_tag + "," + c.text + ",sep=" + c.query_separator + "\n";
   }
   key += "template=" + o.template_name + "\ntokenizer=" + tok.name() +
          " vocab=" + std::to_string(tok.vocab_size()) + " bos=" + std::to_string(tok.bos_id()) +
@@ -44,6 +48,39 @@ std::string cache_key(const std::vector<DatasetSource>& sources, const SftOption
   key += "cutoff_len=" + std::to_string(o.cutoff_len) + "\npacking=" + (packing ? "1" : "0") +
          " neat_packing=" + (o.neat_packing ? "1" : "0") + "\n";
   return key;
+}
+
+// LlamaFactory v1's adjust_data_index, per dataset in order, with Python's random seeded as v1's
+// set_seed(seed) leaves it: `size` draws that many records with replacement, then `weight` draws
+// len * weight of those. A size or weight of 0 is ignored, as v1's `if size or weight` does.
+void apply_v1_sizes(SftRecords& records, const std::vector<DatasetSource>& sources, std::uint64_t seed) {
+  const bool any = std::any_of(sources.begin(), sources.end(),
+                               [](const DatasetSource& s) { return s.v1_size > 0 || s.v1_weight > 0; });
+  if (!any || records.files.size() != sources.size()) return;
+  PythonRandom rng(seed);
+  std::vector<Conversation> out;
+  std::size_t begin = 0;
+  for (std::size_t f = 0; f < sources.size(); ++f) {
+    const auto n = static_cast<std::int64_t>(records.files[f].used);
+    std::vector<std::int64_t> index(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) index[static_cast<std::size_t>(i)] = i;
+    const DatasetSource& s = sources[f];
+    if (s.v1_size > 0 || s.v1_weight > 0) {
+      const auto pick = [&](std::int64_t k) {
+        std::vector<std::int64_t> picked;
+        for (const std::int64_t i : rng.choices(static_cast<std::int64_t>(index.size()), k))
+          picked.push_back(index[static_cast<std::size_t>(i)]);
+        index = std::move(picked);
+      };
+      if (s.v1_size >= 0) pick(s.v1_size);
+      if (s.v1_weight >= 0)
+        pick(static_cast<std::int64_t>(static_cast<double>(index.size()) * s.v1_weight));
+    }
+    for (const std::int64_t i : index) out.push_back(records.conversations[begin + static_cast<std::size_t>(i)]);
+    begin += static_cast<std::size_t>(n);
+    records.files[f].used = static_cast<std::int64_t>(index.size());
+  }
+  records.conversations = std::move(out);
 }
 
 void check_ids(const TokenizedExample& ex, const Tokenizer& tok) {
@@ -59,7 +96,8 @@ void check_ids(const TokenizedExample& ex, const Tokenizer& tok) {
 PackedSequences build(const std::vector<DatasetSource>& sources, const SftOptions& o,
                       const Tokenizer& tok, const SpecialTokens& sp, bool packing,
                       std::string& summary) {
-  const SftRecords records = read_sft_records(sources);
+  SftRecords records = read_sft_records(sources);
+  apply_v1_sizes(records, sources, o.seed);
   summary = records.summary();
   std::string source;
   for (const DatasetSource& s : sources) source += (source.empty() ? "" : ", ") + s.path;
@@ -88,7 +126,9 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
   try {
     for (std::size_t i = static_cast<std::size_t>(par.rank); i < records.conversations.size();
          i += static_cast<std::size_t>(par.ranks)) {
-      examples.push_back(flatten_turns(tpl.encode(records.conversations[i], tok, sp), o.cutoff_len));
+      const Conversation& conv = records.conversations[i];
+      examples.push_back(tpl.is_v1() ? v1_encode(o.template_name, conv, tok, o.cutoff_len)
+                                     : flatten_turns(tpl.encode(conv, tok, sp), o.cutoff_len));
       check_ids(examples.back(), tok);
     }
   } catch (const std::exception& e) {
@@ -96,7 +136,7 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
     error = e.what();
   }
   if (par.gather) examples = par.gather(std::move(examples), error);
-  return build_sft_sequences(std::move(examples), o.cutoff_len, packing, o.neat_packing);
+  return build_sft_sequences(std::move(examples), o.cutoff_len, packing, o.neat_packing, tpl.is_v1());
 }
 
 }  // namespace

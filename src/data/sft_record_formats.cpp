@@ -135,9 +135,10 @@ std::string parse_alpaca(const json& record, const SftColumns& c, Conversation& 
       turns.push_back(turn(Role::Assistant, pair[1].get<std::string>()));
     }
   }
-  // LlamaFactory's query: the non-empty parts of instruction and input, joined by a newline.
+  // LlamaFactory's query: the non-empty parts of instruction and input, joined by a newline
+  // (v1's alpaca converter: by nothing).
   std::string query = instruction;
-  if (!input.empty()) query += (query.empty() ? "" : "\n") + input;
+  if (!input.empty()) query += (query.empty() ? "" : c.query_separator) + input;
   if (query.empty()) return "empty prompt (" + quoted(c.prompt) + " and " + quoted(c.query) + ")";
   turns.push_back(turn(Role::User, std::move(query)));
   turns.push_back(turn(Role::Assistant, std::move(output)));
@@ -224,6 +225,7 @@ std::string parse_messages(const json& record, Conversation& out) {
         return where + " has a \"loss_weight\" that is not a number >= 0";
       }
       msg.loss_weight = weight->get<float>();
+      msg.weight_given = true;
     }
     if (i == 0 && msg.role == Role::System) {
       system = std::move(msg.text);

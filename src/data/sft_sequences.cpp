@@ -104,7 +104,7 @@ std::vector<std::vector<std::int64_t>> greedy_knapsack(const std::vector<std::in
 }
 
 PackedSequences build_sft_sequences(std::vector<TokenizedExample> examples, std::int64_t cutoff_len,
-                                    bool packing, bool neat) {
+                                    bool packing, bool neat, bool keep_untrained) {
   check_cutoff(cutoff_len);
   PackedSequences out;
   out.seq_len = cutoff_len;
@@ -117,7 +117,7 @@ PackedSequences build_sft_sequences(std::vector<TokenizedExample> examples, std:
       ex.truncated = true;
     }
     out.stats.truncated += ex.truncated ? 1 : 0;
-    if (!trains_something(ex)) {
+    if (!keep_untrained && !trains_something(ex)) {
       ++out.stats.dropped_untrained;
       continue;
     }

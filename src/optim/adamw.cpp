@@ -15,7 +15,7 @@ AdamW::AdamW(std::vector<at::Tensor> params, std::vector<std::string> names, Ada
     exp_avg_.push_back(at::zeros_like(params_[i]));
     exp_avg_sq_.push_back(at::zeros_like(params_[i]));
     step_count_.push_back(at::zeros({}, params_[i].options().dtype(at::kFloat)));
-    (params_[i].dim() >= 2 ? decay_ : no_decay_).push_back(i);
+    (options_.decay_all || params_[i].dim() >= 2 ? decay_ : no_decay_).push_back(i);
   }
 }
 

@@ -143,8 +143,9 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
       log0(std::string("warning: cannot print the first training example: ") + e.what());
     }
   }
-  s.sampler = std::make_unique<data::GlobalSampler>(s.data->num_sequences(), plan.global_batch,
-                                                    static_cast<std::uint64_t>(cfg.integer("seed")));
+  s.sampler = std::make_unique<data::GlobalSampler>(
+      s.data->num_sequences(), plan.global_batch, static_cast<std::uint64_t>(cfg.integer("seed")),
+      cfg.string("sample_order") == "per_rank" ? static_cast<int>(plan.global_batch / (plan.micro_batch * plan.accumulation)) : 0);
   const std::int64_t max_steps = cfg.integer("max_steps");
   s.total = max_steps > 0 ? max_steps
                           : static_cast<std::int64_t>(std::ceil(cfg.real("num_train_epochs") *
@@ -187,6 +188,7 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
   o.beta2 = cfg.real("adam_beta2");
   o.eps = cfg.real("adam_epsilon");
   o.weight_decay = cfg.real("weight_decay");
+  o.decay_all = cfg.boolean("decay_all_parameters");
   s.optimizer = std::make_unique<optim::AdamW>(s.engine->parameters(), s.engine->parameter_names(), o);
   optim::LrScheduleSpec lr;
   lr.name = cfg.string("lr_scheduler_type");

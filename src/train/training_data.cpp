@@ -5,12 +5,15 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+
 #include "lft/comm/watchdog.h"
 #include "lft/data/chat_template.h"
 #include "lft/data/corpus.h"
 #include "lft/data/dataset_registry.h"
 #include "lft/data/hf_tokenizer.h"
 #include "lft/data/sft_cache.h"
+#include "lft/data/v1_dataset_file.h"
 #include "lft/runtime/check.h"
 #include "lft/runtime/log.h"
 #include "lft/train/split_tokenizing.h"
@@ -64,12 +67,37 @@ std::vector<std::string> dataset_names(const config::Config& cfg, const std::str
   return names;
 }
 
+// The files of a train_dataset / eval_dataset list: LlamaFactory v1 dataset files (.yaml) give
+// their entries, other files are read with `records`.
+std::vector<data::DatasetSource> file_sources(const std::vector<std::string>& paths, const data::RecordOptions& records,
+                                              std::int64_t limit) {
+  std::vector<data::DatasetSource> out;
+  for (const std::string& path : paths) {
+    std::vector<data::DatasetSource> more = data::is_v1_dataset_file(path) ? data::read_v1_dataset_file(path)
+                                                                           : data::sources_of_files({path}, records, limit);
+    for (data::DatasetSource& s : more) s.max_samples = limit;
+    out.insert(out.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+  }
+  return out;
+}
+
 // What to train on: the files of train_dataset, or the dataset_info.json entries of `dataset`.
 std::vector<data::DatasetSource> train_sources(const config::Config& cfg, const data::RecordOptions& records) {
   if (cfg.is_set("dataset"))
     return data::resolve_datasets(dataset_names(cfg, "dataset"), cfg.string("dataset_dir"), cfg.string("stage"),
                                   max_samples(cfg));
-  return data::sources_of_files(cfg.strings("train_dataset"), records, max_samples(cfg));
+  return file_sources(cfg.strings("train_dataset"), records, max_samples(cfg));
+}
+
+// eval_dataset: dataset_info.json names, or (as LlamaFactory v1) files and v1 dataset files.
+std::vector<data::DatasetSource> eval_sources(const config::Config& cfg, const data::RecordOptions& records) {
+  const std::vector<std::string> entries = cfg.strings("eval_dataset");
+  const bool files = std::all_of(entries.begin(), entries.end(), [](const std::string& e) {
+    return data::is_v1_dataset_file(e) || is_file(e);
+  });
+  if (files) return file_sources(entries, records, max_samples(cfg));
+  return data::resolve_datasets(dataset_names(cfg, "eval_dataset"), cfg.string("dataset_dir"), cfg.string("stage"),
+                                max_samples(cfg));
 }
 
 std::string names_of(const std::vector<data::DatasetSource>& sources) {
@@ -79,6 +107,20 @@ std::string names_of(const std::vector<data::DatasetSource>& sources) {
 }
 
 }  // namespace
+
+std::string check_training_data(const config::Config& cfg) {
+  data::RecordOptions records;
+  records.format = cfg.string("dataset_format");
+  if (cfg.string("stage") == "pt" && !cfg.is_set("dataset")) {
+    std::string out;
+    for (const std::string& p : cfg.strings("train_dataset"))
+      out += (out.empty() ? "" : "\n") + p + ": " + std::to_string(data::read_text_corpus(p).size()) + " documents";
+    return out;
+  }
+  std::string out = data::read_sft_records(train_sources(cfg, records)).summary();
+  if (cfg.is_set("eval_dataset")) out += "\neval: " + data::read_sft_records(eval_sources(cfg, records)).summary();
+  return out;
+}
 
 TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
   std::string tokenizer_file;
@@ -143,11 +185,10 @@ TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
     data::SftOptions eval_options = options;
     eval_options.tokenized_path.clear();
     eval_options.val_size = 0;
-    const auto eval_sources =
-        data::resolve_datasets(dataset_names(cfg, "eval_dataset"), cfg.string("dataset_dir"), cfg.string("stage"), max_samples(cfg));
-    data::SftData eval = data::load_sft_data(eval_sources, eval_options, *tokenizer_, special);
+    const auto eval_from = eval_sources(cfg, options.records);
+    data::SftData eval = data::load_sft_data(eval_from, eval_options, *tokenizer_, special);
     eval_ = std::make_unique<data::SftDataset>(std::move(eval.train));
-    loaded.summary += "\neval: " + names_of(eval_sources) + ": " + eval.summary;
+    loaded.summary += "\neval: " + names_of(eval_from) + ": " + eval.summary;
   }
   segments_ = options.neat_packing;
   summary_ = loaded.summary + " (" + tokenizer_->name() + " tokenizer, template " + chat.name() + ")";

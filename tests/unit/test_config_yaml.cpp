@@ -236,8 +236,10 @@ TEST(ConfigYaml, NestedTableErrors) {
                   "config error: run.yaml:5:3: unknown key 'dist_config.mixed_precison'; did you "
                   "mean 'dist_config.mixed_precision'?\n  5 |   mixed_precison: bf16\n");
   // A scalar where a table is expected; a table nobody declared.
-  m = yaml_error(yaml_head() + "model: llama\n");
-  EXPECT_CONTAINS(m, "run.yaml:3:1: 'model' must be a table, got string \"llama\"");
+  m = yaml_error(yaml_head() + "model: llama\n");  // LlamaFactory v1's model key beside the classic finetuning_type
+  EXPECT_CONTAINS(m, "run.yaml:3:1: this file mixes LlamaFactory v1's keys ('model') with the classic trainer's ('finetuning_type')");
+  m = toml_error(toml_data() + "model = \"llama\"\n");
+  EXPECT_CONTAINS(m, "'model' must be a table, got string \"llama\"");
   m = yaml_error(yaml_head() + "lora_config:\n  r: 8\n" + yaml_model());
   EXPECT_CONTAINS(m, "run.yaml:3:1: unknown table [lora_config]");
 }
@@ -378,8 +380,10 @@ TEST(LlamaFactoryKeys, DoTrainMustBeTrue) {
 }
 
 TEST(LlamaFactoryKeys, FinetuningTypeDefaultsAndItsKeys) {
-  // A YAML file without it gets LlamaFactory's default, LoRA; a TOML file lftrain's, full.
-  EXPECT_EQ(parse_yaml("train_dataset: " + data_path() + "\n" + yaml_model()).string("finetuning_type"), "lora");
+  // A classic YAML file without it gets LlamaFactory's default, LoRA; a TOML file lftrain's, full
+  // (a YAML without stage, finetuning_type or dataset is v1's, which trains the full model).
+  EXPECT_EQ(parse_yaml("stage: sft\ntrain_dataset: " + data_path() + "\n" + yaml_model()).string("finetuning_type"), "lora");
+  EXPECT_EQ(parse_yaml("train_dataset: " + data_path() + "\n" + yaml_model()).string("finetuning_type"), "full");
   EXPECT_EQ(parse_toml(toml_data() + toml_model()).string("finetuning_type"), "full");
   const Config c = parse_yaml("train_dataset: " + data_path() + "\nfinetuning_type: lora\nlora_rank: 16\n"
                               "lora_target: q_proj,v_proj\nadditional_target: [lm_head]\n" + yaml_model());

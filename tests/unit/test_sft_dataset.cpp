@@ -263,7 +263,7 @@ TEST(SftDatasetTest, OptionErrors) {
   SftOptions o = options("default", 64);
   o.stage = "dpo";
   EXPECT_CONTAINS(error(o), "unknown stage \"dpo\"");
-  EXPECT_CONTAINS(error(options("chatml", 64)), "unknown template \"chatml\"");
+  EXPECT_CONTAINS(error(options("vicuna", 64)), "unknown template \"vicuna\"");
   EXPECT_CONTAINS(error(options("default", 1)), "cutoff_len must be at least 2");
   o = options("default", 64);
   o.stage = "pt";

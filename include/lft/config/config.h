@@ -55,6 +55,15 @@ class Config {
   const std::vector<std::string>& overrides() const { return overrides_; }
   // Keys accepted with no effect in lftrain (LlamaFactory's report_to, ...), one line each: why.
   const std::vector<std::string>& notes() const { return notes_; }
+  // Which format the file was read as: "lftrain TOML", "a LlamaFactory (classic trainer) YAML" or
+  // "a LlamaFactory v1 YAML (key 'model' at job.yaml:1:1)".
+  const std::string& format() const { return format_; }
+
+  // global_batch_size resolved once the data-parallel size is known: a copy with
+  // gradient_accumulation_steps = global_batch_size / (dp_size x per_device_train_batch_size), set
+  // where global_batch_size was. Without global_batch_size, a plain copy. Throws ConfigError naming
+  // both numbers when they do not divide.
+  Config with_global_batch(int dp_size) const;
 
  private:
   friend Config parse_config(const std::string&, const std::string&,
@@ -70,6 +79,7 @@ class Config {
   std::string source_text_;
   std::vector<std::string> overrides_;
   std::vector<std::string> notes_;
+  std::string format_;
 };
 
 // Parses `text` (the content of the file `file_name`: YAML when it ends in .yaml or .yml, else

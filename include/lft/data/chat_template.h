@@ -75,6 +75,11 @@ class ChatTemplate {
   std::string render(const Conversation& conv, const std::string& bos = "<s>",
                      const std::string& eos = "</s>") const;
 
+  // A LlamaFactory v1 template (qwen3_nothink, qwen3, chatml): encode() does not apply (examples
+  // come from v1_encode, v1_render.h), and examples left with no trained token are kept, as v1
+  // keeps them.
+  bool is_v1() const { return v1_; }
+
  private:
   struct Slot {
     enum Kind { kText, kBos, kEos } kind = kText;
@@ -92,6 +97,7 @@ class ChatTemplate {
   std::string eos_word_;                    // replaces the tokenizer's EOS when non-empty
   std::vector<std::string> special_words_;  // must be single tokens of the tokenizer
   bool system_in_first_user_ = false;       // mistral (LlamaFactory's Llama2Template)
+  bool v1_ = false;
 };
 
 }  // namespace lft::data

@@ -6,6 +6,10 @@
 // global_batch samples (the incomplete last batch is dropped). The layout (dp size, micro-batch
 // size, accumulation steps) only decides how local_micro_batch() splits one global batch, so any
 // two layouts with the same global batch see the same samples in every optimizer step.
+// With a per-rank order (dp_size > 0), epoch e follows torch's DistributedSampler instead, as
+// LlamaFactory v1 draws its batches: torch.randperm(num_samples) from a generator seeded
+// seed + e, cut to a multiple of dp_size, rank r taking every dp_size-th sample from r; global
+// batch k is then the k-th run of global_batch / dp_size samples of each rank, rank after rank.
 #pragma once
 
 #include <cstdint>
@@ -21,13 +25,17 @@ struct SamplerState {
   std::uint64_t seed = 0;
   std::int64_t num_samples = 0;
   std::int64_t global_batch = 0;
+  std::int64_t order_dp = 0;  // 0: the global order; > 0: the per-rank order over this many ranks
 };
 
 class GlobalSampler {
  public:
   // Throws std::invalid_argument if num_samples < 0 or global_batch < 1, lft::UsageError (naming
   // both numbers) if num_samples < global_batch, i.e. not one step per epoch.
-  GlobalSampler(std::int64_t num_samples, std::int64_t global_batch, std::uint64_t seed);
+  // `per_rank_dp` > 0 selects the per-rank order over that many data-parallel ranks (it must
+  // divide global_batch).
+  GlobalSampler(std::int64_t num_samples, std::int64_t global_batch, std::uint64_t seed,
+                int per_rank_dp = 0);
 
   // The global_batch sample indices of the current step.
   std::vector<std::int64_t> global_batch_indices() const;
@@ -54,6 +62,11 @@ class GlobalSampler {
   // (seed, epoch, num_samples).
   static std::vector<std::int64_t> epoch_permutation(std::int64_t num_samples, std::uint64_t seed,
                                                      std::int64_t epoch);
+  // The per-rank order of epoch `epoch`, arranged so that global batch k is positions
+  // [k * global_batch, (k + 1) * global_batch) (steps_per_epoch batches; the rest is dropped).
+  static std::vector<std::int64_t> per_rank_order(std::int64_t num_samples, std::uint64_t seed,
+                                                  std::int64_t epoch, int dp_size,
+                                                  std::int64_t global_batch);
 
  private:
   void set_epoch(std::int64_t epoch);
@@ -62,6 +75,7 @@ class GlobalSampler {
   std::int64_t global_batch_;
   std::uint64_t seed_;
   std::int64_t steps_per_epoch_;
+  int per_rank_dp_ = 0;
   std::int64_t epoch_ = 0;
   std::int64_t step_ = 0;
   std::vector<std::int64_t> order_;  // epoch_permutation(num_samples_, seed_, epoch_)

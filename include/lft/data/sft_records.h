@@ -35,6 +35,7 @@ struct Message {
   // Weight of this message's tokens in the loss. Only assistant messages are trained; the weight
   // of other roles is kept as read but never used.
   float loss_weight = 1.0f;
+  bool weight_given = false;  // the record set loss_weight (v1's templates default it by role)
 };
 
 // An optional leading System message, then pairs (User or Observation, Assistant), at least one
@@ -50,6 +51,7 @@ struct SftColumns {
   std::string query = "input";
   std::string response = "output";
   std::string history = "history";
+  std::string query_separator = "\n";  // between prompt and query ("" in LlamaFactory v1's converter)
   // alpaca and sharegpt: a record-level system prompt (a leading system message wins)
   std::string system = "system";
   // sharegpt
@@ -102,6 +104,9 @@ struct DatasetSource {
   // some record of the file (a misspelt field would drop that part of every record silently).
   std::vector<std::pair<std::string, std::string>> named_columns;
   std::string registry_entry;  // for messages: "<dir>/dataset_info.json: \"<name>\""
+  // A v1 dataset file's size and weight (v1_dataset_file.h); -1: not given.
+  std::int64_t v1_size = -1;
+  double v1_weight = -1;
 };
 
 // The formats accepted by RecordOptions::format, "auto" first.

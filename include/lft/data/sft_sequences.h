@@ -63,9 +63,10 @@ struct PackedSequences {
 // weighs 0 on its first token (nothing across samples is trained); segments are 1 for every token
 // (one causal attention over the sequence, as LlamaFactory's `packing`) or, with `neat`, the
 // 1-based sample number (attention and positions kept within a sample, as `neat_packing`).
-// Examples are truncated to cutoff_len (never split) and those without a trained token dropped.
+// Examples are truncated to cutoff_len (never split) and those without a trained token dropped,
+// unless `keep_untrained` (LlamaFactory v1 keeps them in its batches).
 PackedSequences build_sft_sequences(std::vector<TokenizedExample> examples, std::int64_t cutoff_len,
-                                    bool packing, bool neat);
+                                    bool packing, bool neat, bool keep_untrained = false);
 
 // Pre-training sequences, BOS + document + EOS per document (a tokenizer without one omits it),
 // every token trained. With packing (PackedDataset's stream): all documents concatenated and cut

@@ -18,6 +18,7 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
+  bool decay_all = false;  // decay every parameter (torch's AdamW); false: those with dim() >= 2
 };
 
 class AdamW final : public Optimizer {

@@ -26,6 +26,11 @@ struct TrainingExample {
   std::vector<float> weights;
 };
 
+// For --check: reads every training and eval data file the config names (records only, no
+// tokenizing) and returns one summary line per file. Throws lft::UsageError as the training run
+// would for a missing file, an unknown format or converter, or a file with no usable record.
+std::string check_training_data(const config::Config& cfg);
+
 class TrainingData {
  public:
   // Collective over `world` when tokenized_path is set: rank 0 tokenizes and writes the cache

@@ -1,0 +1,328 @@
+// LlamaFactory v1's config files (v1/config/{model,data,training,sample}_args.py of llamafactory
+// 0.9.5) mapped onto lftrain's keys before validation: renamed, given v1's defaults where they
+// differ from lftrain's, noted where they have no effect here, or refused saying why.
+// docs/llamafactory.md ("LlamaFactory v1") lists every key.
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "internal.h"
+
+namespace lft::config::detail {
+namespace {
+
+// Keys only v1 files have; the classic trainer's own keys, which a v1 file does not.
+const char* const kV1Markers[] = {"model", "model_class", "micro_batch_size", "global_batch_size",
+                                  "enable_activation_checkpointing", "batching_strategy", "batching_workers",
+                                  "save_epochs", "save_ckpt_as_hf", "sample_backend", "max_new_tokens",
+                                  "full_determinism", "dist_config.name"};
+const char* const kV1Tables[] = {"peft_config", "kernel_config", "quant_config", "init_config", "optim_config",
+                                 "lr_scheduler_config"};
+const char* const kClassicMarkers[] = {"stage", "finetuning_type", "dataset", "dataset_dir", "do_train",
+                                       "per_device_train_batch_size", "gradient_accumulation_steps", "lora_rank",
+                                       "lora_target"};
+
+bool under(const std::string& path, const char* table) {
+  const std::string prefix = std::string(table) + ".";
+  return path.compare(0, prefix.size(), prefix) == 0;
+}
+
+bool is_v1_marker(const std::string& path) {
+  return std::any_of(std::begin(kV1Markers), std::end(kV1Markers), [&](const char* k) { return path == k; }) ||
+         std::any_of(std::begin(kV1Tables), std::end(kV1Tables), [&](const char* t) { return path == t || under(path, t); });
+}
+
+const Item* find(const Input& in, const std::string& path) {
+  auto it = std::find_if(in.items.begin(), in.items.end(), [&](const Item& i) { return i.path == path; });
+  return it == in.items.end() ? nullptr : &*it;
+}
+
+std::string shown(const Item& item) { return item.kind == ItemKind::Scalar ? format_value(item.value) : describe(item); }
+
+// The mapping of one file: takes v1's items out of `in` and puts lftrain's in.
+class V1Mapper {
+ public:
+  V1Mapper(Input& in, Problems& problems) : in_(in), problems_(problems) {}
+
+  void run() {
+    check_not_mixed();
+    model_keys();
+    peft_keys();
+    engine_keys();
+    training_keys();
+    inert_and_refused();
+    in_.format = "a LlamaFactory v1 YAML (" + why_v1() + ")";
+  }
+
+ private:
+  std::optional<Item> take(const std::string& path) {
+    auto it = std::find_if(in_.items.begin(), in_.items.end(), [&](const Item& i) { return i.path == path; });
+    if (it == in_.items.end()) return std::nullopt;
+    Item item = *it;
+    in_.items.erase(it);
+    return item;
+  }
+  // `path = value` at `where` (a default: at the file), unless the file sets `path` itself.
+  void put(const std::string& path, const Value& value, const Item* where = nullptr) {
+    if (find(in_, path) != nullptr) return;
+    Item item;
+    if (where != nullptr) item = *where;
+    item.kind = ItemKind::Scalar;
+    item.path = path;
+    item.value = value;
+    if (where == nullptr) item.loc.file = in_.file;
+    in_.items.push_back(item);
+  }
+  void rename(const std::string& from, const std::string& to) {
+    if (auto item = take(from)) {
+      if (const Item* own = find(in_, to)) {
+        conflict(*item, *own);
+        return;
+      }
+      item->path = to;
+      in_.items.push_back(*item);
+    }
+  }
+  void conflict(const Item& a, const Item& b) {
+    problems_.check([&] {
+      fail(in_.file, &a.loc, "'" + a.path + "' and '" + b.path + "' both set " + b.path + " in this v1 config",
+           "keep one of them", &b.loc);
+    });
+  }
+  void note(const Item& item, const std::string& why) {
+    in_.notes.push_back(item.loc.str() + ": " + item.path + " = " + shown(item) + ": " + why);
+  }
+  void refuse(const Item& item, const std::string& what, const std::string& hint) {
+    problems_.check([&] { fail(in_.file, &item.loc, item.path + " = " + shown(item) + ": " + what, hint); });
+  }
+  std::string string_of(const Item& item) {
+    return item.kind == ItemKind::Scalar && std::holds_alternative<std::string>(item.value)
+               ? std::get<std::string>(item.value)
+               : "";
+  }
+  bool true_of(const Item& item) {
+    return item.kind == ItemKind::Scalar && std::holds_alternative<bool>(item.value) && std::get<bool>(item.value);
+  }
+
+  std::string why_v1() const {
+    for (const Item& i : original_)
+      if (is_v1_marker(i.path)) return "key '" + i.path + "' at " + i.loc.str();
+    return "train_dataset without the classic trainer's stage, finetuning_type or dataset";
+  }
+
+  void check_not_mixed() {
+    original_ = in_.items;
+    const Item* classic = nullptr;
+    for (const char* k : kClassicMarkers)
+      if ((classic = find(in_, k)) != nullptr) break;
+    if (classic == nullptr) return;
+    const auto v1 = std::find_if(in_.items.begin(), in_.items.end(), [](const Item& i) { return is_v1_marker(i.path); });
+    if (v1 == in_.items.end()) return;
+    problems_.check([&] {
+      fail(in_.file, &v1->loc,
+           "this file mixes LlamaFactory v1's keys ('" + v1->path + "') with the classic trainer's ('" + classic->path + "')",
+           "write it in one of the two: v1 (model, peft_config, dist_config.name, micro_batch_size, ...) or classic "
+           "(model_name_or_path, stage, finetuning_type, per_device_train_batch_size, ...); docs/llamafactory.md",
+           &classic->loc);
+    });
+  }
+
+  void model_keys() {
+    rename("model", "model_name_or_path");
+    put("stage", Value{std::string("sft")});  // v1's `llamafactory-cli sft`
+    put("template", Value{std::string("qwen3_nothink")});
+    if (auto c = take("model_class"))
+      if (string_of(*c) != "llm")
+        refuse(*c, "lftrain trains causal language models (model_class: llm) only",
+               "remove model_class (v1's cls and other classes have no lftrain counterpart)");
+    for (const char* k : {"trust_remote_code", "flash_attn"})
+      if (auto item = take(k)) note(*item, "no effect: lftrain's model families and attention are its own");
+    if (auto item = take("init_config.name"))
+      note(*item, "no effect: every rank builds only the parameters it holds, then reads its share");
+    if (auto item = take("kernel_config.name"))
+      note(*item, "lftrain's fused kernels (fused_kernels, default \"all\") take the place of v1's kernel plugins");
+    if (auto item = take("kernel_config.include_kernels")) note(*item, "no effect: see fused_kernels");
+    for (const Item& item : in_.items)
+      if (under(item.path, "quant_config"))
+        refuse(item, "quantized training (QLoRA) is not implemented in lftrain", "remove quant_config");
+  }
+
+  void peft_keys() {
+    if (auto e = take("peft_config.export_dir"))
+      refuse(*e, "merging an adapter into the model is lfmerge's work, not a training run",
+             "lfmerge CHECKPOINT --out DIR merges a LoRA checkpoint and writes a Hugging Face folder (--format peft: the adapter)");
+    for (const char* k : {"peft_config.export_size", "peft_config.infer_dtype", "peft_config.export_hub_model_id",
+                          "peft_config.export_legacy_format"})
+      take(k);
+    const auto name = take("peft_config.name");
+    const std::string method = name ? string_of(*name) : "";
+    if (!name) {
+      put("finetuning_type", Value{std::string("full")});
+    } else if (method == "lora") {
+      put("finetuning_type", Value{method}, &*name);
+      rename("peft_config.r", "lora_rank");
+      rename("peft_config.lora_alpha", "lora_alpha");
+      rename("peft_config.lora_dropout", "lora_dropout");
+      rename("peft_config.target_modules", "lora_target");
+      rename("peft_config.use_rslora", "use_rslora");
+      rename("peft_config.adapter_name_or_path", "adapter_name_or_path");
+      rename("peft_config.modules_to_save", "additional_target");
+      put("lora_alpha", Value{std::int64_t{16}});
+      put("lora_dropout", Value{0.05});
+      if (auto d = take("peft_config.use_dora"))
+        if (true_of(*d)) refuse(*d, "DoRA is not implemented: lftrain's adapters are LoRA's", "remove use_dora");
+    } else if (method == "freeze") {
+      put("finetuning_type", Value{method}, &*name);
+      rename("peft_config.freeze_trainable_layers", "freeze_trainable_layers");
+      rename("peft_config.freeze_trainable_modules", "freeze_trainable_modules");
+      rename("peft_config.freeze_extra_modules", "freeze_extra_modules");
+      if (auto c = take("peft_config.cast_trainable_params_to_fp32"))
+        note(*c, "no effect: lftrain keeps every trained parameter in fp32");
+    } else {
+      refuse(*name, "v1's PEFT methods are lora and freeze", "write peft_config: {name: lora, ...} or {name: freeze, ...}");
+    }
+    for (const Item& item : in_.items)
+      if (under(item.path, "peft_config"))
+        refuse(item, "unknown key for peft_config.name = " + (method.empty() ? "(none)" : method),
+               method == "lora" ? "lora takes r, lora_alpha, lora_dropout, target_modules, use_rslora, adapter_name_or_path, modules_to_save"
+                                : "freeze takes freeze_trainable_layers, freeze_trainable_modules, freeze_extra_modules");
+  }
+
+  void engine_keys() {
+    const auto name = take("dist_config.name");
+    const std::string engine = name ? string_of(*name) : "";
+    if (name && engine != "fsdp2" && engine != "deepspeed")
+      refuse(*name, "v1's distributed plugins are fsdp2 and deepspeed", "write dist_config: {name: fsdp2} or {name: deepspeed, config_file: ...}");
+    if (name) {
+      if (const Item* own = find(in_, "distributed"))
+        conflict(*name, *own);
+      else
+        put("distributed", Value{engine}, &*name);
+    } else {
+      put("distributed", Value{std::string("ddp")});  // v1: DistributedDataParallel on several ranks
+    }
+    rename("dist_config.config_file", "deepspeed");
+    if (auto t = take("dist_config.timeout")) {
+      if (std::holds_alternative<std::int64_t>(t->value)) t->value = static_cast<double>(std::get<std::int64_t>(t->value));
+      t->path = "comm_timeout";
+      in_.items.push_back(*t);
+    }
+    rename("dist_config.mp_replicate_size", "mesh.dp_replicate");
+    rename("dist_config.mp_shard_size", "mesh.dp_shard");
+    if (auto dp = take("dist_config.dp_size")) {
+      if (find(in_, "mesh.dp_shard") == nullptr && find(in_, "mesh.dp_replicate") == nullptr) {
+        dp->path = "mesh.dp_shard";
+        in_.items.push_back(*dp);
+      } else {
+        note(*dp, "the data-parallel size is mp_replicate_size x mp_shard_size here");
+      }
+    }
+    if (auto cp = take("dist_config.cp_size")) {
+      const bool one = std::holds_alternative<std::int64_t>(cp->value) && std::get<std::int64_t>(cp->value) == 1;
+      if (!one)
+        refuse(*cp, "context parallelism (splitting sequences over ranks) is not built yet in lftrain",
+               "remove cp_size (or set it to 1); long sequences fit with gradient checkpointing and fsdp2 sharding");
+    }
+    if (auto mode = take("dist_config.cp_mode")) note(*mode, "no effect without cp_size > 1");
+    if (auto dcp = take("dist_config.dcp_path"))
+      refuse(*dcp, "lftrain loads the Hugging Face model folder (model), not a torch distributed checkpoint",
+             "remove dcp_path");
+    bf16(engine, name.has_value());
+  }
+
+  // v1's bf16 (default true) acts through FSDP2's mixed precision (bf16 parameters, fp32
+  // reductions); without dist_config v1 trains in fp32, and DeepSpeed takes it from its file.
+  void bf16(const std::string& engine, bool named) {
+    auto flag = take("bf16");
+    const Item* mp = find(in_, "dist_config.mixed_precision");
+    const std::string distributed = find(in_, "distributed") ? string_of(*find(in_, "distributed")) : "";
+    if (distributed == "fsdp2" || engine == "fsdp2") {
+      if (mp != nullptr && flag) {  // the guide's spelling beside v1's: both must agree
+        const bool agree = (string_of(*mp) == "bf16") == true_of(*flag);
+        if (!agree) conflict(*flag, *mp);
+      }
+      const bool on = mp != nullptr ? string_of(*mp) == "bf16" : !flag || true_of(*flag);
+      put("bf16", Value{on}, flag ? &*flag : nullptr);
+      put("dist_config.mixed_precision", Value{std::string(on ? "bf16" : "fp32")}, flag ? &*flag : nullptr);
+      return;
+    }
+    if (engine == "deepspeed" || distributed == "deepspeed") {
+      if (flag) note(*flag, "bf16 follows the DeepSpeed file's bf16.enabled (\"auto\": off), as v1 hands the file to accelerate");
+      return;
+    }
+    if (flag && true_of(*flag) && !named)
+      note(*flag, "no effect without dist_config: v1 trains in fp32 then (its bf16 acts through FSDP2's mixed precision)");
+    else if (flag)
+      in_.items.push_back(*flag);
+  }
+
+  void training_keys() {
+    rename("micro_batch_size", "per_device_train_batch_size");
+    rename("enable_activation_checkpointing", "gradient_checkpointing");
+    put("gradient_checkpointing", Value{true});
+    put("learning_rate", Value{1e-4});
+    put("logging_steps", Value{std::int64_t{1}});
+    put("lr_scheduler_type", Value{std::string("constant")});
+    put("weight_decay", Value{0.01});
+    put("decay_all_parameters", Value{true});
+    put("sample_order", Value{std::string("per_rank")});
+    if (find(in_, "save_steps") == nullptr) put("save_steps", Value{std::int64_t{0}});
+    if (auto b = take("batching_strategy")) {
+      const std::string s = string_of(*b);
+      if (s == "padding_free") {
+        put("neat_packing", Value{true}, &*b);
+        note(*b, "packed rows in which attention and positions stay within each sample; lftrain fills each "
+                 "row of cutoff_len tokens by size (greedy knapsack) where v1 joins a micro-batch's samples");
+      } else if (s != "normal") {
+        refuse(*b, "token-budget batching is not built in lftrain", "use batching_strategy: normal or padding_free");
+      }
+    }
+    for (const char* k : {"optim_config.name", "lr_scheduler_config.name"})
+      if (auto item = take(k))
+        refuse(*item, "LlamaFactory 0.9.5 registers no optimizer or scheduler plugin (v1 itself fails on it)",
+               "remove it: v1 trains with torch's AdamW (weight decay 0.01 on every parameter) at a constant learning rate");
+    if (auto e = take("save_epochs"))
+      refuse(*e, "saving by epochs is not built in lftrain", "use save_steps (steps per epoch are in the start-up log)");
+    if (auto hf = take("save_ckpt_as_hf"))
+      if (true_of(*hf))
+        refuse(*hf, "lftrain saves sharded HDF5 checkpoints", "export any checkpoint with: lfmerge CHECKPOINT --out DIR");
+  }
+
+  void inert_and_refused() {
+    for (const char* k : {"sample_backend", "max_new_tokens"})
+      if (auto item = take(k)) note(*item, "no effect: sampling settings, and lftrain trains only");
+    if (auto w = take("batching_workers")) note(*w, "no effect: batches are cut from data tokenized in memory");
+    if (auto d = take("full_determinism")) note(*d, "no effect: lftrain's runs are deterministic (same inputs, same losses)");
+    for (const Item& item : in_.items)
+      for (const char* t : kV1Tables)
+        if (under(item.path, t)) refuse(item, "unknown key", "see docs/llamafactory.md for v1's keys");
+  }
+
+  Input& in_;
+  Problems& problems_;
+  std::vector<Item> original_;
+};
+
+}  // namespace
+
+bool is_v1_plugin_table(const std::string& path) {
+  return std::any_of(std::begin(kV1Tables), std::end(kV1Tables), [&](const char* t) { return path == t; });
+}
+
+bool is_v1_plugin_key(const std::string& path) {
+  return std::any_of(std::begin(kV1Tables), std::end(kV1Tables), [&](const char* t) { return under(path, t); });
+}
+
+bool is_v1_config(const Input& in) {
+  if (!in.yaml) return false;
+  const bool marked = std::any_of(in.items.begin(), in.items.end(), [](const Item& i) { return is_v1_marker(i.path); });
+  if (marked) return true;
+  const bool classic = std::any_of(std::begin(kClassicMarkers), std::end(kClassicMarkers),
+                                   [&](const char* k) { return find(in, k) != nullptr; });
+  return !classic && find(in, "train_dataset") != nullptr;
+}
+
+void apply_v1_keys(Input& in, Problems& problems) { V1Mapper(in, problems).run(); }
+
+}  // namespace lft::config::detail

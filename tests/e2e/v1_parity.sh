@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# v1_parity.sh BUILD_DIR: lftrain's per-step losses equal LlamaFactory v1's (0.9.5, USE_V1=1, run on
+# the CPU by tools/v1-reference) within 1e-6 relative, for the same v1 YAML file, on a tiny random
+# fp32 Qwen3 (tools/make-v1-fixture.py): full, LoRA and freeze tuning at 1 rank, v1's own messages
+# format (v1_sft_demo.jsonl), and full and LoRA with FSDP2 and full with DeepSpeed ZeRO-3 at 2
+# ranks. Skips (77) without tools/install-v1-env's .venv-v1. Run from the repository root.
+#   V1_PARITY_CASES="full_1 lora_fsdp2_2"  only these cases
+#   V1_PARITY_KEEP=1                       keep the work folder (printed)
+#   LFT_SHARED_DATA=DIR                    the datasets (default ../shared/data)
+set -u
+[ $# -eq 1 ] || { echo "usage: v1_parity.sh BUILD_DIR" >&2; exit 2; }
+build=$(cd "$1" && pwd) || exit 2
+[ -x "$build/lftrain" ] || { echo "v1_parity: FAIL: no $build/lftrain"; exit 1; }
+cd "$(dirname "$0")/../.." || exit 2
+py=.venv-v1/bin/python
+skip() { echo "v1_parity: SKIP: $*"; exit 77; }
+if [ ! -x "$py" ] || ! "$py" -c 'import llamafactory' 2>/dev/null; then
+  skip "no LlamaFactory v1 environment (.venv-v1 cannot import llamafactory); run tools/install-v1-env"
+fi
+data=$(cd "${LFT_SHARED_DATA:-../shared/data}" 2>/dev/null && pwd) || data=
+if [ -z "$data" ] || [ ! -f "$data/identity.json" ] || [ ! -f "$data/v1_sft_demo.jsonl" ]; then
+  skip "identity.json and v1_sft_demo.jsonl not found in ${LFT_SHARED_DATA:-../shared/data}"
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+work=$(mktemp -d /tmp/lft-v1parity-XXXXXX)
+if [ "${V1_PARITY_KEEP:-0}" = 1 ]; then echo "v1_parity: work folder $work"
+else trap 'rm -rf "$work"' EXIT; fi
+fail() { echo "v1_parity: FAIL: $*"; exit 1; }
+
+model=$work/model
+"$py" tools/make-v1-fixture.py "$model" >/dev/null 2>&1 || fail "making the model (tools/make-v1-fixture.py)"
+# v1's LoRA starts from PEFT's random lora_A (torch's RNG) and lora_B = 0; both sides start from
+# this adapter instead. v1 loads it with PeftModel.from_pretrained(is_trainable=True): it trains
+# it, with the adapter's own r, alpha, dropout and targets (the YAML's are ignored).
+"$py" tools/check-peft.py make-adapter "$model" "$work/adapter" --r 8 --alpha 16 --seed 0 >/dev/null 2>&1 ||
+  fail "making the LoRA adapter (tools/check-peft.py make-adapter)"
+cat > "$work/identity.yaml" <<EOF
+identity:
+  path: $data/identity.json
+  source: local
+  converter: alpaca
+EOF
+# inputs/ds_z3_config.json in fp32: v1 takes DeepSpeed's precision from this file alone (its
+# bf16 key only reaches FSDP2), and "auto" there means bf16.
+"$py" - "$work/ds_z3_fp32.json" <<'EOF' || fail "writing the DeepSpeed config"
+import json, sys
+c = json.load(open("inputs/ds_z3_config.json"))
+c["fp16"], c["bf16"] = {"enabled": False}, {"enabled": False}
+json.dump(c, open(sys.argv[1], "w"), indent=2)
+EOF
+if "$py" -c 'import deepspeed' >/dev/null 2>&1; then ds_skip=
+else ds_skip="deepspeed is not installed in .venv-v1 (tools/install-v1-env could not build it)"; fi
+
+lora="peft_config:
+  name: lora
+  r: 8
+  lora_alpha: 16
+  lora_dropout: 0.0
+  target_modules: all
+  adapter_name_or_path: $work/adapter"
+fsdp2="bf16: false
+dist_config:
+  name: fsdp2"
+# name|ranks|YAML lines after the common ones (which they replace, key by key)
+cases=(
+  "full_1|1|"
+  "lora_1|1|$lora"
+  "freeze_1|1|peft_config:
+  name: freeze
+  freeze_trainable_layers: 1"
+  "demo_1|1|train_dataset: $data/v1_sft_demo.jsonl"
+  "full_fsdp2_2|2|$fsdp2"
+  "lora_fsdp2_2|2|$fsdp2
+$lora"
+  # Under DeepSpeed, v1's micro-batch losses are divided by the accumulation count a second time
+  # (DeepSpeed's engine does it on top of v1's own token scaling), which halves the gradients at
+  # accumulation 2; lftrain computes the token mean of the step, so this case keeps accumulation
+  # at 1 (4 x 1 x 2 ranks = 8), where the two agree (docs/llamafactory.md, "LlamaFactory v1").
+  "full_ds3_2|2|micro_batch_size: 4
+dist_config:
+  name: deepspeed
+  config_file: $work/ds_z3_fp32.json"
+)
+
+failed=() passed=0
+for entry in "${cases[@]}"; do
+  name=${entry%%|*} np=${entry#*|} np=${np%%|*} extra=${entry#*|*|}
+  case " ${V1_PARITY_CASES:-$name} " in *" $name "*) ;; *) continue ;; esac
+  if [ "$name" = full_ds3_2 ] && [ -n "$ds_skip" ]; then echo "v1_parity: $name: SKIP: $ds_skip"; continue; fi
+  dir=$work/$name
+  mkdir -p "$dir"
+  {
+    echo "model: $model"
+    echo "template: qwen3_nothink"
+    echo "train_dataset: $work/identity.yaml"
+    echo "output_dir: $dir/v1"
+    echo "micro_batch_size: 2"
+    echo "global_batch_size: 8"
+    echo "cutoff_len: 128"
+    echo "learning_rate: 1.0e-3"
+    echo "max_steps: 5"
+  } > "$dir/job.yaml"
+  # YAML forbids a repeated key: drop a common line that the case sets again.
+  for key in $(printf '%s\n' "$extra" | sed -n 's/^\([a-z_]*\):.*/\1/p'); do
+    sed -i "/^$key:/d" "$dir/job.yaml"
+  done
+  [ -n "$extra" ] && printf '%s\n' "$extra" >> "$dir/job.yaml"
+
+  echo "v1_parity: $name: $np rank(s)"
+  if ! tools/v1-reference --np "$np" --log "$dir/v1.log" "$dir/job.yaml" >/dev/null 2>"$dir/v1.err"; then
+    cat "$dir/v1.err"; failed+=("$name (v1 failed)"); continue
+  fi
+  launch=("$build/lftrain")
+  [ "$np" -gt 1 ] && launch=(mpirun --oversubscribe --bind-to none -np "$np" "$build/lftrain")
+  if ! "${launch[@]}" "$dir/job.yaml" output_dir="$dir/lftrain" >"$dir/lftrain.log" 2>&1; then
+    tail -20 "$dir/lftrain.log"; failed+=("$name (lftrain failed: ${launch[*]} $dir/job.yaml output_dir=$dir/lftrain)"); continue
+  fi
+  if python3 tests/e2e/compare_v1_logs.py "$name" "$dir/v1/trainer_log.jsonl" \
+       "$dir/lftrain/trainer_log.jsonl" 1e-6; then passed=$((passed + 1))
+  else failed+=("$name"); fi
+done
+[ ${#failed[@]} -eq 0 ] || { IFS=';'; fail "${failed[*]}"; }
+echo "v1_parity: PASS ($passed cases)"

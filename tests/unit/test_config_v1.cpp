@@ -1,0 +1,150 @@
+// LlamaFactory v1's config files (and the guide's): told apart from the classic trainer's by their
+// keys, mapped onto lftrain's with v1's defaults, noted or refused with why.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "lft/config/config.h"
+#include "test_util.h"
+
+namespace lft::config {
+namespace {
+
+std::string repo_root() {
+  const std::string here = __FILE__;  // <root>/tests/unit/test_config_v1.cpp
+  return here.substr(0, here.rfind('/')) + "/../..";
+}
+
+const std::string& data_path() {
+  static const std::string path = [] {
+    std::string p = ::testing::TempDir() + "lft_test_config_v1_data.yaml";
+    std::ofstream(p) << "identity:\n  path: x.json\n  source: local\n  converter: alpaca\n";
+    return p;
+  }();
+  return path;
+}
+
+std::string v1_head() {
+  return "model: " + repo_root() + "/tests/fixtures/qwen3-tiny\ntrain_dataset: " + data_path() + "\n";
+}
+
+Config parse_yaml(const std::string& text) { return parse_config(text, "job.yaml"); }
+std::string yaml_error(const std::string& text) {
+  return test::message_of<ConfigError>([&] { parse_config(text, "job.yaml"); });
+}
+bool noted(const Config& c, const std::string& part) {
+  for (const std::string& n : c.notes())
+    if (n.find(part) != std::string::npos) return true;
+  return false;
+}
+
+TEST(ConfigV1, DefaultsAreV1s) {
+  const Config c = parse_yaml(v1_head());
+  EXPECT_EQ(c.format().rfind("a LlamaFactory v1 YAML (key 'model' at job.yaml:1:1)", 0), 0u) << c.format();
+  EXPECT_EQ(c.string("model_name_or_path"), repo_root() + "/tests/fixtures/qwen3-tiny");
+  EXPECT_EQ(c.string("stage"), "sft");
+  EXPECT_EQ(c.string("template"), "qwen3_nothink");
+  EXPECT_EQ(c.string("finetuning_type"), "full");
+  EXPECT_EQ(c.string("distributed"), "ddp");
+  EXPECT_EQ(c.string("lr_scheduler_type"), "constant");
+  EXPECT_DOUBLE_EQ(c.real("learning_rate"), 1e-4);
+  EXPECT_DOUBLE_EQ(c.real("weight_decay"), 0.01);
+  EXPECT_TRUE(c.boolean("decay_all_parameters"));
+  EXPECT_TRUE(c.boolean("gradient_checkpointing"));
+  EXPECT_EQ(c.string("sample_order"), "per_rank");
+  EXPECT_EQ(c.integer("logging_steps"), 1);
+  EXPECT_FALSE(c.boolean("bf16"));  // no dist_config: v1 trains in fp32
+  EXPECT_FALSE(c.is_set("resume_from_checkpoint"));  // v1 does not resume unless asked
+}
+
+TEST(ConfigV1, PeftAndDistConfigMapOntoLftrainsKeys) {
+  const Config c = parse_yaml(v1_head() +
+                              "peft_config:\n  name: lora\n  r: 16\n  lora_alpha: 32\n  target_modules: [q_proj, v_proj]\n"
+                              "dist_config:\n  name: fsdp2\n  dcp_path: null\n  reshard_after_forward: false\n  timeout: 90\n"
+                              "micro_batch_size: 2\nglobal_batch_size: 8\n");
+  EXPECT_EQ(c.string("finetuning_type"), "lora");
+  EXPECT_EQ(c.integer("lora_rank"), 16);
+  EXPECT_EQ(c.integer("lora_alpha"), 32);
+  EXPECT_DOUBLE_EQ(c.real("lora_dropout"), 0.05);  // v1's default
+  EXPECT_EQ(c.strings("lora_target"), (std::vector<std::string>{"q_proj", "v_proj"}));
+  EXPECT_EQ(c.string("distributed"), "fsdp2");
+  EXPECT_FALSE(c.boolean("dist_config.reshard_after_forward"));
+  EXPECT_DOUBLE_EQ(c.real("comm_timeout"), 90.0);
+  EXPECT_TRUE(c.boolean("bf16"));  // v1's default, through FSDP2's mixed precision
+  EXPECT_EQ(c.string("dist_config.mixed_precision"), "bf16");
+  EXPECT_EQ(c.integer("per_device_train_batch_size"), 2);
+  EXPECT_EQ(c.integer("global_batch_size"), 8);
+  EXPECT_EQ(c.with_global_batch(2).integer("gradient_accumulation_steps"), 2);
+  EXPECT_NE(test::message_of<ConfigError>([&] { (void)c.with_global_batch(3); }).find("not a multiple"), std::string::npos);
+}
+
+TEST(ConfigV1, LoraDefaultsAreV1s) {
+  const Config c = parse_yaml(v1_head() + "peft_config:\n  name: lora\n");
+  EXPECT_EQ(c.integer("lora_rank"), 8);
+  EXPECT_EQ(c.integer("lora_alpha"), 16);
+  EXPECT_DOUBLE_EQ(c.real("lora_dropout"), 0.05);
+  EXPECT_EQ(c.string("lora_target"), "all");
+}
+
+TEST(ConfigV1, FreezeAndBf16Off) {
+  const Config c = parse_yaml(v1_head() + "peft_config:\n  name: freeze\n  freeze_trainable_layers: 1\n"
+                                          "dist_config:\n  name: fsdp2\nbf16: false\n");
+  EXPECT_EQ(c.string("finetuning_type"), "freeze");
+  EXPECT_EQ(c.integer("freeze_trainable_layers"), 1);
+  EXPECT_FALSE(c.boolean("bf16"));
+  EXPECT_EQ(c.string("dist_config.mixed_precision"), "fp32");
+}
+
+TEST(ConfigV1, TheGuidesFsdp2FileTurnsBf16OnAndTrainsTheFullModel) {
+  const Config c = parse_yaml("model_name_or_path: " + repo_root() + "/tests/fixtures/qwen3-tiny\ndistributed: fsdp2\n"
+                              "dist_config:\n  mixed_precision: bf16\n  offload_params: false\n  reshard_after_forward: true\n"
+                              "train_dataset: " + data_path() + "\noutput_dir: out\n");
+  EXPECT_EQ(c.format().rfind("a LlamaFactory v1 YAML (train_dataset without", 0), 0u) << c.format();
+  EXPECT_TRUE(c.boolean("bf16"));
+  EXPECT_EQ(c.string("finetuning_type"), "full");
+  EXPECT_EQ(c.string("template"), "qwen3_nothink");
+}
+
+TEST(ConfigV1, RefusedWithWhy) {
+  EXPECT_NE(yaml_error(v1_head() + "quant_config:\n  name: bnb\n  quantization_bit: 4\n").find("quantized training"),
+            std::string::npos);
+  EXPECT_NE(yaml_error(v1_head() + "optim_config:\n  name: muon\n").find("registers no optimizer"), std::string::npos);
+  EXPECT_NE(yaml_error(v1_head() + "dist_config:\n  name: fsdp2\n  cp_size: 2\n").find("context parallelism"),
+            std::string::npos);
+  EXPECT_NE(yaml_error(v1_head() + "model_class: cls\n").find("causal language models"), std::string::npos);
+  EXPECT_NE(yaml_error(v1_head() + "batching_strategy: dynamic_batching\n").find("token-budget"), std::string::npos);
+  const std::string mixed = yaml_error(v1_head() + "stage: sft\n");
+  EXPECT_NE(mixed.find("mixes LlamaFactory v1's keys ('model') with the classic trainer's ('stage')"), std::string::npos)
+      << mixed;
+  EXPECT_NE(yaml_error(v1_head() + "global_batch_size: 8\ngradient_accumulation_steps: 2\n").find("mixes"),
+            std::string::npos);
+}
+
+TEST(ConfigV1, InertKeysAreNoted) {
+  const Config c = parse_yaml(v1_head() + "model_class: llm\nkernel_config:\n  name: auto\n  include_kernels: auto\n"
+                                          "quant_config: null\nsample_backend: hf\nmax_new_tokens: 128\n");
+  EXPECT_TRUE(noted(c, "kernel_config.name = \"auto\""));
+  EXPECT_TRUE(noted(c, "sample_backend = \"hf\""));
+}
+
+TEST(ConfigV1, RayRunsOnTheMpiWorld) {
+  const Config c = parse_yaml("model_name_or_path: " + repo_root() + "/tests/fixtures/qwen3-tiny\ndistributed: ray\n"
+                              "ray_num_workers: 4\nmaster_addr: 10.0.0.1\nmaster_port: 29500\ntrain_dataset: " +
+                              data_path() + "\n");
+  EXPECT_EQ(c.string("distributed"), "ddp");
+  EXPECT_EQ(c.integer("ray_num_workers"), 4);
+  EXPECT_TRUE(noted(c, "distributed = \"ray\": the job runs on the MPI world"));
+  EXPECT_TRUE(noted(c, "master_addr = \"10.0.0.1\" has no effect"));
+}
+
+TEST(ConfigV1, ClassicFilesStayClassic) {
+  const Config c = parse_yaml("model_name_or_path: " + repo_root() + "/tests/fixtures/qwen3-tiny\nstage: sft\n"
+                              "train_dataset: " + data_path() + "\n");
+  EXPECT_EQ(c.format(), "a LlamaFactory (classic trainer) YAML");
+  EXPECT_EQ(c.string("finetuning_type"), "lora");  // the classic trainer's default
+  EXPECT_EQ(c.string("sample_order"), "global");
+}
+
+}  // namespace
+}  // namespace lft::config

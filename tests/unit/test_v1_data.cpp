@@ -1,0 +1,116 @@
+// LlamaFactory v1's data path: its templates' segments and weights, its truncation, its dataset
+// files, Python's random for `size` / `weight`, and torch's DistributedSampler order.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "lft/data/python_random.h"
+#include "lft/data/sampler.h"
+#include "lft/data/tokenizer.h"
+#include "lft/data/v1_dataset_file.h"
+#include "lft/data/v1_render.h"
+#include "lft/runtime/error.h"
+#include "test_util.h"
+
+namespace lft::data {
+namespace {
+
+Conversation qa(const std::string& q, const std::string& a) {
+  Conversation c;
+  c.messages = {{Role::User, q, 1.0f, false}, {Role::Assistant, a, 1.0f, false}};
+  return c;
+}
+
+TEST(V1Render, Qwen3NothinkTrainsTheWholeAssistantSegment) {
+  Conversation c = qa("hi", "Hello!");
+  c.messages.insert(c.messages.begin(), Message{Role::System, "Be brief.", 1.0f, false});
+  const auto s = v1_segments("qwen3_nothink", c);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].text, "<|im_start|>system\nBe brief.<|im_end|>\n");
+  EXPECT_EQ(s[1].text, "<|im_start|>user\nhi<|im_end|>\n");
+  EXPECT_EQ(s[2].text, "<|im_start|>assistant\nHello!<|im_end|>\n");
+  EXPECT_EQ(s[0].weight, 0.0f);
+  EXPECT_EQ(s[1].weight, 0.0f);
+  EXPECT_EQ(s[2].weight, 1.0f);
+}
+
+TEST(V1Render, Qwen3WritesAnEmptyThinkBlockBeforeTheLastAnswer) {
+  Conversation c = qa("a", "\n\nb");
+  c.messages.push_back({Role::User, "c", 1.0f, false});
+  c.messages.push_back({Role::Assistant, "d", 1.0f, false});
+  const auto s = v1_segments("qwen3", c);
+  EXPECT_EQ(s[1].text, "<|im_start|>assistant\n\n\nb<|im_end|>\n");  // before the last query: as written
+  EXPECT_EQ(s[3].text, "<|im_start|>assistant\n<think>\n\n</think>\n\nd<|im_end|>\n");
+}
+
+TEST(V1Render, GivenWeightsWinAndToolResponsesMerge) {
+  Conversation c;
+  c.messages = {{Role::User, "q", 1.0f, true}, {Role::Assistant, "a", 0.5f, true},
+                {Role::Observation, "r1", 1.0f, false}, {Role::Assistant, "b", 1.0f, false}};
+  const auto s = v1_segments("chatml", c);
+  EXPECT_EQ(s[0].weight, 1.0f);  // a user message with loss_weight 1 trains, as in v1
+  EXPECT_EQ(s[1].weight, 0.5f);
+  EXPECT_EQ(s[2].text, "<|im_start|>tool\nr1<|im_end|>\n");
+  const auto q = v1_segments("qwen3_nothink", c);
+  EXPECT_EQ(q[2].text, "<|im_start|>user\n<tool_response>\nr1\n</tool_response><|im_end|>\n");
+}
+
+TEST(V1Render, CutAtCutoffLenFromTheEnd) {
+  const ByteTokenizer tok;
+  const TokenizedExample full = v1_encode("chatml", qa("hello", "world"), tok, 1000);
+  const TokenizedExample cut = v1_encode("chatml", qa("hello", "world"), tok, 20);
+  ASSERT_EQ(cut.ids.size(), 20u);
+  EXPECT_TRUE(cut.truncated);
+  EXPECT_FALSE(full.truncated);
+  EXPECT_EQ(std::vector<std::int32_t>(full.ids.begin(), full.ids.begin() + 20), cut.ids);
+}
+
+TEST(PythonRandom, MatchesCPython) {
+  // python3 -c "import random; random.seed(42); print([random.random() for _ in range(3)])"
+  PythonRandom r(42);
+  EXPECT_DOUBLE_EQ(r.random(), 0.6394267984578837);
+  EXPECT_DOUBLE_EQ(r.random(), 0.025010755222666936);
+  EXPECT_DOUBLE_EQ(r.random(), 0.27502931836911926);
+  // random.seed(42); random.choices(range(91), k=8)
+  EXPECT_EQ(PythonRandom(42).choices(91, 8), (std::vector<std::int64_t>{58, 2, 25, 20, 67, 61, 81, 7}));
+}
+
+TEST(GlobalSampler, PerRankOrderIsTorchsDistributedSampler) {
+  // torch.randperm(10, generator=torch.Generator().manual_seed(42)) = [2, 6, 1, 8, 4, 5, 0, 9, 3, 7];
+  // rank 0 takes 2, 1, 4, 0, ..., rank 1 takes 6, 8, 5, 9, ...; two samples per rank per step.
+  EXPECT_EQ(GlobalSampler::per_rank_order(10, 42, 0, 2, 4), (std::vector<std::int64_t>{2, 1, 6, 8, 4, 0, 5, 9}));
+  GlobalSampler s(10, 4, 42, 2);
+  EXPECT_EQ(s.global_batch_indices(), (std::vector<std::int64_t>{2, 1, 6, 8}));
+  EXPECT_EQ(local_micro_batch(s.global_batch_indices(), 1, 2, 1, 2, 1), (std::vector<std::int64_t>{8}));
+  SamplerState other = s.state();
+  other.order_dp = 0;
+  EXPECT_THROW(GlobalSampler(10, 4, 42, 2).restore(other), UsageError);
+}
+
+TEST(V1DatasetFile, EntriesBecomeSources) {
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "v1_a.json") << "[]";
+  const std::string file = dir + "v1_data.yaml";
+  std::ofstream(file) << "identity:\n  path: " << dir << "v1_a.json\n  source: local\n  converter: alpaca\n  size: 5\n"
+                      << "chat:\n  path: " << dir << "v1_a.json\n  source: local\n";
+  const auto sources = read_v1_dataset_file(file);
+  ASSERT_EQ(sources.size(), 2u);
+  EXPECT_EQ(sources[0].name, "identity");
+  EXPECT_EQ(sources[0].options.format, "alpaca");
+  EXPECT_EQ(sources[0].options.columns.query_separator, "");
+  EXPECT_EQ(sources[0].v1_size, 5);
+  EXPECT_EQ(sources[1].options.format, "messages");
+  const auto error = [&](const std::string& text) {
+    std::ofstream(file) << text;
+    return test::message_of<UsageError>([&] { read_v1_dataset_file(file); });
+  };
+  EXPECT_NE(error("d:\n  path: HuggingFaceH4/orca\n").find("Hugging Face Hub"), std::string::npos);
+  EXPECT_NE(error("d:\n  path: " + dir + "v1_a.json\n  source: local\n  converter: pair\n").find("DPO"), std::string::npos);
+  EXPECT_NE(error("d:\n  path: " + dir + "v1_a.json\n  source: local\n  shuffle: true\n").find("unknown key 'shuffle'"),
+            std::string::npos);
+  EXPECT_NE(error("d:\n  path: /nonexistent.json\n  source: local\n").find("does not exist"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lft::data
