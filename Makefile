@@ -7,7 +7,7 @@ CTEST_FLAGS ?=
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps python-env build run sft bench plan-check test test-fast check docs clean
+.PHONY: all deps python-env v1-env build run sft bench plan-check test test-fast check docs clean
 
 all: build
 
@@ -25,9 +25,13 @@ build: $(BUILD)/CMakeCache.txt
 python-env: $(BUILD)/CMakeCache.txt
 	@tools/install-python-env
 
+# LlamaFactory v1 itself (llamafactory 0.9.5 beside the project's torch), for job_v1_parity.
+v1-env: python-env
+	@tools/install-v1-env
+
 # Every test: unit, multi-rank (1-8 ranks) and whole-job. None is skipped for want of the Python
 # environment: it is installed first.
-test: build python-env
+test: build python-env v1-env
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
 
 # The quick loop while developing: everything but the tests labelled slow.

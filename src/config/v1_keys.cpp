@@ -203,6 +203,10 @@ class V1Mapper {
       put("distributed", Value{std::string("ddp")});  // v1: DistributedDataParallel on several ranks
     }
     rename("dist_config.config_file", "deepspeed");
+    const Item* offload = find(in_, "dist_config.offload_params");
+    if (offload == nullptr || !true_of(*offload))
+      if (auto pin = take("dist_config.pin_memory"))  // v1's default is true, whether it offloads or not
+        note(*pin, "no effect without offload_params: true (it pins the offloaded shards)");
     if (auto t = take("dist_config.timeout")) {
       if (std::holds_alternative<std::int64_t>(t->value)) t->value = static_cast<double>(std::get<std::int64_t>(t->value));
       t->path = "comm_timeout";

@@ -98,12 +98,13 @@ TEST(ConfigV1, FreezeAndBf16Off) {
 
 TEST(ConfigV1, TheGuidesFsdp2FileTurnsBf16OnAndTrainsTheFullModel) {
   const Config c = parse_yaml("model_name_or_path: " + repo_root() + "/tests/fixtures/qwen3-tiny\ndistributed: fsdp2\n"
-                              "dist_config:\n  mixed_precision: bf16\n  offload_params: false\n  reshard_after_forward: true\n"
+                              "dist_config:\n  mixed_precision: bf16\n  offload_params: false\n  reshard_after_forward: true\n  pin_memory: true\n"
                               "train_dataset: " + data_path() + "\noutput_dir: out\n");
   EXPECT_EQ(c.format().rfind("a LlamaFactory v1 YAML (train_dataset without", 0), 0u) << c.format();
   EXPECT_TRUE(c.boolean("bf16"));
   EXPECT_EQ(c.string("finetuning_type"), "full");
   EXPECT_EQ(c.string("template"), "qwen3_nothink");
+  EXPECT_TRUE(noted(c, "pin_memory = true: no effect without offload_params: true"));
 }
 
 TEST(ConfigV1, RefusedWithWhy) {
