@@ -72,6 +72,10 @@ struct Input {
 [[noreturn]] void fail(const std::string& file, const Location* loc, const std::string& what,
                        const std::string& hint, const Location* other = nullptr);
 std::string describe(const Item& item);  // "string \"abc\"", "table", "int 3"
+std::string shown_value(const Item& item);  // the scalar as written ("\"abc\"", "3"), else describe()
+// The item at `path`, or nullptr.
+Item* find_item(Input& in, const std::string& path);
+const Item* find_item(const Input& in, const std::string& path);
 
 // ---- YAML (parse_yaml.cpp) and LlamaFactory's keys (llamafactory_keys.cpp) ----
 bool is_yaml_file(const std::string& file_name);  // .yaml or .yml

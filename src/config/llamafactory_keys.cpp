@@ -74,22 +74,15 @@ const OnlyDefault kOnlyDefault[] = {
 const char* const kLoraKeys[] = {"loraplus_lr_ratio", "loraplus_lr_embedding", "lora_bf16_mode", "pissa_iter",
                                  "pissa_convert", "module_dropout", "use_unsloth"};
 
-std::string shown(const Item& item) { return item.kind == ItemKind::Scalar ? format_value(item.value) : describe(item); }
-
-Item* find(Input& in, const std::string& path) {
-  auto it = std::find_if(in.items.begin(), in.items.end(), [&](const Item& i) { return i.path == path; });
-  return it == in.items.end() ? nullptr : &*it;
-}
-
 // Adds `path = value` where `from` was, unless the file sets `path` itself (which then wins, with
 // an error if the two disagree).
 void map_onto(Input& in, const Item& from, const std::string& path, const Value& value, Problems& problems) {
-  if (const Item* own = find(in, path)) {
+  if (const Item* own = find_item(in, path)) {
     if (own->kind != ItemKind::Scalar || own->value != value)
       problems.check([&] {
         fail(in.file, &from.loc,
-             "'" + from.path + "' = " + shown(from) + " means " + path + " = " + format_value(value) +
-                 ", but " + path + " = " + shown(*own) + " is set too",
+             "'" + from.path + "' = " + shown_value(from) + " means " + path + " = " + format_value(value) +
+                 ", but " + path + " = " + shown_value(*own) + " is set too",
              "remove one of the two", &own->loc);
       });
     return;
@@ -118,14 +111,14 @@ void apply(Input& in, const Item& item, Problems& problems) {
   const std::string& key = item.path;
   for (const Inert& k : kInert)
     if (key == k.key) {
-      in.notes.push_back(item.loc.str() + ": " + key + " = " + shown(item) + " has no effect: " + k.why);
+      in.notes.push_back(item.loc.str() + ": " + key + " = " + shown_value(item) + " has no effect: " + k.why);
       return;
     }
   for (const OnlyDefault& k : kOnlyDefault)
     if (key == k.key) {
       if (item.kind != ItemKind::Scalar || item.value != k.value)
         problems.check([&] {
-          fail(in.file, &item.loc, key + " = " + shown(item) + " is not supported: " + k.why,
+          fail(in.file, &item.loc, key + " = " + shown_value(item) + " is not supported: " + k.why,
                "remove it, or set " + key + " = " + format_value(k.value));
         });
       return;
@@ -144,7 +137,7 @@ void apply(Input& in, const Item& item, Problems& problems) {
       map_onto(in, item, "gradient_checkpointing", Value{!*disable}, problems);
   } else if (key == "overwrite_output_dir") {
     const bool* overwrite = bool_of(in, item, problems);
-    if (overwrite == nullptr || find(in, "resume_from_checkpoint") != nullptr) return;  // an explicit resume wins
+    if (overwrite == nullptr || find_item(in, "resume_from_checkpoint") != nullptr) return;  // an explicit resume wins
     if (!*overwrite)  // LlamaFactory resumes from output_dir's newest checkpoint, if any
       map_onto(in, item, "resume_from_checkpoint", Value{std::string("auto")}, problems);
     else
@@ -155,7 +148,7 @@ void apply(Input& in, const Item& item, Problems& problems) {
                        (item.value == Value{std::string("steps")} || item.value == Value{std::string("no")});
     if (!known)
       problems.check([&] {
-        fail(in.file, &item.loc, key + " = " + shown(item) + " is not supported",
+        fail(in.file, &item.loc, key + " = " + shown_value(item) + " is not supported",
              "lftrain evaluates every eval_steps steps when val_size or eval_dataset is set: use \"steps\" or \"no\"");
       });
     else if (item.value == Value{std::string("no")})
@@ -171,7 +164,7 @@ void apply(Input& in, const Item& item, Problems& problems) {
     const bool adamw = item.kind == ItemKind::Scalar && (item.value == Value{std::string("adamw_torch")} ||
                                                          item.value == Value{std::string("adamw_torch_fused")});
     if (!adamw)
-      problems.check([&] { fail(in.file, &item.loc, "optim = " + shown(item) + " is not implemented", "lftrain's optimizer is AdamW: use \"adamw_torch\""); });
+      problems.check([&] { fail(in.file, &item.loc, "optim = " + shown_value(item) + " is not implemented", "lftrain's optimizer is AdamW: use \"adamw_torch\""); });
   }
 }
 
@@ -199,23 +192,23 @@ void apply_llamafactory_keys(Input& in, Problems& problems) {
   const std::vector<Item> all = in.items;
   for (const Item& item : all)
     if (!handled(item.path)) own.push_back(item);
-  const bool deepspeed_without_engine = find(in, "deepspeed") != nullptr && find(in, "distributed") == nullptr;
-  const bool has_overwrite = find(in, "overwrite_output_dir") != nullptr;
+  const bool deepspeed_without_engine = find_item(in, "deepspeed") != nullptr && find_item(in, "distributed") == nullptr;
+  const bool has_overwrite = find_item(in, "overwrite_output_dir") != nullptr;
   in.items = own;
   for (const Item& item : all)
     if (handled(item.path)) apply(in, item, problems);
 
-  if (Item* ray = find(in, "distributed"); in.yaml && ray != nullptr && ray->value == Value{std::string("ray")}) {
+  if (Item* ray = find_item(in, "distributed"); in.yaml && ray != nullptr && ray->value == Value{std::string("ray")}) {
     // The guide's Ray files: Ray's workers run DeepSpeed when a deepspeed file is given, else DDP;
     // under MPI each rank is one worker.
-    const bool deepspeed = find(in, "deepspeed") != nullptr;
+    const bool deepspeed = find_item(in, "deepspeed") != nullptr;
     ray->value = std::string(deepspeed ? "deepspeed" : "ddp");
     in.notes.push_back(ray->loc.str() + ": distributed = \"ray\": the job runs on the MPI world instead of a Ray "
                        "cluster (one worker = one rank; ray_num_workers is checked against the world size), with the "
                        "engine Ray's workers would use: " + std::string(deepspeed ? "deepspeed (the deepspeed file)" : "ddp"));
   }
   if (deepspeed_without_engine) {  // LlamaFactory: a deepspeed file is the engine
-    Item engine = *find(in, "deepspeed");
+    Item engine = *find_item(in, "deepspeed");
     engine.path = "distributed";
     engine.value = std::string("deepspeed");
     in.items.push_back(engine);
@@ -223,10 +216,10 @@ void apply_llamafactory_keys(Input& in, Problems& problems) {
   if (!in.yaml || in.v1) return;
   // LlamaFactory's defaults where they differ from lftrain's.
   // DDP when launched on several processes; stage sft; LoRA; resume from output_dir's newest checkpoint.
-  if (find(in, "finetuning_type") == nullptr) add_default(in, "finetuning_type", "lora");
-  if (find(in, "distributed") == nullptr) add_default(in, "distributed", "ddp");
-  if (find(in, "stage") == nullptr) add_default(in, "stage", "sft");
-  if (!has_overwrite && find(in, "resume_from_checkpoint") == nullptr)
+  if (find_item(in, "finetuning_type") == nullptr) add_default(in, "finetuning_type", "lora");
+  if (find_item(in, "distributed") == nullptr) add_default(in, "distributed", "ddp");
+  if (find_item(in, "stage") == nullptr) add_default(in, "stage", "sft");
+  if (!has_overwrite && find_item(in, "resume_from_checkpoint") == nullptr)
     add_default(in, "resume_from_checkpoint", "auto");
 }
 

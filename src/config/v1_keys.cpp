@@ -33,13 +33,6 @@ bool is_v1_marker(const std::string& path) {
          std::any_of(std::begin(kV1Tables), std::end(kV1Tables), [&](const char* t) { return path == t || under(path, t); });
 }
 
-const Item* find(const Input& in, const std::string& path) {
-  auto it = std::find_if(in.items.begin(), in.items.end(), [&](const Item& i) { return i.path == path; });
-  return it == in.items.end() ? nullptr : &*it;
-}
-
-std::string shown(const Item& item) { return item.kind == ItemKind::Scalar ? format_value(item.value) : describe(item); }
-
 // The mapping of one file: takes v1's items out of `in` and puts lftrain's in.
 class V1Mapper {
  public:
@@ -65,7 +58,7 @@ class V1Mapper {
   }
   // `path = value` at `where` (a default: at the file), unless the file sets `path` itself.
   void put(const std::string& path, const Value& value, const Item* where = nullptr) {
-    if (find(in_, path) != nullptr) return;
+    if (find_item(in_, path) != nullptr) return;
     Item item;
     if (where != nullptr) item = *where;
     item.kind = ItemKind::Scalar;
@@ -76,7 +69,7 @@ class V1Mapper {
   }
   void rename(const std::string& from, const std::string& to) {
     if (auto item = take(from)) {
-      if (const Item* own = find(in_, to)) {
+      if (const Item* own = find_item(in_, to)) {
         conflict(*item, *own);
         return;
       }
@@ -91,10 +84,10 @@ class V1Mapper {
     });
   }
   void note(const Item& item, const std::string& why) {
-    in_.notes.push_back(item.loc.str() + ": " + item.path + " = " + shown(item) + ": " + why);
+    in_.notes.push_back(item.loc.str() + ": " + item.path + " = " + shown_value(item) + ": " + why);
   }
   void refuse(const Item& item, const std::string& what, const std::string& hint) {
-    problems_.check([&] { fail(in_.file, &item.loc, item.path + " = " + shown(item) + ": " + what, hint); });
+    problems_.check([&] { fail(in_.file, &item.loc, item.path + " = " + shown_value(item) + ": " + what, hint); });
   }
   std::string string_of(const Item& item) {
     return item.kind == ItemKind::Scalar && std::holds_alternative<std::string>(item.value)
@@ -115,7 +108,7 @@ class V1Mapper {
     original_ = in_.items;
     const Item* classic = nullptr;
     for (const char* k : kClassicMarkers)
-      if ((classic = find(in_, k)) != nullptr) break;
+      if ((classic = find_item(in_, k)) != nullptr) break;
     if (classic == nullptr) return;
     const auto v1 = std::find_if(in_.items.begin(), in_.items.end(), [](const Item& i) { return is_v1_marker(i.path); });
     if (v1 == in_.items.end()) return;
@@ -195,7 +188,7 @@ class V1Mapper {
     if (name && engine != "fsdp2" && engine != "deepspeed")
       refuse(*name, "v1's distributed plugins are fsdp2 and deepspeed", "write dist_config: {name: fsdp2} or {name: deepspeed, config_file: ...}");
     if (name) {
-      if (const Item* own = find(in_, "distributed"))
+      if (const Item* own = find_item(in_, "distributed"))
         conflict(*name, *own);
       else
         put("distributed", Value{engine}, &*name);
@@ -203,7 +196,7 @@ class V1Mapper {
       put("distributed", Value{std::string("ddp")});  // v1: DistributedDataParallel on several ranks
     }
     rename("dist_config.config_file", "deepspeed");
-    const Item* offload = find(in_, "dist_config.offload_params");
+    const Item* offload = find_item(in_, "dist_config.offload_params");
     if (offload == nullptr || !true_of(*offload))
       if (auto pin = take("dist_config.pin_memory"))  // v1's default is true, whether it offloads or not
         note(*pin, "no effect without offload_params: true (it pins the offloaded shards)");
@@ -215,7 +208,7 @@ class V1Mapper {
     rename("dist_config.mp_replicate_size", "mesh.dp_replicate");
     rename("dist_config.mp_shard_size", "mesh.dp_shard");
     if (auto dp = take("dist_config.dp_size")) {
-      if (find(in_, "mesh.dp_shard") == nullptr && find(in_, "mesh.dp_replicate") == nullptr) {
+      if (find_item(in_, "mesh.dp_shard") == nullptr && find_item(in_, "mesh.dp_replicate") == nullptr) {
         dp->path = "mesh.dp_shard";
         in_.items.push_back(*dp);
       } else {
@@ -239,8 +232,9 @@ class V1Mapper {
   // reductions); without dist_config v1 trains in fp32, and DeepSpeed takes it from its file.
   void bf16(const std::string& engine, bool named) {
     auto flag = take("bf16");
-    const Item* mp = find(in_, "dist_config.mixed_precision");
-    const std::string distributed = find(in_, "distributed") ? string_of(*find(in_, "distributed")) : "";
+    const Item* mp = find_item(in_, "dist_config.mixed_precision");
+    const Item* engine_item = find_item(in_, "distributed");
+    const std::string distributed = engine_item ? string_of(*engine_item) : "";
     if (distributed == "fsdp2" || engine == "fsdp2") {
       if (mp != nullptr && flag) {  // the guide's spelling beside v1's: both must agree
         const bool agree = (string_of(*mp) == "bf16") == true_of(*flag);
@@ -271,7 +265,7 @@ class V1Mapper {
     put("weight_decay", Value{0.01});
     put("decay_all_parameters", Value{true});
     put("sample_order", Value{std::string("per_rank")});
-    if (find(in_, "save_steps") == nullptr) put("save_steps", Value{std::int64_t{0}});
+    if (find_item(in_, "save_steps") == nullptr) put("save_steps", Value{std::int64_t{0}});
     if (auto b = take("batching_strategy")) {
       const std::string s = string_of(*b);
       if (s == "padding_free") {
@@ -323,8 +317,8 @@ bool is_v1_config(const Input& in) {
   const bool marked = std::any_of(in.items.begin(), in.items.end(), [](const Item& i) { return is_v1_marker(i.path); });
   if (marked) return true;
   const bool classic = std::any_of(std::begin(kClassicMarkers), std::end(kClassicMarkers),
-                                   [&](const char* k) { return find(in, k) != nullptr; });
-  return !classic && find(in, "train_dataset") != nullptr;
+                                   [&](const char* k) { return find_item(in, k) != nullptr; });
+  return !classic && find_item(in, "train_dataset") != nullptr;
 }
 
 void apply_v1_keys(Input& in, Problems& problems) { V1Mapper(in, problems).run(); }

@@ -180,6 +180,17 @@ std::string describe(const Item& item) {
   return value_type_name(item.value) + " " + format_value(item.value);
 }
 
+std::string shown_value(const Item& item) {
+  return item.kind == ItemKind::Scalar ? format_value(item.value) : describe(item);
+}
+
+Item* find_item(Input& in, const std::string& path) {
+  auto it = std::find_if(in.items.begin(), in.items.end(), [&](const Item& i) { return i.path == path; });
+  return it == in.items.end() ? nullptr : &*it;
+}
+
+const Item* find_item(const Input& in, const std::string& path) { return find_item(const_cast<Input&>(in), path); }
+
 void Problems::throw_if_any() const {
   if (messages_.empty()) return;
   if (messages_.size() == 1) throw ConfigError(messages_.front());

@@ -15,19 +15,8 @@ float weight_of(const Message& m) {
   return m.role == Role::Assistant ? 1.0f : 0.0f;
 }
 
-std::string role_word(Role role) {
-  switch (role) {
-    case Role::System:
-      return "system";
-    case Role::User:
-      return "user";
-    case Role::Assistant:
-      return "assistant";
-    case Role::Observation:
-      return "tool";
-  }
-  return "user";
-}
+// v1's role names: the classic trainer's, with "tool" for an observation.
+std::string role_word(Role role) { return role == Role::Observation ? "tool" : role_name(role); }
 
 // The index of the last user message (v1's _get_last_query_index, with no wrapped tool responses
 // since lftrain's user messages are plain text).
