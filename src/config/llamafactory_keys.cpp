@@ -68,11 +68,17 @@ const OnlyDefault kOnlyDefault[] = {
     {"pissa_init", Value{false}, "PiSSA initialisation is not implemented: adapters start as PEFT's default"},
     {"create_new_adapter", Value{false}, "adapter_name_or_path is trained on, not merged under a new adapter"},
     {"use_llama_pro", Value{false}, "LLaMA Pro's block expansion is not implemented"},
+    {"pref_bco_weight", Value{0.0}, "BCO's extra loss term is not implemented"},
+    {"use_ref_model", Value{true}, "the preference losses use a reference model unless pref_loss is orpo or simpo"},
 };
 
 // LoRA variants (and OFT's module_dropout) lftrain does not implement: refused whenever set.
 const char* const kLoraKeys[] = {"loraplus_lr_ratio", "loraplus_lr_embedding", "lora_bf16_mode", "pissa_iter",
                                  "pissa_convert", "module_dropout", "use_unsloth"};
+
+// Preference-training options of LlamaFactory that lftrain does not implement: refused whenever set.
+const char* const kPreferenceKeys[] = {"ld_alpha", "ref_model_adapters", "ref_model_quantization_bit", "kto_chosen_weight",
+                                       "kto_rejected_weight"};
 
 // Adds `path = value` where `from` was, unless the file sets `path` itself (which then wins, with
 // an error if the two disagree).
@@ -132,6 +138,15 @@ void apply(Input& in, const Item& item, Problems& problems) {
       });
       return;
     }
+  for (const char* pref : kPreferenceKeys)
+    if (key == pref) {
+      problems.check([&] {
+        fail(in.file, &item.loc, "key '" + key + "' configures a preference-training variant that lftrain does not implement",
+             "remove it: lftrain's stage dpo takes pref_beta, pref_loss, pref_ftx, simpo_gamma, dpo_label_smoothing and "
+             "ref_model");
+      });
+      return;
+    }
   if (key == "disable_gradient_checkpointing") {
     if (const bool* disable = bool_of(in, item, problems))
       map_onto(in, item, "gradient_checkpointing", Value{!*disable}, problems);
@@ -173,6 +188,7 @@ bool handled(const std::string& key) {
   return std::any_of(std::begin(kInert), std::end(kInert), [&](const Inert& k) { return is(k.key); }) ||
          std::any_of(std::begin(kOnlyDefault), std::end(kOnlyDefault), [&](const OnlyDefault& k) { return is(k.key); }) ||
          std::any_of(std::begin(kLoraKeys), std::end(kLoraKeys), is) ||
+         std::any_of(std::begin(kPreferenceKeys), std::end(kPreferenceKeys), is) ||
          std::any_of(std::begin(kSpecialKeys), std::end(kSpecialKeys), is);
 }
 

@@ -150,6 +150,41 @@ void data_sources(const Input& in) {
              "eval_dataset and val_size both say what to evaluate on", "keep one of them");
 }
 
+// The preference keys only with stage = "dpo", and what stage "dpo" does not combine with.
+void preference_keys(const Input& in) {
+  const std::string stage = std::get<std::string>(value(in, "stage"));
+  const Checked* st = get(in, "stage");
+  const char* const keys[] = {"pref_beta", "pref_loss", "pref_ftx", "simpo_gamma", "dpo_label_smoothing", "ref_model"};
+  if (stage != "dpo") {
+    for (const char* key : keys)
+      if (const Checked* c = get(in, key)) {
+        const std::string what = std::string("key '") + key + "' applies to stage = \"dpo\", but " + shown(in, "stage");
+        if (st != nullptr) fail_two(in, c->loc, std::string("key '") + key + "'", st->loc, "stage", what, std::string("set stage = \"dpo\", or remove ") + key);
+        fail(in.file, &c->loc, what + " (the default)", std::string("set stage = \"dpo\", or remove ") + key);
+      }
+    return;
+  }
+  const std::string loss = std::get<std::string>(value(in, "pref_loss"));
+  const Checked* smoothing = get(in, "dpo_label_smoothing");
+  if (smoothing != nullptr && std::get<double>(smoothing->value) > 0 && loss != "sigmoid")
+    fail(in.file, &smoothing->loc, "dpo_label_smoothing applies to pref_loss = \"sigmoid\" only, but " + shown(in, "pref_loss"),
+         "remove dpo_label_smoothing, or use pref_loss = \"sigmoid\" (LlamaFactory checks the same)");
+  const Checked* ref = get(in, "ref_model");
+  if (ref != nullptr && (loss == "orpo" || loss == "simpo"))
+    fail(in.file, &ref->loc, "pref_loss = \"" + loss + "\" is reference-free: it has no use for ref_model",
+         "remove ref_model, or use pref_loss = \"sigmoid\", \"hinge\" or \"ipo\"");
+  for (const char* key : {"packing", "neat_packing"})
+    if (const Checked* c = get(in, key); c != nullptr && std::get<bool>(c->value))
+      fail(in.file, &c->loc, std::string(key) + " = true with stage = \"dpo\": a pair's chosen and rejected answers are "
+                             "sequences of their own, compared as wholes, so they are never packed (as LlamaFactory)",
+           std::string("remove ") + key);
+  for (const char* key : {"val_size", "eval_dataset"})
+    if (const Checked* c = get(in, key); c != nullptr && (std::string(key) == "eval_dataset" || std::get<double>(c->value) > 0))
+      fail(in.file, &c->loc, std::string(key) + " with stage = \"dpo\": evaluation of preference pairs (eval rewards) is not "
+                             "built in this version",
+           std::string("remove ") + key + "; the training log has the rewards and log-probabilities of every step");
+}
+
 // The LoRA keys only with finetuning_type = "lora", the freeze keys only with "freeze".
 void finetuning_keys(const Input& in) {
   const std::string type = std::get<std::string>(value(in, "finetuning_type"));
@@ -254,8 +289,8 @@ void check_rules(const Input& in, Problems& problems) {
   // The rules read each other's keys (model_shape needs the required ones): the first that fails
   // ends this phase.
   for (void (*rule)(const Input&) :
-       {output_location, model_source, required_keys, data_sources, contradictions, finetuning_keys, mesh,
-        model_shape}) {
+       {output_location, model_source, required_keys, data_sources, contradictions, finetuning_keys,
+        preference_keys, mesh, model_shape}) {
     problems.check([&] { rule(in); });
     if (!problems.empty()) return;
   }

@@ -101,9 +101,11 @@ std::vector<KeySpec> build() {
           .allowed({"auto", "bytes"}),
       K("stage", S,
         "\"pt\": pre-training on text (documents with BOS/EOS, packed into cutoff_len); \"sft\": "
-        "supervised fine-tuning on conversations through `template`, prompts masked from the loss")
+        "supervised fine-tuning on conversations through `template`, prompts masked from the loss; "
+        "\"dpo\": preference optimisation on pairs (a prompt, a chosen and a rejected answer) with "
+        "pref_loss")
           .def("pt")
-          .allowed({"pt", "sft"}),
+          .allowed({"pt", "sft", "dpo"}),
       K("dataset_format", S,
         "Record format of train_dataset; auto decides from each file's first record and logs it")
           .def("auto")
@@ -179,6 +181,25 @@ std::vector<KeySpec> build() {
       K("freeze_extra_modules", S,
         "freeze: modules outside the decoder layers that train too (embed_tokens, norm, lm_head)")
           .list(),
+      // ---- preference training (stage = "dpo"; LlamaFactory's finetuning_args) ----
+      K("pref_beta", F, "dpo: the beta of the preference loss (the reward scale)").def(0.1).min(0),
+      K("pref_loss", S,
+        "dpo: sigmoid (DPO), hinge, ipo (on per-token mean log-probabilities), orpo and simpo "
+        "(reference-free: no reference model)")
+          .def("sigmoid")
+          .allowed({"sigmoid", "hinge", "ipo", "orpo", "simpo"}),
+      K("pref_ftx", F, "dpo: weight of the SFT loss (per-token mean NLL of the chosen answer) added to the preference loss")
+          .def(0.0)
+          .min(0),
+      K("simpo_gamma", F, "dpo with pref_loss = \"simpo\": the target reward margin").def(0.5),
+      K("dpo_label_smoothing", F, "dpo with pref_loss = \"sigmoid\": robust DPO's label smoothing, in [0, 0.5]")
+          .def(0.0)
+          .min(0)
+          .max(0.5),
+      K("ref_model", S,
+        "dpo: the reference model's Hugging Face folder (default: the policy's starting weights; with LoRA, "
+        "the base model without the adapters)")
+          .path(PathCheck::Directory),
       // ---- optimisation ----
       K("per_device_train_batch_size", I, "Sequences per rank in one micro-step").def(1).min(1),
       K("gradient_accumulation_steps", I, "Micro-steps accumulated into one optimizer step")

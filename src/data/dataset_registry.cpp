@@ -87,9 +87,13 @@ DatasetSource source_of(const std::string& name, const json& entry, const std::s
   const auto ranking = entry.find("ranking");
   if (ranking != entry.end() && !ranking->is_boolean())
     throw UsageError(where + ": \"ranking\" must be true or false");
-  if (ranking != entry.end() && ranking->get<bool>())
-    throw UsageError(where + " is ranking data (ranking: true), for reward modelling and DPO, which lftrain "
-                             "does not train");
+  const bool pairs = ranking != entry.end() && ranking->get<bool>();
+  if (pairs && stage != "dpo")
+    throw UsageError(where + " is ranking data (ranking: true): preference pairs train with stage = \"dpo\", not " +
+                     stage);
+  if (!pairs && stage == "dpo")
+    throw UsageError(where + " is not ranking data: stage = \"dpo\" trains on preference pairs; mark a pair dataset "
+                             "with \"ranking\": true (and its chosen / rejected columns)");
   DatasetSource s;
   s.name = name;
   s.max_samples = max_samples;
@@ -109,10 +113,13 @@ DatasetSource source_of(const std::string& name, const json& entry, const std::s
   SftColumns& c = s.options.columns;
   c.history = "";  // LlamaFactory reads history and system only when `columns` names them
   c.system = "";
+  c.ranking = pairs;
   read_names(entry, "columns",
              {{"prompt", &c.prompt}, {"query", &c.query}, {"response", &c.response}, {"history", &c.history},
-              {"system", &c.system}, {"messages", &c.messages}},
+              {"system", &c.system}, {"messages", &c.messages}, {"chosen", &c.chosen}, {"rejected", &c.rejected}},
              where, &s.named_columns);
+  if (pairs && c.chosen.empty()) c.chosen = "chosen";  // LlamaFactory's default column names
+  if (pairs && c.rejected.empty()) c.rejected = "rejected";
   s.registry_entry = where;
   read_names(entry, "tags",
              {{"role_tag", &c.role_tag}, {"content_tag", &c.content_tag}, {"user_tag", &c.user_tag},

@@ -39,7 +39,8 @@ std::string cache_key(const std::vector<DatasetSource>& sources, const SftOption
            "\ndataset_format=" + s.options.format + "\ncolumns=" + c.prompt + "," + c.query + "," +
            c.response + "," + c.history + "," + c.system + "," + c.messages + "," + c.role_tag + "," +
            c.content_tag + "," + c.user_tag + "," + c.assistant_tag + "," + c.observation_tag + "," +
-           c.function_tag + "," + c.system_tag + "," + c.text + ",sep=" + c.query_separator + "\n";
+           c.function_tag + "," + c.system_tag + "," + c.text + ",sep=" + c.query_separator +
+           (c.ranking ? ",ranking=" + c.chosen + "," + c.rejected : std::string()) + "\n";
   }
   key += "template=" + o.template_name + "\ntokenizer=" + tok.name() +
          " vocab=" + std::to_string(tok.vocab_size()) + " bos=" + std::to_string(tok.bos_id()) +
@@ -117,9 +118,13 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
                        "messages records");
     }
   }
-  say(o, "tokenizing " + std::to_string(records.conversations.size()) +
-             " conversations with template " + o.template_name);
+  const bool pairs = o.stage == "dpo";
+  say(o, "tokenizing " + std::to_string(records.conversations.size()) + (pairs ? " preference pairs" : " conversations") +
+             " with template " + o.template_name);
   const ChatTemplate tpl(o.template_name);
+  if (pairs && tpl.is_v1())
+    throw UsageError("template " + o.template_name + " is one of LlamaFactory v1's; stage = \"dpo\" renders pairs with "
+                     "the classic templates (default, llama3, qwen, mistral)");
   const SftParallel& par = o.parallel;
   std::vector<TokenizedExample> examples;
   std::string error;
@@ -127,16 +132,29 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
     for (std::size_t i = static_cast<std::size_t>(par.rank); i < records.conversations.size();
          i += static_cast<std::size_t>(par.ranks)) {
       const Conversation& conv = records.conversations[i];
-      examples.push_back(tpl.is_v1() ? v1_encode(o.template_name, conv, tok, o.cutoff_len)
-                                     : flatten_turns(tpl.encode(conv, tok, sp), o.cutoff_len));
+      if (pairs && !conv.is_pair)
+        throw UsageError("conversation " + std::to_string(i + 1) + " is not a preference pair: stage = \"dpo\" reads "
+                         "ranking data (alpaca or sharegpt records with chosen and rejected answers)");
+      if (pairs) {  // the chosen sequence, then the rejected one
+        Conversation other = conv;
+        other.messages.back() = conv.rejected;
+        auto [chosen, rejected] = flatten_pair(tpl.encode(conv, tok, sp), tpl.encode(other, tok, sp), o.cutoff_len);
+        examples.push_back(std::move(chosen));
+        check_ids(examples.back(), tok);
+        examples.push_back(std::move(rejected));
+      } else {
+        examples.push_back(tpl.is_v1() ? v1_encode(o.template_name, conv, tok, o.cutoff_len)
+                                       : flatten_turns(tpl.encode(conv, tok, sp), o.cutoff_len));
+      }
       check_ids(examples.back(), tok);
     }
   } catch (const std::exception& e) {
     if (!par.gather) throw;
     error = e.what();
   }
-  if (par.gather) examples = par.gather(std::move(examples), error);
-  return build_sft_sequences(std::move(examples), o.cutoff_len, packing, o.neat_packing, tpl.is_v1());
+  if (par.gather) examples = par.gather(std::move(examples), error, pairs ? 2 : 1);
+  // Pairs stay whole and in order (sequences 2i and 2i + 1), even an answer cut to nothing.
+  return build_sft_sequences(std::move(examples), o.cutoff_len, packing, o.neat_packing, tpl.is_v1() || pairs);
 }
 
 }  // namespace
@@ -148,9 +166,11 @@ SftData load_sft_data(const std::vector<std::string>& paths, const SftOptions& o
 
 SftData load_sft_data(const std::vector<DatasetSource>& sources, const SftOptions& o,
                       const Tokenizer& tok, const SpecialTokens& sp) {
-  if (o.stage != "sft" && o.stage != "pt") {
-    throw UsageError("unknown stage \"" + o.stage + "\"; this build trains sft and pt");
+  if (o.stage != "sft" && o.stage != "pt" && o.stage != "dpo") {
+    throw UsageError("unknown stage \"" + o.stage + "\"; this build trains sft, pt and dpo");
   }
+  if (o.stage == "dpo" && (o.packing || o.neat_packing || o.val_size > 0))
+    throw UsageError("stage dpo: pairs are neither packed nor split for evaluation");
   if (o.cutoff_len < 2) {
     throw UsageError("cutoff_len must be at least 2, got " + std::to_string(o.cutoff_len));
   }

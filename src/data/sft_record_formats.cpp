@@ -119,9 +119,20 @@ std::string parse_alpaca(const json& record, const SftColumns& c, Conversation& 
   if (!(bad = optional_string(record, c.prompt, instruction)).empty()) return bad;
   if (!(bad = optional_string(record, c.query, input)).empty()) return bad;
   if (!(bad = optional_string(record, c.system, system)).empty()) return bad;
-  const auto response = record.find(c.response);
-  if (response == record.end() || response->is_null()) return "no " + quoted(c.response) + " field";
-  if (!(bad = optional_string(record, c.response, output)).empty()) return bad;
+  std::string rejected;
+  if (c.ranking) {  // LlamaFactory's pairwise alpaca: chosen and rejected strings
+    for (const std::string* key : {&c.chosen, &c.rejected}) {
+      const auto it = record.find(*key);
+      if (it == record.end() || !it->is_string()) return "no string " + quoted(*key) + " field (ranking data)";
+    }
+    output = record[c.chosen].get<std::string>();
+    rejected = record[c.rejected].get<std::string>();
+    if (rejected.empty()) return "empty rejected answer " + quoted(c.rejected);
+  } else {
+    const auto response = record.find(c.response);
+    if (response == record.end() || response->is_null()) return "no " + quoted(c.response) + " field";
+    if (!(bad = optional_string(record, c.response, output)).empty()) return bad;
+  }
 
   std::vector<Message> turns;
   const auto history = record.find(c.history);
@@ -142,7 +153,12 @@ std::string parse_alpaca(const json& record, const SftColumns& c, Conversation& 
   if (query.empty()) return "empty prompt (" + quoted(c.prompt) + " and " + quoted(c.query) + ")";
   turns.push_back(turn(Role::User, std::move(query)));
   turns.push_back(turn(Role::Assistant, std::move(output)));
-  return finish(system, std::move(turns), out);
+  bad = finish(system, std::move(turns), out);
+  if (bad.empty() && c.ranking) {
+    out.is_pair = true;
+    out.rejected = turn(Role::Assistant, std::move(rejected));
+  }
+  return bad;
 }
 
 std::string parse_sharegpt(const json& record, const SftColumns& c, Conversation& out) {
@@ -185,7 +201,28 @@ std::string parse_sharegpt(const json& record, const SftColumns& c, Conversation
              quoted(c.system_tag);
     }
   }
-  return finish(system, std::move(turns), out);
+  if (!c.ranking) return finish(system, std::move(turns), out);
+  // LlamaFactory's pairwise sharegpt: the conversation is the prompt (an odd number of turns),
+  // chosen and rejected are one assistant message each.
+  std::string answers[2];
+  for (int k = 0; k < 2; ++k) {
+    const std::string& key = k == 0 ? c.chosen : c.rejected;
+    const auto it = record.find(key);
+    if (it == record.end() || !it->is_object()) return "no " + quoted(key) + " message (ranking data)";
+    const auto role = it->find(c.role_tag);
+    const auto content = it->find(c.content_tag);
+    if (role == it->end() || !role->is_string() || role->get<std::string>() != c.assistant_tag)
+      return quoted(key) + " is not a " + quoted(c.assistant_tag) + " message";
+    if (content == it->end() || !content->is_string() || content->get_ref<const std::string&>().empty())
+      return quoted(key) + " has no " + quoted(c.content_tag) + " text";
+    answers[k] = content->get<std::string>();
+  }
+  turns.push_back(turn(Role::Assistant, std::move(answers[0])));
+  std::string bad_turns = finish(system, std::move(turns), out);
+  if (!bad_turns.empty()) return bad_turns;
+  out.is_pair = true;
+  out.rejected = turn(Role::Assistant, std::move(answers[1]));
+  return "";
 }
 
 std::string parse_messages(const json& record, Conversation& out) {

@@ -190,6 +190,9 @@ FileReport read_file_records(const DatasetSource& source, std::vector<Conversati
   }
   std::function<std::string(const json&, Conversation&)> parse;
   const SftColumns& columns = options.columns;
+  if (columns.ranking && report.format != "alpaca" && report.format != "sharegpt")
+    fail(path, "preference pairs (ranking data) are read from alpaca or sharegpt records with \"" + columns.chosen +
+                   "\" and \"" + columns.rejected + "\" answers, not from " + report.format + " records");
   if (report.format == "alpaca") {
     parse = [&](const json& r, Conversation& c) { return detail::parse_alpaca(r, columns, c); };
   } else if (report.format == "sharegpt") {

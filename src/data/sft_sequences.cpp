@@ -74,6 +74,33 @@ TokenizedExample flatten_turns(const std::vector<EncodedTurn>& turns, std::int64
   return ex;
 }
 
+std::pair<TokenizedExample, TokenizedExample> flatten_pair(const std::vector<EncodedTurn>& chosen,
+                                                           const std::vector<EncodedTurn>& rejected,
+                                                           std::int64_t cutoff_len) {
+  if (chosen.empty() || chosen.size() != rejected.size())
+    throw std::invalid_argument("flatten_pair: the chosen and rejected conversations differ in turns");
+  std::vector<std::int32_t> prompt;  // every turn but the last answer (LlamaFactory's encode_oneturn)
+  for (std::size_t i = 0; i + 1 < chosen.size(); ++i) {
+    prompt.insert(prompt.end(), chosen[i].source.begin(), chosen[i].source.end());
+    prompt.insert(prompt.end(), chosen[i].target.begin(), chosen[i].target.end());
+  }
+  prompt.insert(prompt.end(), chosen.back().source.begin(), chosen.back().source.end());
+  const auto src = static_cast<std::int64_t>(prompt.size());
+  const auto longer = static_cast<std::int64_t>(std::max(chosen.back().target.size(), rejected.back().target.size()));
+  const auto [s, t] = infer_seqlen(src, longer, cutoff_len);  // the longer answer decides for both
+  auto one = [&, s = s, t = t](const EncodedTurn& last) {
+    TokenizedExample ex;
+    const auto keep = std::min<std::int64_t>(t, static_cast<std::int64_t>(last.target.size()));
+    ex.truncated = s < src || keep < static_cast<std::int64_t>(last.target.size());
+    ex.ids.assign(prompt.begin(), prompt.begin() + s);
+    ex.ids.insert(ex.ids.end(), last.target.begin(), last.target.begin() + keep);
+    ex.weights.assign(static_cast<std::size_t>(s), 0.0f);
+    ex.weights.insert(ex.weights.end(), static_cast<std::size_t>(keep), last.weight);
+    return ex;
+  };
+  return {one(chosen.back()), one(rejected.back())};
+}
+
 std::vector<std::vector<std::int64_t>> greedy_knapsack(const std::vector<std::int64_t>& lengths,
                                                        std::int64_t capacity) {
   std::map<std::int64_t, std::vector<std::int64_t>> by_length;  // indices ascending per length

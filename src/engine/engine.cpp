@@ -26,9 +26,13 @@ at::Tensor Engine::run_micro_batches(model::CausalLM& model, const std::vector<M
       losses = model.token_losses(b.input_ids, b.segment_ids) * b.weights;
     }
     sums.push_back(losses.detach().to(at::kDouble).sum(1));
-    if (o.backward) (losses.sum() * o.loss_factor).backward();
+    if (o.backward) (micro_batch_loss(o, losses, b) * o.loss_factor).backward();
   }
   return at::cat(sums);
+}
+
+at::Tensor micro_batch_loss(const MicroBatchOptions& o, const at::Tensor& weighted_token_losses, const MicroBatch& batch) {
+  return o.objective ? o.objective(weighted_token_losses, batch) : weighted_token_losses.sum();
 }
 
 std::vector<TensorBox> whole_boxes(const std::vector<at::Tensor>& tensors, int replicas,

@@ -51,13 +51,13 @@ at::Tensor MegatronEngine::token_losses(const at::Tensor& logits, const at::Tens
 }
 
 at::Tensor MegatronEngine::forward_chunk(int chunk, const MicroBatch& batch, const at::Tensor& input,
-                                         double loss_factor, at::Tensor& sequence_sums) {
+                                         const MicroBatchOptions& options, at::Tensor& sequence_sums) {
   const auto [first, last] = chunk_units(chunk);
   const at::Tensor out = model_->forward_units(first, last, batch.input_ids, batch.segment_ids, input);
   if (last != model_->num_units()) return out;
   const at::Tensor losses = out * batch.weights;
   sequence_sums = losses.detach().to(at::kDouble).sum(1);
-  return losses.sum() * loss_factor;
+  return micro_batch_loss(options, losses, batch) * options.loss_factor;
 }
 
 // ---- the pipeline ----
@@ -144,7 +144,7 @@ at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector
       }
       {
         model::AutocastScope autocast(o.compute, batch.input_ids.device().type());
-        l.output = forward_chunk(a.chunk, batch, l.input, o.loss_factor, sums[static_cast<std::size_t>(a.micro_batch)]);
+        l.output = forward_chunk(a.chunk, batch, l.input, o, sums[static_cast<std::size_t>(a.micro_batch)]);
       }
       if (g < last) pending = PendingSend{l.output.detach().to(at::kFloat).contiguous(), next, activation_tag(g + 1, a.micro_batch, m)};
       if (o.backward) live.emplace(key, std::move(l));

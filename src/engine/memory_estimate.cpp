@@ -67,7 +67,7 @@ Widths model_widths(const model::CausalLM& m, int tp, bool sequence_parallel) {
 // (`embed`) and the head's (`head`), plus the forward's transient peak (the logits beside their
 // log-softmax at the head; one MLP row elsewhere): bytes.
 double activation_bytes(const RunPlan& run, double layers, const Widths& w, bool embed, bool head) {
-  const double tokens = static_cast<double>(run.micro_batch * run.seq_len);
+  const double tokens = static_cast<double>(run.micro_batch * run.sequences_per_sample * run.seq_len);
   const double bytes = run.compute == at::kFloat ? 4.0 : 2.5;  // 16-bit projections, fp32 norms
   // With checkpointing a layer keeps its input; backward recomputes one layer at a time.
   double kept = run.gradient_checkpointing ? layers * w.stream + w.layer : layers * w.layer;

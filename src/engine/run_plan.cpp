@@ -147,6 +147,7 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh) {
   p.model = model::ModelConfig::from_run_config(cfg);
   p.mesh = mesh;
   p.micro_batch = cfg.integer("per_device_train_batch_size");
+  p.sequences_per_sample = cfg.string("stage") == "dpo" ? 2 : 1;
   p.accumulation = cfg.integer("gradient_accumulation_steps");
   p.global_batch = p.micro_batch * p.accumulation * mesh.dp_size();
   p.seq_len = cfg.integer("cutoff_len");
@@ -179,7 +180,8 @@ std::string plan_report(const config::Config& cfg, const RunPlan& p) {
   std::string out = "plan:\n";
   out += "  batch      " + std::to_string(p.micro_batch) + " per rank x " + std::to_string(p.accumulation) +
          " accumulation x " + std::to_string(p.mesh.dp_size()) + " data-parallel = " +
-         std::to_string(p.global_batch) + " sequences of " + std::to_string(p.seq_len) + " tokens per step\n";
+         std::to_string(p.global_batch) + (p.sequences_per_sample == 2 ? " pairs (chosen and rejected sequences)" : " sequences") +
+         " of " + std::to_string(p.seq_len) + " tokens per step\n";
   const std::int64_t max_steps = cfg.integer("max_steps");
   char epochs[32];
   std::snprintf(epochs, sizeof epochs, "%g", cfg.real("num_train_epochs"));

@@ -65,7 +65,7 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
   at::Tensor y = !float8 ? at::linear(x, weight, bias)
                          : float8_linear(x, weight, bias, Float8Tensor{float8_weight, float8_weight_inv_scale},
                                          float8_sharding.get());
-  if (!lora_A) return y;
+  if (!lora_A || AdaptersOffScope::active()) return y;
   at::Tensor in = x;
   const std::uint64_t seed = DropoutSeedScope::current();
   if (lora_dropout > 0 && seed != 0 && at::GradMode::is_enabled()) {
@@ -93,6 +93,14 @@ thread_local std::uint64_t dropout_seed = 0;
 DropoutSeedScope::DropoutSeedScope(std::uint64_t seed) : previous_(dropout_seed) { dropout_seed = seed; }
 DropoutSeedScope::~DropoutSeedScope() { dropout_seed = previous_; }
 std::uint64_t DropoutSeedScope::current() { return dropout_seed; }
+
+namespace {
+thread_local bool adapters_off = false;
+}  // namespace
+
+AdaptersOffScope::AdaptersOffScope() : previous_(adapters_off) { adapters_off = true; }
+AdaptersOffScope::~AdaptersOffScope() { adapters_off = previous_; }
+bool AdaptersOffScope::active() { return adapters_off; }
 
 EmbeddingImpl::EmbeddingImpl(std::int64_t num_embeddings, std::int64_t dim,
                              const c10::TensorOptions& options) {

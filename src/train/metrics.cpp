@@ -27,6 +27,7 @@ std::string to_json_line(const LogRecord& r) {
   j["current_steps"] = r.step;
   j["total_steps"] = r.total_steps;
   j["loss"] = r.loss;
+  for (const auto& [name, value] : r.extra) j[name] = value;
   j["lr"] = r.lr;
   j["epoch"] = std::round(r.epoch * 100.0) / 100.0;
   j["percentage"] = std::round(10000.0 * r.step / std::max<std::int64_t>(1, r.total_steps)) / 100.0;
@@ -47,6 +48,11 @@ std::string to_console_line(const LogRecord& r) {
                 r.grad_norm, r.tokens_per_s, r.flops_per_s / 1e9, format_duration(r.elapsed_s).c_str(),
                 format_duration(r.remaining_s).c_str());
   std::string line = text;
+  for (const auto& [name, value] : r.extra) {
+    char field[96];
+    std::snprintf(field, sizeof field, " | %s %.4g", name.c_str(), value);
+    line += field;
+  }
   if (r.padding > 0) line += " | pad " + std::to_string(std::lround(r.padding * 100.0)) + "%";
   return line;
 }

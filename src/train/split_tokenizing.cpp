@@ -65,7 +65,7 @@ data::SftParallel split_tokenizing(MPI_Comm comm) {
     LFT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_LAND, comm));
     return v != 0;
   };
-  p.gather = [comm](std::vector<data::TokenizedExample> mine, const std::string& error) {
+  p.gather = [comm](std::vector<data::TokenizedExample> mine, const std::string& error, std::size_t per_item) {
     // The first failing rank's message, on every rank.
     const std::vector<std::string> errors = all_gather_bytes(comm, error);
     for (std::size_t r = 0; r < errors.size(); ++r)
@@ -76,11 +76,15 @@ data::SftParallel split_tokenizing(MPI_Comm comm) {
       per_rank.push_back(unpack_examples(buffer.data(), buffer.size()));
       total += per_rank.back().size();
     }
-    // Conversation i was encoded by rank i % ranks, as its (i / ranks)-th example.
+    // Item i (a conversation, or a pair's per_item examples) was encoded by rank i % ranks, as its
+    // (i / ranks)-th item.
     std::vector<data::TokenizedExample> out;
     out.reserve(total);
-    for (std::size_t i = 0; i < total; ++i)
-      out.push_back(std::move(per_rank[i % per_rank.size()][i / per_rank.size()]));
+    const std::size_t ranks = per_rank.size();
+    for (std::size_t j = 0; j < total; ++j) {
+      const std::size_t item = j / per_item;
+      out.push_back(std::move(per_rank[item % ranks][item / ranks * per_item + j % per_item]));
+    }
     return out;
   };
   return p;
@@ -102,7 +106,7 @@ data::DocumentEncoder split_document_encoder(MPI_Comm comm, const data::Tokenize
       error = e.what();
     }
     std::vector<std::vector<std::int32_t>> out;
-    for (auto& ex : parallel.gather(std::move(mine), error)) out.push_back(std::move(ex.ids));
+    for (auto& ex : parallel.gather(std::move(mine), error, 1)) out.push_back(std::move(ex.ids));
     return out;
   };
 }

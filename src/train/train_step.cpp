@@ -34,23 +34,30 @@ void drop_gradients(engine::Engine& engine) {
 StepResult Trainer::step() {
   State& s = *s_;
   const auto start = Clock::now();
-  const auto indices = s.sampler->global_batch_indices();
+  const auto indices = s.sampler->global_batch_indices();  // samples: sequences, or pairs with stage dpo
   // The loss is the weighted sum over every target of the global batch divided by the sum of the
   // weights (the count of trained tokens unless messages carry loss weights): each rank knows it.
-  const double targets = s.data->weight_sum(indices);
+  // With stage dpo it is the mean over the global batch's pairs of their losses.
+  const double targets = s.data->weight_sum(s.data->sequences(indices));
   const int dp_rank = s.mesh.dp_rank(), dp_size = s.mesh.shape().dp_size();
   const std::int64_t micro = s.plan.micro_batch, accum = s.plan.accumulation, global = s.plan.global_batch;
-
-  std::vector<engine::MicroBatch> batches;
-  for (std::int64_t m = 0; m < accum; ++m)
-    batches.push_back(s.device_batch(s.data->batch(data::local_micro_batch(indices, dp_rank, dp_size, micro, accum, m))));
-  std::int64_t padded = 0;  // every rank's micro-batches, known here without communication
+  // Every rank's sequences in the order of the gathered per-sequence sums: rank, micro-batch.
+  std::vector<std::vector<std::int64_t>> sequences;
   for (int r = 0; r < dp_size; ++r)
     for (std::int64_t m = 0; m < accum; ++m)
-      padded += s.data->padded_tokens(data::local_micro_batch(indices, r, dp_size, micro, accum, m));
+      sequences.push_back(s.data->sequences(data::local_micro_batch(indices, r, dp_size, micro, accum, m)));
+
+  std::vector<engine::MicroBatch> batches;
+  for (std::int64_t m = 0; m < accum; ++m) {
+    const auto& mine = sequences[static_cast<std::size_t>(dp_rank * accum + m)];
+    batches.push_back(s.device_batch(s.data->batch(mine), mine));
+  }
+  std::int64_t padded = 0;  // every rank's micro-batches, known here without communication
+  for (const auto& seqs : sequences) padded += s.data->padded_tokens(seqs);
   engine::MicroBatchOptions options;
   options.compute = s.plan.compute;
-  options.loss_factor = (s.scaler ? s.scaler->scale() : 1.0) / targets;
+  options.loss_factor = (s.scaler ? s.scaler->scale() : 1.0) / (s.preference ? static_cast<double>(global) : targets);
+  if (s.preference) options.objective = preference_objective(*s.preference);
   if (s.plan.finetuning.type == "lora" && s.plan.finetuning.lora_dropout > 0)  // new masks each step and dp rank
     s.model->set_dropout_seed(model::mix_seed(model::mix_seed(static_cast<std::uint64_t>(s.cfg.integer("seed")) + 1,
                                                               static_cast<std::uint64_t>(s.step)),
@@ -59,19 +66,29 @@ StepResult Trainer::step() {
   s.engine->finish_gradients();
 
   // The host's one wait of the step: every sequence's loss and the gradient norm, in one read.
-  at::Tensor all = at::empty({global}, local.options());
+  const std::int64_t count = local.size(0) * dp_size;
+  at::Tensor all = at::empty({count}, local.options());
   s.mesh.device_dp().all_gather(local, all);
   const at::Tensor host = read_on_host(at::cat({all, s.engine->grad_norm_squared()}),
                                        "reading step " + std::to_string(s.step + 1) + "'s losses and gradient norm");
-  // Per-sequence sums in one fixed global order, so every layout adds them the same way.
-  double loss_sum = 0.0;
   const double* p = host.data_ptr<double>();
-  for (std::int64_t i = 0; i < global; ++i) loss_sum += p[i];
 
   StepResult r;
-  r.loss = loss_sum / targets;
-  r.grad_norm = std::sqrt(p[global]);
-  r.tokens = s.data->real_tokens(indices);
+  if (s.preference) {  // the pairs' losses and metrics from their log-probabilities, in double
+    std::vector<std::int64_t> order;
+    for (const auto& seqs : sequences) order.insert(order.end(), seqs.begin(), seqs.end());
+    const PairTerms terms = pair_terms(*s.preference, -host.narrow(0, 0, count), s.lengths_of(order),
+                                       s.preference->uses_reference() ? s.reference_of(order) : at::Tensor());
+    r.loss = terms.losses.mean().item<double>();
+    s.preference_metrics.add(terms);
+  } else {
+    // Per-sequence sums in one fixed global order, so every layout adds them the same way.
+    double loss_sum = 0.0;
+    for (std::int64_t i = 0; i < count; ++i) loss_sum += p[i];
+    r.loss = loss_sum / targets;
+  }
+  r.grad_norm = std::sqrt(p[count]);
+  r.tokens = s.data->real_tokens(s.data->sequences(indices));
   r.padded_tokens = padded;
   auto finish = [&] {
     s.sampler->advance();

@@ -67,13 +67,34 @@ at::Tensor to_device(const at::Tensor& host, const at::Device& device) {
 
 }  // namespace
 
-engine::MicroBatch Trainer::State::device_batch(const data::Batch& b) const {
+engine::MicroBatch Trainer::State::device_batch(const data::Batch& b, const std::vector<std::int64_t>& sequences) const {
   engine::MicroBatch m;
   const at::Device device = torch_device();
   m.input_ids = to_device(b.input_ids, device);
   if (data->segments() && b.segment_ids.defined()) m.segment_ids = to_device(b.segment_ids, device);
   m.weights = to_device(b.weights, device);
+  if (preference && preference->uses_reference() && !sequences.empty())
+    m.reference_logps = to_device(reference_of(sequences).to(at::kFloat), device);
   return m;
+}
+
+namespace {
+
+at::Tensor values_of(const std::vector<double>& table, const std::vector<std::int64_t>& indices) {
+  at::Tensor out = at::empty({static_cast<std::int64_t>(indices.size())}, at::kDouble);
+  double* p = out.data_ptr<double>();
+  for (std::size_t k = 0; k < indices.size(); ++k) p[k] = table.at(static_cast<std::size_t>(indices[k]));
+  return out;
+}
+
+}  // namespace
+
+at::Tensor Trainer::State::reference_of(const std::vector<std::int64_t>& sequences) const {
+  return values_of(reference_logps, sequences);
+}
+
+at::Tensor Trainer::State::lengths_of(const std::vector<std::int64_t>& sequences) const {
+  return values_of(answer_lengths, sequences);
 }
 
 namespace {
@@ -87,19 +108,19 @@ std::int64_t pad_multiple(const config::Config& cfg, const engine::RunPlan& plan
   return std::lcm(multiple, static_cast<std::int64_t>(plan.mesh[MeshDim::TP]));
 }
 
-// The model's starting weights: the model folder's (or the seed's initialisation), and with LoRA
-// the adapters from adapter_name_or_path (or PEFT's initialisation from the seed).
+}  // namespace
+
 std::unique_ptr<model::WeightSource> starting_weights(const config::Config& cfg, const engine::RunPlan& plan,
-                                                      model::CausalLM& model) {
+                                                      model::CausalLM& model, const std::string& folder) {
   const auto seed = static_cast<std::uint64_t>(cfg.integer("seed"));
-  if (!cfg.is_set("model_name_or_path")) {
+  if (folder.empty()) {
     if (plan.adapter_folder.empty()) return std::make_unique<model::InitWeights>(model, seed);
     auto adapter = std::make_shared<const model::PeftAdapter>(plan.adapter_folder);
     adapter->check_shapes(model);
     return std::make_unique<model::FinetuningWeights>(std::make_unique<model::InitWeights>(model, seed),
                                                       std::make_unique<model::PeftAdapterWeights>(adapter), adapter);
   }
-  auto base = std::make_unique<model::HfWeights>(cfg.string("model_name_or_path"), model, model::is_lora_parameter);
+  auto base = std::make_unique<model::HfWeights>(folder, model, model::is_lora_parameter);
   if (plan.finetuning.type != "lora") return base;
   if (plan.adapter_folder.empty())
     return std::make_unique<model::FinetuningWeights>(std::move(base), std::make_unique<model::InitWeights>(model, seed));
@@ -108,6 +129,8 @@ std::unique_ptr<model::WeightSource> starting_weights(const config::Config& cfg,
   return std::make_unique<model::FinetuningWeights>(std::move(base), std::make_unique<model::PeftAdapterWeights>(adapter),
                                                     adapter);
 }
+
+namespace {
 
 // LlamaFactory's "trainable params" line, for freeze and LoRA runs (from the meta model's shapes).
 std::string trainable_summary(const config::Config& cfg, const engine::RunPlan& plan) {
@@ -144,7 +167,7 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     }
   }
   s.sampler = std::make_unique<data::GlobalSampler>(
-      s.data->num_sequences(), plan.global_batch, static_cast<std::uint64_t>(cfg.integer("seed")),
+      s.data->num_samples(), plan.global_batch, static_cast<std::uint64_t>(cfg.integer("seed")),
       cfg.string("sample_order") == "per_rank" ? static_cast<int>(plan.global_batch / (plan.micro_batch * plan.accumulation)) : 0);
   const std::int64_t max_steps = cfg.integer("max_steps");
   s.total = max_steps > 0 ? max_steps
@@ -162,7 +185,7 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
   {
     const std::string what = cfg.is_set("model_name_or_path") ? cfg.string("model_name_or_path") : "the initial weights";
     Watchdog::Scope scope("loading " + what, Watchdog::setup_timeout(), "setup_timeout");
-    s.engine->prepare_from(*s.model, *starting_weights(cfg, plan, *s.model));
+    s.engine->prepare_from(*s.model, *starting_weights(cfg, plan, *s.model, cfg.is_set("model_name_or_path") ? cfg.string("model_name_or_path") : ""));
   }
   // The frozen weights' identity, which a resume must match: the seed's initialisation of an
   // inline [model], or the model folder's bytes.
@@ -203,6 +226,7 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     throw UsageError(e.what());  // the config's fault, seen alike by every rank
   }
   resume_if_asked();
+  if (s.data->pairs()) prepare_preference();
   s.flops_per_token = flops_per_token(plan.model.num_non_embedding_parameters(), plan.model.num_hidden_layers,
                                       plan.model.hidden_size, plan.seq_len);
 }
@@ -306,6 +330,7 @@ int Trainer::run() {
     rec.tokens_per_s = static_cast<double>(window_tokens) / window_seconds;
     rec.flops_per_s = rec.tokens_per_s * s.flops_per_token;
     rec.padding = window_padded > 0 ? 1.0 - static_cast<double>(window_tokens) / static_cast<double>(window_padded) : 0.0;
+    if (s.preference) rec.extra = s.preference_metrics.take();
     log0(to_console_line(rec));
     if (log_file) log_file->write(rec);
     window_loss = window_seconds = 0.0;

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "lft/ckpt/async_save.h"
 #include "lft/comm/mpi_communicator.h"
@@ -17,11 +19,13 @@
 #include "lft/engine/run_plan.h"
 #include "lft/mesh/device_mesh.h"
 #include "lft/model/causal_lm.h"
+#include "lft/model/weight_source.h"
 #include "lft/optim/lr_schedule.h"
 #include "lft/optim/optimizer.h"
 #include "lft/runtime/device.h"
 #include "lft/train/loss_scaler.h"
 #include "lft/train/output_lock.h"
+#include "lft/train/preference.h"
 #include "lft/train/trainer.h"
 #include "lft/train/training_data.h"
 
@@ -32,6 +36,12 @@ using Clock = std::chrono::steady_clock;
 inline double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+
+// The model's starting weights: `folder`'s (a Hugging Face model folder; "" = the seed's
+// initialisation), and with LoRA the adapters from adapter_name_or_path (or PEFT's initialisation
+// from the seed).
+std::unique_ptr<model::WeightSource> starting_weights(const config::Config& cfg, const engine::RunPlan& plan,
+                                                      model::CausalLM& model, const std::string& folder);
 
 struct Trainer::State {
   const config::Config& cfg;
@@ -53,11 +63,21 @@ struct Trainer::State {
   double flops_per_token = 0.0;
   std::string base_model_hash;  // freeze/lora from a model folder: model_folder_hash of it
   double step_seconds = 0.0;  // of the steps run by this process
+  // stage dpo: the loss, each sequence's reference log-probability (NaN where no remaining step
+  // reads it) and trained-token count, and the metrics since the last logged step.
+  std::optional<PreferenceOptions> preference;
+  std::vector<double> reference_logps;
+  std::vector<double> answer_lengths;
+  PreferenceMetrics preference_metrics;
 
   State(const config::Config& c, const engine::RunPlan& p, DeviceMesh& m, const DeviceChoice& d)
       : cfg(c), plan(p), mesh(m), device(d), world(m.world(), "world", false) {}
   at::Device torch_device() const { return device.torch_device(); }
-  engine::MicroBatch device_batch(const data::Batch& b) const;
+  // On the compute device; with stage dpo the reference log-probabilities of `sequences` too.
+  engine::MicroBatch device_batch(const data::Batch& b, const std::vector<std::int64_t>& sequences = {}) const;
+  // The reference log-probabilities and answer lengths of `sequences` ([n] double, CPU).
+  at::Tensor reference_of(const std::vector<std::int64_t>& sequences) const;
+  at::Tensor lengths_of(const std::vector<std::int64_t>& sequences) const;
 };
 
 }  // namespace lft::train

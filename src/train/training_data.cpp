@@ -34,6 +34,7 @@ data::SftOptions sft_options(const config::Config& cfg, const std::string& token
   data::SftOptions o;
   o.stage = cfg.string("stage");
   o.records.format = cfg.string("dataset_format");
+  o.records.columns.ranking = o.stage == "dpo";  // train_dataset files hold pairs (chosen, rejected)
   o.template_name = cfg.string("template");
   o.cutoff_len = cfg.integer("cutoff_len");
   o.packing = cfg.boolean("packing") || cfg.boolean("neat_packing");
@@ -111,6 +112,7 @@ std::string names_of(const std::vector<data::DatasetSource>& sources) {
 std::string check_training_data(const config::Config& cfg) {
   data::RecordOptions records;
   records.format = cfg.string("dataset_format");
+  records.columns.ranking = cfg.string("stage") == "dpo";
   if (cfg.string("stage") == "pt" && !cfg.is_set("dataset")) {
     std::string out;
     for (const std::string& p : cfg.strings("train_dataset"))
@@ -191,11 +193,23 @@ TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
     loaded.summary += "\neval: " + names_of(eval_from) + ": " + eval.summary;
   }
   segments_ = options.neat_packing;
+  pairs_ = options.stage == "dpo";
   summary_ = loaded.summary + " (" + tokenizer_->name() + " tokenizer, template " + chat.name() + ")";
 }
 
 std::int64_t TrainingData::num_sequences() const {
   return packed_ ? packed_->num_sequences() : train_->num_sequences();
+}
+
+std::vector<std::int64_t> TrainingData::sequences(const std::vector<std::int64_t>& samples) const {
+  if (!pairs_) return samples;
+  std::vector<std::int64_t> out;
+  out.reserve(samples.size() * 2);
+  for (const std::int64_t i : samples) {
+    out.push_back(2 * i);
+    out.push_back(2 * i + 1);
+  }
+  return out;
 }
 
 std::int64_t TrainingData::seq_len() const { return packed_ ? packed_->seq_len() : train_->seq_len(); }

@@ -80,7 +80,7 @@ TEST(SplitTokenizing, OneRanksErrorReachesEveryRank) {
   LFT_REQUIRE_RANKS(2);
   const data::SftParallel p = train::split_tokenizing(MPI_COMM_WORLD);
   try {
-    p.gather({}, world().rank() == 1 ? "id 9999 outside the vocabulary" : "");
+    p.gather({}, world().rank() == 1 ? "id 9999 outside the vocabulary" : "", 1);
     ADD_FAILURE() << "no rank may go on";
   } catch (const UsageError& e) {
     EXPECT_STREQ(e.what(), "rank 1 while tokenizing: id 9999 outside the vocabulary");

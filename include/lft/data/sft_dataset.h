@@ -65,20 +65,22 @@ class SftDataset {
   std::int32_t pad_id_ = 0;
 };
 
-// Tokenizing split across ranks: rank r encodes conversations r, r + ranks, ..., and `gather`
-// (collective) returns every rank's examples in conversation order on every rank, or throws on
-// every rank when any rank's `error` is not empty. `all_true` (collective) agrees on whether every
+// Tokenizing split across ranks: rank r encodes conversations r, r + ranks, ..., each into
+// `per_item` examples (2 for a preference pair), and `gather` (collective) returns every rank's
+// examples in conversation order on every rank, or throws on every rank when any rank's `error`
+// is not empty. `all_true` (collective) agrees on whether every
 // rank found the cache, so all ranks take the same path. Default: one rank does everything.
 struct SftParallel {
   int rank = 0;
   int ranks = 1;
   std::function<bool(bool)> all_true;
-  std::function<std::vector<TokenizedExample>(std::vector<TokenizedExample> mine, const std::string& error)>
+  std::function<std::vector<TokenizedExample>(std::vector<TokenizedExample> mine, const std::string& error,
+                                              std::size_t per_item)>
       gather;
 };
 
 struct SftOptions {
-  std::string stage = "sft";  // "sft" | "pt"
+  std::string stage = "sft";  // "sft" | "pt" | "dpo" (every conversation a preference pair)
   RecordOptions records;      // dataset_format and columns
   std::string template_name = "default";
   std::int64_t cutoff_len = 1024;

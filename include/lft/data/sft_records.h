@@ -40,8 +40,12 @@ struct Message {
 
 // An optional leading System message, then pairs (User or Observation, Assistant), at least one
 // pair. Pre-training documents (format text) are a single User message instead.
+// A preference pair (ranking data) ends with the chosen answer and holds the rejected one beside
+// it: the same prompt and history, another last answer.
 struct Conversation {
   std::vector<Message> messages;
+  bool is_pair = false;
+  Message rejected;  // is_pair: the rejected last answer (Assistant)
 };
 
 // The record keys and role values, as LlamaFactory's dataset_info "columns" and "tags" name them.
@@ -65,6 +69,12 @@ struct SftColumns {
   std::string system_tag = "system";
   // text: the document of a pre-training record (LlamaFactory's `prompt` column for stage pt)
   std::string text = "text";
+  // Ranking data (dataset_info "ranking": true, or any file with stage dpo): each record is a
+  // preference pair whose last answer is given twice, in these columns (alpaca: strings; sharegpt:
+  // messages {role_tag, content_tag} with the assistant tag) instead of the response.
+  bool ranking = false;
+  std::string chosen = "chosen";
+  std::string rejected = "rejected";
 };
 
 struct RecordOptions {

@@ -31,6 +31,14 @@ std::pair<std::int64_t, std::int64_t> infer_seqlen(std::int64_t source_len, std:
 // tokens the turn's weight.
 TokenizedExample flatten_turns(const std::vector<EncodedTurn>& turns, std::int64_t cutoff_len);
 
+// A preference pair as LlamaFactory's pairwise processor makes it: the prompt is every turn of
+// `chosen` but the last answer (history answers included, weight 0); infer_seqlen cuts the
+// prompt and both answers to fit cutoff_len with the longer answer as the target length. `chosen`
+// and `rejected` are the same conversation with another last answer. Returns (chosen, rejected).
+std::pair<TokenizedExample, TokenizedExample> flatten_pair(const std::vector<EncodedTurn>& chosen,
+                                                           const std::vector<EncodedTurn>& rejected,
+                                                           std::int64_t cutoff_len);
+
 // LlamaFactory's greedy_knapsack over `lengths` (each <= capacity): every bin repeatedly takes the
 // longest remaining item that still fits (among equal lengths the latest index). Returns the item
 // indices of each bin, in the order taken. Deterministic.

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,15 +30,28 @@ struct MicroBatch {
   at::Tensor input_ids;    // [B, T] int64
   at::Tensor segment_ids;  // [B, T] int32 with neat packing, else undefined
   at::Tensor weights;      // [B, T-1] float: the weight of each target
+  // Preference training: each sequence's log-probability under the reference model ([B] float),
+  // read by the objective; undefined otherwise.
+  at::Tensor reference_logps;
 };
+
+// A loss over whole sequences (preference training): from a micro-batch's weighted token losses
+// [B, T-1] (differentiable) to the scalar whose backward the micro-batch contributes (before
+// loss_factor). The engines apply it where the loss is computed (the last pipeline stage).
+using SequenceObjective = std::function<at::Tensor(const at::Tensor& weighted_token_losses, const MicroBatch& batch)>;
 
 struct MicroBatchOptions {
   at::ScalarType compute = at::kFloat;  // autocast dtype of the forward
   bool backward = true;                 // false: evaluation, forward only
-  // The backward of a micro-batch is that of sum(weighted token losses) * loss_factor (1 / the
-  // step's sum of weights, times the fp16 loss scale).
+  // The backward of a micro-batch is that of objective(weighted token losses) * loss_factor (1 /
+  // the step's sum of weights, times the fp16 loss scale); no objective: their sum.
   double loss_factor = 1.0;
+  SequenceObjective objective;
 };
+
+// objective(losses, batch), or losses.sum() without one.
+at::Tensor micro_batch_loss(const MicroBatchOptions& options, const at::Tensor& weighted_token_losses,
+                            const MicroBatch& batch);
 
 struct RunPlan;
 

@@ -67,10 +67,10 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   void share_float8_scales();
   void build_optimizer_shards();
   // One chunk's forward: the model's units of the chunk, from input_ids (virtual stage 0) or
-  // `input`, to the loss (last virtual stage: returns sum(weighted losses) * loss_factor and sets
+  // `input`, to the loss (last virtual stage: returns micro_batch_loss * loss_factor and sets
   // `sequence_sums`) or to the activation it hands on.
   at::Tensor forward_chunk(int chunk, const MicroBatch& batch, const at::Tensor& input,
-                           double loss_factor, at::Tensor& sequence_sums);
+                           const MicroBatchOptions& options, at::Tensor& sequence_sums);
   // model::ParallelOps: the tensor-parallel communication the model's forward calls.
   at::Tensor enter(const at::Tensor& x) override;
   at::Tensor exit(const at::Tensor& y) override;

@@ -54,9 +54,10 @@ struct MemoryEstimate {
 struct RunPlan {
   model::ModelConfig model;
   MeshShape mesh;
-  std::int64_t micro_batch = 1;   // sequences per rank per micro-batch
+  std::int64_t micro_batch = 1;   // samples per rank per micro-batch
+  std::int64_t sequences_per_sample = 1;  // 2 with stage dpo: a pair's chosen and rejected answers
   std::int64_t accumulation = 1;  // micro-batches per step
-  std::int64_t global_batch = 1;  // sequences per step over every data-parallel rank
+  std::int64_t global_batch = 1;  // samples (sequences, or pairs) per step over every data-parallel rank
   std::int64_t seq_len = 1;       // cutoff_len
   at::ScalarType compute = at::kFloat;  // bf16 / fp16: autocast over fp32 weights
   bool gradient_checkpointing = false;

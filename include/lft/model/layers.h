@@ -91,6 +91,20 @@ class DropoutSeedScope {
   std::uint64_t previous_;
 };
 
+// While one is alive on this thread, LoRA linears compute their base layer only (PEFT's
+// disable_adapter): the reference model of preference training with LoRA.
+class AdaptersOffScope {
+ public:
+  AdaptersOffScope();
+  ~AdaptersOffScope();
+  AdaptersOffScope(const AdaptersOffScope&) = delete;
+  AdaptersOffScope& operator=(const AdaptersOffScope&) = delete;
+  static bool active();
+
+ private:
+  bool previous_;
+};
+
 // Rotary position embedding in HF's rotate-half convention (dimension i pairs with i + d/2).
 class RotaryEmbedding {
  public:

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace lft::train {
 
@@ -24,6 +26,8 @@ struct LogRecord {
   double tokens_per_s = 0.0;
   double flops_per_s = 0.0;
   double padding = 0.0;  // share of the computed positions that were padding
+  // More fields after loss, in order (stage dpo: rewards/chosen, ..., logps/rejected).
+  std::vector<std::pair<std::string, double>> extra;
 };
 
 // One JSON object, LlamaFactory's trainer_log fields (current_steps, total_steps, loss, lr, epoch,

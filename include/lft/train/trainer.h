@@ -61,6 +61,9 @@ class Trainer {
 
  private:
   void resume_if_asked();
+  // stage dpo: the loss options, the answers' lengths and the reference model's log-probability
+  // of every sequence the remaining steps train on (preference_reference.cpp). Collective.
+  void prepare_preference();
   // World rank 0 takes output_dir's lock for the run (output_lock.h); every rank throws the
   // UsageError when another run holds it. Collective.
   void lock_output_dir();

@@ -39,6 +39,12 @@ class TrainingData {
 
   const data::Tokenizer& tokenizer() const { return *tokenizer_; }
   std::int64_t num_sequences() const;
+  // What the sampler draws: a sequence, or with stage dpo a preference pair (sequences 2i, the
+  // chosen answer, and 2i + 1, the rejected one, always in the same micro-batch).
+  bool pairs() const { return pairs_; }
+  std::int64_t num_samples() const { return pairs_ ? num_sequences() / 2 : num_sequences(); }
+  // The sequences of `samples`, in order (a pair's chosen then rejected).
+  std::vector<std::int64_t> sequences(const std::vector<std::int64_t>& samples) const;
   std::int64_t seq_len() const;
   // Sequences `indices` of the training set: input_ids, weights (float, [B, T-1]), and
   // segment_ids when neat packing (else undefined).
@@ -68,6 +74,7 @@ class TrainingData {
   std::unique_ptr<data::SftDataset> train_;      // stage sft
   std::unique_ptr<data::SftDataset> eval_;
   bool segments_ = false;
+  bool pairs_ = false;
   std::int64_t pad_multiple_ = 0;
   std::string summary_;
 };

@@ -1,0 +1,63 @@
+// Preference training (stage = "dpo"): the losses of LlamaFactory's pref_loss over pairs of
+// sequences, as LlamaFactory 0.9.5's CustomDPOTrainer and TRL define them (docs/finetuning.md).
+//
+// A micro-batch of P pairs holds 2P sequences, each pair's chosen answer then its rejected one.
+// A sequence's log-probability is the sum over its trained (answer) tokens of log p(token); ipo,
+// orpo and simpo use the per-token mean instead (LlamaFactory divides by the answer's length).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lft/config/config.h"
+#include "lft/engine/engine.h"
+
+namespace lft::train {
+
+struct PreferenceOptions {
+  std::string loss = "sigmoid";  // sigmoid | hinge | ipo | orpo | simpo
+  double beta = 0.1;
+  double ftx = 0.0;              // weight of the chosen answer's per-token mean NLL
+  double simpo_gamma = 0.5;
+  double label_smoothing = 0.0;  // sigmoid only
+
+  static PreferenceOptions from(const config::Config& cfg);
+  // sigmoid, hinge and ipo compare with a reference model; orpo and simpo do not.
+  bool uses_reference() const { return loss != "orpo" && loss != "simpo"; }
+  // ipo, orpo and simpo work on per-token mean log-probabilities.
+  bool averages() const { return loss == "ipo" || loss == "orpo" || loss == "simpo"; }
+};
+
+// Per pair: the loss (pref_ftx's term included), the rewards, and the log-probabilities logged as
+// logps/chosen and logps/rejected (per-token means where the loss averages).
+struct PairTerms {
+  at::Tensor losses, chosen_rewards, rejected_rewards, chosen_logps, rejected_logps;
+};
+
+// `logps` [2P]: each sequence's summed log-probability, pairs interleaved (chosen, rejected);
+// `lengths` [2P]: its trained tokens; `reference` [2P]: the reference model's summed
+// log-probabilities (undefined when !uses_reference()). Differentiable in `logps`; any dtype.
+PairTerms pair_terms(const PreferenceOptions& o, const at::Tensor& logps, const at::Tensor& lengths,
+                     const at::Tensor& reference);
+
+// The engine's objective for a micro-batch: the sum of its pairs' losses, from the weighted token
+// losses (-log p of each trained token) and the batch's reference_logps.
+engine::SequenceObjective preference_objective(const PreferenceOptions& o);
+
+// What a logged step reports of its pairs (means over every pair of the steps logged), with
+// LlamaFactory's names: rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins,
+// logps/chosen, logps/rejected.
+class PreferenceMetrics {
+ public:
+  void add(const PairTerms& host_terms);  // double tensors on the CPU
+  std::vector<std::pair<std::string, double>> take();  // the means so far, then starts over
+
+ private:
+  double sums_[6] = {0, 0, 0, 0, 0, 0};
+  double pairs_ = 0;
+};
+
+}  // namespace lft::train

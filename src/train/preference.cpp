@@ -1,0 +1,88 @@
+#include "lft/train/preference.h"
+
+#include <ATen/ATen.h>
+
+namespace lft::train {
+
+PreferenceOptions PreferenceOptions::from(const config::Config& cfg) {
+  PreferenceOptions o;
+  o.loss = cfg.string("pref_loss");
+  o.beta = cfg.real("pref_beta");
+  o.ftx = cfg.real("pref_ftx");
+  o.simpo_gamma = cfg.real("simpo_gamma");
+  o.label_smoothing = cfg.real("dpo_label_smoothing");
+  return o;
+}
+
+namespace {
+
+at::Tensor log_sigmoid(const at::Tensor& x) { return at::log_sigmoid(x); }
+
+}  // namespace
+
+PairTerms pair_terms(const PreferenceOptions& o, const at::Tensor& logps, const at::Tensor& lengths,
+                     const at::Tensor& reference) {
+  const at::Tensor pairs = logps.view({-1, 2});
+  const at::Tensor length = lengths.to(logps.scalar_type()).view({-1, 2});
+  const at::Tensor policy = o.averages() ? pairs / length : pairs;
+  const at::Tensor chosen = policy.select(1, 0), rejected = policy.select(1, 1);
+  PairTerms t;
+  t.chosen_logps = chosen.detach();
+  t.rejected_logps = rejected.detach();
+  if (o.loss == "orpo") {  // odds ratio on per-token means, plus the chosen answer's NLL
+    const at::Tensor log_odds = (chosen - rejected) - (at::log1p(-at::exp(chosen)) - at::log1p(-at::exp(rejected)));
+    t.losses = -chosen - o.beta * log_sigmoid(log_odds);
+  } else if (o.loss == "simpo") {
+    t.losses = -log_sigmoid(o.beta * ((chosen - rejected) - o.simpo_gamma / o.beta));
+  }
+  if (!o.uses_reference()) {
+    t.chosen_rewards = o.beta * t.chosen_logps;
+    t.rejected_rewards = o.beta * t.rejected_logps;
+  } else {
+    const at::Tensor ref_pairs = reference.to(logps.scalar_type()).view({-1, 2});
+    const at::Tensor ref = o.averages() ? ref_pairs / length : ref_pairs;
+    const at::Tensor ref_chosen = ref.select(1, 0), ref_rejected = ref.select(1, 1);
+    const at::Tensor logits = (chosen - rejected) - (ref_chosen - ref_rejected);
+    if (o.loss == "sigmoid")
+      t.losses = -log_sigmoid(o.beta * logits) * (1.0 - o.label_smoothing) - log_sigmoid(-o.beta * logits) * o.label_smoothing;
+    else if (o.loss == "hinge")
+      t.losses = at::relu(1.0 - o.beta * logits);
+    else  // ipo: (logits - 1 / (2 beta))^2
+      t.losses = (logits - 1.0 / (2.0 * o.beta)).square();
+    t.chosen_rewards = o.beta * (chosen - ref_chosen).detach();
+    t.rejected_rewards = o.beta * (rejected - ref_rejected).detach();
+  }
+  if (o.ftx > 1e-6)  // LlamaFactory: the chosen answer's per-token mean NLL
+    t.losses = t.losses + o.ftx * -(o.averages() ? chosen : chosen / length.select(1, 0));
+  return t;
+}
+
+engine::SequenceObjective preference_objective(const PreferenceOptions& o) {
+  return [o](const at::Tensor& token_losses, const engine::MicroBatch& batch) {
+    const at::Tensor logps = -token_losses.sum(1);
+    const at::Tensor lengths = batch.weights.gt(0).sum(1);
+    return pair_terms(o, logps, lengths, batch.reference_logps).losses.sum();
+  };
+}
+
+void PreferenceMetrics::add(const PairTerms& t) {
+  const at::Tensor values[6] = {t.chosen_rewards,
+                                t.rejected_rewards,
+                                t.chosen_rewards.gt(t.rejected_rewards).to(at::kDouble),
+                                t.chosen_rewards - t.rejected_rewards,
+                                t.chosen_logps,
+                                t.rejected_logps};
+  for (int i = 0; i < 6; ++i) sums_[i] += values[i].sum().item<double>();
+  pairs_ += static_cast<double>(t.losses.numel());
+}
+
+std::vector<std::pair<std::string, double>> PreferenceMetrics::take() {
+  static const char* const names[6] = {"rewards/chosen",   "rewards/rejected", "rewards/accuracies",
+                                       "rewards/margins", "logps/chosen",     "logps/rejected"};
+  std::vector<std::pair<std::string, double>> out;
+  for (int i = 0; i < 6; ++i) out.emplace_back(names[i], pairs_ > 0 ? sums_[i] / pairs_ : 0.0);
+  *this = PreferenceMetrics();
+  return out;
+}
+
+}  // namespace lft::train
