@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# dpo_engines.sh BUILD_DIR TINY_MODEL: stage dpo on every engine and layout equals the one-rank run
+# (fp32, same starting weights and pairs): the loss and logps/chosen within 1e-6 at step 1 and 1e-5
+# after, rewards/accuracies equal; full, LoRA and freeze; sigmoid and the reference-free orpo;
+# and a full run resumed from its step-2 checkpoint (the reference rebuilt from the starting
+# weights by a second model) continues as the run that never stopped.
+#   DPO_ENGINES_KEEP=1  keep the work folder (printed)
+# Run from the repository root.
+set -u
+build=$1 tiny=$2
+work=$(mktemp -d /tmp/lft-dpo-XXXXXX)
+if [ "${DPO_ENGINES_KEEP:-0}" = 1 ]; then echo "dpo_engines: work folder $work"
+else trap 'rm -rf "$work"' EXIT; fi
+fail() { echo "dpo_engines: FAIL: $*"; exit 1; }
+common=(inputs/dpo_alpaca.toml model_name_or_path="$tiny" max_steps=3 logging_steps=1 save_steps=0
+        lr_scheduler_type=constant warmup_steps=0 learning_rate=2e-3 max_samples=32 per_device_train_batch_size=2)
+run() {  # NAME NP KEY=VALUE...: trains into $work/NAME
+  local name=$1 np=$2; shift 2
+  local text
+  text=$(mpirun --oversubscribe --bind-to none -np "$np" "$build/lftrain" "${common[@]}" output_dir="$work/$name" "$@" 2>&1) ||
+    { echo "$text" | tail -30; fail "$name exited non-zero"; }
+  grep -q "done: 3 steps" <<<"$text" || { echo "$text" | tail -30; fail "$name did not finish"; }
+  echo "$text" > "$work/$name.log"
+}
+same() {  # REFERENCE CASE: losses and logps/chosen as the reference, accuracies equal
+  for field in loss logps/chosen logps/rejected; do
+    python3 tests/e2e/compare_logs.py "$work/$1/trainer_log.jsonl" "$work/$2/trainer_log.jsonl" 1 1 1e-6 "$field" >/dev/null ||
+      fail "$2 differs from $1 at step 1 ($field)"
+    python3 tests/e2e/compare_logs.py "$work/$1/trainer_log.jsonl" "$work/$2/trainer_log.jsonl" 1 3 1e-5 "$field" >/dev/null ||
+      fail "$2 differs from $1 ($field)"
+  done
+  python3 tests/e2e/compare_logs.py "$work/$1/trainer_log.jsonl" "$work/$2/trainer_log.jsonl" 1 3 0 rewards/accuracies >/dev/null ||
+    fail "$2's rewards/accuracies differ from $1's"
+  echo "dpo_engines: $2 = $1 ($(python3 tests/e2e/compare_logs.py "$work/$1/trainer_log.jsonl" "$work/$2/trainer_log.jsonl" 1 3 1 loss | sed 's/.*difference //'))"
+}
+
+# Full fine-tuning, sigmoid: one rank, then every engine at 2 ranks (global batch 8 pairs).
+run full_1 1 distributed=none gradient_accumulation_steps=4
+grep -q "dpo: reference log-probabilities of 24 pairs from the starting weights" "$work/full_1.log" ||
+  fail "full_1: no reference line"
+python3 - "$work/full_1/trainer_log.jsonl" <<'PY' || fail "full_1: the log lacks the DPO fields"
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+for k in ("loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen", "logps/rejected"):
+    assert k in r, k
+assert r["rewards/chosen"] == 0 and r["rewards/rejected"] == 0, r  # step 1: the policy is the reference
+assert abs(r["loss"] - 0.6931471805599453) < 1e-6, r              # -log sigmoid(0)
+PY
+for engine in ddp fsdp2 fsdp; do
+  run "full_${engine}_2" 2 distributed="$engine" gradient_accumulation_steps=2
+  same full_1 "full_${engine}_2"
+done
+for z in 2 3; do
+  run "full_ds${z}_2" 2 distributed=deepspeed deepspeed="inputs/ds_z${z}_config.json" gradient_accumulation_steps=2
+  same full_1 "full_ds${z}_2"
+done
+run full_tp2 2 distributed=megatron mesh.tp=2 dist_config.sequence_parallel=true gradient_accumulation_steps=4
+same full_1 full_tp2
+run full_pp2 2 distributed=megatron mesh.pp=2 gradient_accumulation_steps=4
+same full_1 full_pp2
+
+# LoRA (the reference is the base with the adapters off) and freeze.
+run lora_1 1 distributed=none finetuning_type=lora gradient_accumulation_steps=4
+grep -q "from the base model (adapters off)" "$work/lora_1.log" || fail "lora_1: the reference is not the base"
+run lora_fsdp2_2 2 distributed=fsdp2 finetuning_type=lora gradient_accumulation_steps=2
+same lora_1 lora_fsdp2_2
+run lora_tp2 2 distributed=megatron mesh.tp=2 finetuning_type=lora gradient_accumulation_steps=4
+same lora_1 lora_tp2
+run freeze_1 1 distributed=none finetuning_type=freeze gradient_accumulation_steps=4
+run freeze_ddp_2 2 distributed=ddp finetuning_type=freeze gradient_accumulation_steps=2
+same freeze_1 freeze_ddp_2
+
+# orpo: reference-free, no reference pass.
+run orpo_1 1 distributed=none pref_loss=orpo gradient_accumulation_steps=4
+grep -q "reference log-probabilities" "$work/orpo_1.log" && fail "orpo_1 computed a reference"
+run orpo_fsdp2_2 2 distributed=fsdp2 pref_loss=orpo gradient_accumulation_steps=2
+same orpo_1 orpo_fsdp2_2
+
+# Resume: stop after step 2 (its checkpoint), go on at another world size and engine.
+run resume_a 2 distributed=fsdp2 gradient_accumulation_steps=2 max_steps=3 save_steps=2
+text=$(mpirun --oversubscribe --bind-to none -np 1 "$build/lftrain" "${common[@]}" output_dir="$work/resume_b" \
+       distributed=none gradient_accumulation_steps=4 resume_from_checkpoint="$work/resume_a/checkpoint-2" 2>&1) ||
+  { echo "$text" | tail -30; fail "resuming exited non-zero"; }
+grep -q "from the starting weights (a second model" <<<"$text" || { echo "$text" | tail -20; fail "the resumed run's reference"; }
+python3 tests/e2e/compare_logs.py "$work/full_1/trainer_log.jsonl" "$work/resume_b/trainer_log.jsonl" 3 3 1e-5 >/dev/null ||
+  fail "the resumed step 3 differs from the uninterrupted run's"
+echo "dpo_engines: resumed at step 2 (fsdp2 x2 -> none x1): step 3 = the uninterrupted run's"
+echo "dpo_engines: ok"

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# dpo_parity.sh BUILD_DIR: lftrain's stage-dpo logs equal LlamaFactory's classic trainer's (0.9.5 +
+# TRL 0.24, run on the CPU by tools/lf-reference) for the same classic YAML file, on a tiny random
+# fp32 Qwen3 (tools/make-v1-fixture.py) and inputs/data/arithmetic_pairs*.json, 5 steps of a global
+# batch of all 8 pairs (4 x accumulation 2, so the sample order cannot matter): per step, loss,
+# logps/chosen and logps/rejected within 1e-5 relative and rewards/accuracies equal, for pref_loss
+# sigmoid, orpo, simpo with full and LoRA tuning, sigmoid with pref_ftx 0.5, sigmoid on the
+# sharegpt pairs, and lftrain with fsdp2 at 2 ranks against LlamaFactory at 1 rank. Skips (77)
+# without tools/install-v1-env's .venv-v1. Run from anywhere.
+#   DPO_PARITY_CASES="sigmoid_full orpo_lora"  only these cases
+#   DPO_PARITY_KEEP=1                          keep the work folder (printed)
+#   DPO_PARITY_WORK=DIR                        work in DIR (made; kept); run again with the same
+#                                              DIR, it reuses LlamaFactory's runs of unchanged YAMLs
+#   DPO_PARITY_RERUN=1                         ... unless this is set
+#   DPO_PARITY_REFERENCE_ONLY=1                LlamaFactory's side only (BUILD_DIR unused: "-")
+set -u
+[ $# -eq 1 ] || { echo "usage: dpo_parity.sh BUILD_DIR" >&2; exit 2; }
+ref_only=${DPO_PARITY_REFERENCE_ONLY:-0}
+if [ "$ref_only" = 1 ]; then build=
+else
+  build=$(cd "$1" && pwd) || exit 2
+  [ -x "$build/lftrain" ] || { echo "dpo_parity: FAIL: no $build/lftrain"; exit 1; }
+fi
+cd "$(dirname "$0")/../.." || exit 2
+root=$PWD
+py=.venv-v1/bin/python
+skip() { echo "dpo_parity: SKIP: $*"; exit 77; }
+if [ ! -x "$py" ] || ! "$py" -c 'import llamafactory, trl' 2>/dev/null; then
+  skip "no LlamaFactory environment (.venv-v1 cannot import llamafactory, trl); run tools/install-v1-env"
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+if [ -n "${DPO_PARITY_WORK:-}" ]; then
+  mkdir -p "$DPO_PARITY_WORK" && work=$(cd "$DPO_PARITY_WORK" && pwd) || exit 2
+  echo "dpo_parity: work folder $work"
+else
+  work=$(mktemp -d /tmp/lft-dpoparity-XXXXXX)
+  if [ "${DPO_PARITY_KEEP:-0}" = 1 ]; then echo "dpo_parity: work folder $work"
+  else trap 'rm -rf "$work"' EXIT; fi
+fi
+fail() { echo "dpo_parity: FAIL: $*"; exit 1; }
+
+model=$work/model
+if [ ! -f "$model/config.json" ]; then
+  "$py" tools/make-v1-fixture.py "$model" >/dev/null 2>&1 || fail "making the model (tools/make-v1-fixture.py)"
+fi
+# PEFT starts lora_B at 0 (and lora_A from torch's RNG): both sides start from this adapter
+# instead. LlamaFactory loads it with PeftModel.from_pretrained(is_trainable=True) and trains it
+# with the adapter's r, alpha, dropout (0) and targets; its DPO reference model is then the base
+# with the adapter disabled (create_ref_model gives None for lora; disable_adapter()), so the
+# rewards are not 0 at step 1.
+if [ ! -f "$work/adapter/adapter_config.json" ]; then
+  "$py" tools/check-peft.py make-adapter "$model" "$work/adapter" --r 8 --alpha 16 --seed 0 >/dev/null 2>&1 ||
+    fail "making the LoRA adapter (tools/check-peft.py make-adapter)"
+fi
+
+lora="finetuning_type: lora
+adapter_name_or_path: $work/adapter"
+# lftrain at 2 ranks: 2 x accumulation 2 x 2 ranks = the same 8 pairs a step. LlamaFactory runs
+# the case named after the colon (1 rank, its own YAML: it refuses lftrain's `distributed`).
+fsdp2="distributed: fsdp2
+per_device_train_batch_size: 2"
+# name|lftrain ranks|YAML lines after the common ones (which they replace, key by key)
+# A name ending in _2 is name_of_the_1_rank_case + _fsdp2_2: LlamaFactory runs that case's YAML.
+cases=(
+  "sigmoid_full|1|"
+  "sigmoid_lora|1|$lora"
+  "orpo_full|1|pref_loss: orpo"
+  "orpo_lora|1|pref_loss: orpo
+$lora"
+  "simpo_full|1|pref_loss: simpo"
+  "simpo_lora|1|pref_loss: simpo
+$lora"
+  "sigmoid_ftx_full|1|pref_ftx: 0.5"
+  "sigmoid_sharegpt_full|1|dataset: arithmetic_pairs_sharegpt"
+  "sigmoid_full_fsdp2_2|2|$fsdp2"
+  "sigmoid_lora_fsdp2_2|2|$lora
+$fsdp2"
+)
+
+# write_yaml FILE OUTPUT_DIR EXTRA_LINES (FILE keeps its time when unchanged: see the reuse below)
+write_yaml() {
+  local new=$1.new key
+  {
+    echo "model_name_or_path: $model"
+    echo "stage: dpo"
+    echo "do_train: true"
+    echo "finetuning_type: full"
+    echo "pref_beta: 0.1"
+    echo "pref_loss: sigmoid"
+    echo "dataset: arithmetic_pairs"
+    echo "dataset_dir: $root/inputs"
+    echo "template: qwen"
+    echo "cutoff_len: 128"
+    echo "max_samples: 8"
+    echo "output_dir: $2"
+    echo "overwrite_output_dir: true"
+    echo "logging_steps: 1"
+    echo "save_strategy: \"no\""
+    echo "report_to: none"
+    echo "per_device_train_batch_size: 4"
+    echo "gradient_accumulation_steps: 2"
+    echo "learning_rate: 1.0e-3"
+    echo "max_steps: 5"
+    echo "lr_scheduler_type: constant"
+    echo "warmup_steps: 0"
+    echo "bf16: false"
+    echo "fp16: false"
+    echo "seed: 42"
+  } > "$new"
+  # YAML forbids a repeated key: drop a common line that the case sets again.
+  for key in $(printf '%s\n' "$3" | sed -n 's/^\([a-z_]*\):.*/\1/p'); do
+    sed -i "/^$key:/d" "$new"
+  done
+  [ -n "$3" ] && printf '%s\n' "$3" >> "$new"
+  if cmp -s "$new" "$1"; then rm -f "$new"; else mv "$new" "$1"; fi
+}
+
+failed=() passed=0 summary=()
+for entry in "${cases[@]}"; do
+  name=${entry%%|*} np=${entry#*|} np=${np%%|*} extra=${entry#*|*|}
+  case " ${DPO_PARITY_CASES:-$name} " in *" $name "*) ;; *) continue ;; esac
+  dir=$work/$name
+  mkdir -p "$dir"
+  if [ "$np" -gt 1 ]; then
+    # LlamaFactory: the 1-rank case's YAML; lftrain: that and the fsdp2 lines.
+    base=${name%_fsdp2_2}
+    base_extra=
+    for e in "${cases[@]}"; do [ "${e%%|*}" = "$base" ] && base_extra=${e#*|*|}; done
+    write_yaml "$dir/job.yaml" "$dir/lf" "$base_extra"
+    write_yaml "$dir/job-lftrain.yaml" "$dir/lf" "$extra"
+    lft_yaml=$dir/job-lftrain.yaml
+  else
+    write_yaml "$dir/job.yaml" "$dir/lf" "$extra"
+    lft_yaml=$dir/job.yaml
+  fi
+
+  echo "dpo_parity: $name: LlamaFactory 1 rank, lftrain $np rank(s)"
+  if [ -f "$dir/lf/lf-steps.jsonl" ] && [ "$dir/lf/lf-steps.jsonl" -nt "$dir/job.yaml" ] &&
+     [ "${DPO_PARITY_RERUN:-0}" != 1 ]; then  # DPO_PARITY_WORK again: reuse LlamaFactory's run
+    echo "dpo_parity: $name: reusing $dir/lf/lf-steps.jsonl (DPO_PARITY_RERUN=1 runs it again)"
+  elif ! tools/lf-reference --log "$dir/lf.log" "$dir/job.yaml" >"$dir/lf.out" 2>"$dir/lf.err"; then
+    cat "$dir/lf.err"; failed+=("$name (LlamaFactory failed: tools/lf-reference $dir/job.yaml)"); continue
+  fi
+  if [ "$ref_only" = 1 ]; then
+    grep '^lf-reference: step' "$dir/lf.out" | sed "s/^lf-reference:/dpo_parity: $name:/"
+    passed=$((passed + 1)); continue
+  fi
+  if ! mpirun --oversubscribe --bind-to none -np "$np" "$build/lftrain" "$lft_yaml" \
+       output_dir="$dir/lftrain" >"$dir/lftrain.log" 2>&1; then
+    tail -20 "$dir/lftrain.log"
+    failed+=("$name (lftrain failed: mpirun -np $np $build/lftrain $lft_yaml output_dir=$dir/lftrain)")
+    continue
+  fi
+  if python3 tests/e2e/compare_dpo_logs.py "$name" "$dir/lf/lf-steps.jsonl" \
+       "$dir/lftrain/trainer_log.jsonl" 1e-5 >"$dir/compare.txt"; then passed=$((passed + 1))
+  else failed+=("$name"); fi
+  cat "$dir/compare.txt"
+  summary+=("$(grep "^$name: max rel diff" "$dir/compare.txt")")
+done
+if [ ${#summary[@]} -gt 0 ]; then
+  echo "dpo_parity: max differences, lftrain vs LlamaFactory:"
+  printf '  %s\n' "${summary[@]}"
+fi
+[ ${#failed[@]} -eq 0 ] || { IFS=';'; fail "${failed[*]}"; }
+if [ "$ref_only" = 1 ]; then echo "dpo_parity: PASS (LlamaFactory only: $passed cases)"
+else echo "dpo_parity: PASS ($passed cases)"; fi
