@@ -14,12 +14,6 @@ PreferenceOptions PreferenceOptions::from(const config::Config& cfg) {
   return o;
 }
 
-namespace {
-
-at::Tensor log_sigmoid(const at::Tensor& x) { return at::log_sigmoid(x); }
-
-}  // namespace
-
 PairTerms pair_terms(const PreferenceOptions& o, const at::Tensor& logps, const at::Tensor& lengths,
                      const at::Tensor& reference) {
   const at::Tensor pairs = logps.view({-1, 2});
@@ -31,9 +25,9 @@ PairTerms pair_terms(const PreferenceOptions& o, const at::Tensor& logps, const 
   t.rejected_logps = rejected.detach();
   if (o.loss == "orpo") {  // odds ratio on per-token means, plus the chosen answer's NLL
     const at::Tensor log_odds = (chosen - rejected) - (at::log1p(-at::exp(chosen)) - at::log1p(-at::exp(rejected)));
-    t.losses = -chosen - o.beta * log_sigmoid(log_odds);
+    t.losses = -chosen - o.beta * at::log_sigmoid(log_odds);
   } else if (o.loss == "simpo") {
-    t.losses = -log_sigmoid(o.beta * ((chosen - rejected) - o.simpo_gamma / o.beta));
+    t.losses = -at::log_sigmoid(o.beta * ((chosen - rejected) - o.simpo_gamma / o.beta));
   }
   if (!o.uses_reference()) {
     t.chosen_rewards = o.beta * t.chosen_logps;
@@ -44,7 +38,7 @@ PairTerms pair_terms(const PreferenceOptions& o, const at::Tensor& logps, const 
     const at::Tensor ref_chosen = ref.select(1, 0), ref_rejected = ref.select(1, 1);
     const at::Tensor logits = (chosen - rejected) - (ref_chosen - ref_rejected);
     if (o.loss == "sigmoid")
-      t.losses = -log_sigmoid(o.beta * logits) * (1.0 - o.label_smoothing) - log_sigmoid(-o.beta * logits) * o.label_smoothing;
+      t.losses = -at::log_sigmoid(o.beta * logits) * (1.0 - o.label_smoothing) - at::log_sigmoid(-o.beta * logits) * o.label_smoothing;
     else if (o.loss == "hinge")
       t.losses = at::relu(1.0 - o.beta * logits);
     else  // ipo: (logits - 1 / (2 beta))^2

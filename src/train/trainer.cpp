@@ -242,7 +242,8 @@ std::string Trainer::describe() const {
   const State& s = *s_;
   return "model      " + s.plan.model.summary() + trainable_summary(s.cfg, s.plan) + "\ndata       " + s.data->describe() + "; " +
          std::to_string(s.sampler->steps_per_epoch()) + " steps per epoch\n" + "training   " +
-         std::to_string(s.total) + " steps of " + std::to_string(s.plan.global_batch) + " sequences" +
+         std::to_string(s.total) + " steps of " + std::to_string(s.plan.global_batch) +
+         (s.data->pairs() ? " pairs (pref_loss " + s.cfg.string("pref_loss") + ")" : " sequences") +
          (s.plan.compute == at::kBFloat16 ? ", bf16 compute over fp32 weights"
           : s.scaler ? ", fp16 compute over fp32 weights, loss scale " + std::to_string(s.scaler->scale())
                      : ", fp32") +

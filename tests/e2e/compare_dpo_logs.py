@@ -11,6 +11,7 @@ first steps, where a relative difference says little). Prints a table per step a
 "CASE: max rel diff loss X logps/chosen Y logps/rejected Z accuracies W". Exits 1 naming CASE and
 the step on a difference or a missing step or key."""
 import json
+import os
 import sys
 
 JUDGED = ("loss", "logps/chosen", "logps/rejected")
@@ -37,6 +38,10 @@ def main():
         sys.exit(__doc__)
     case, lf_path, lft_path = sys.argv[1:4]
     rtol = float(sys.argv[4]) if len(sys.argv) == 5 else 1e-5
+    for path in (lf_path, lft_path):
+        if not os.path.isfile(path):
+            print(f"compare_dpo_logs: {case}: FAIL: no {path}")
+            sys.exit(1)
     lf = records(lf_path, ("step",))
     lft = records(lft_path, ("current_steps", "step"))
     if not lf:

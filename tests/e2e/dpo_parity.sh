@@ -153,9 +153,9 @@ for entry in "${cases[@]}"; do
     continue
   fi
   if python3 tests/e2e/compare_dpo_logs.py "$name" "$dir/lf/lf-steps.jsonl" \
-       "$dir/lftrain/trainer_log.jsonl" 1e-5 >"$dir/compare.txt"; then passed=$((passed + 1))
-  else failed+=("$name"); fi
-  cat "$dir/compare.txt"
+       "$dir/lftrain/trainer_log.jsonl" 1e-5 >"$dir/compare.txt"; then
+    passed=$((passed + 1)); tail -1 "$dir/compare.txt"  # the whole table: $dir/compare.txt
+  else failed+=("$name"); cat "$dir/compare.txt"; fi
   summary+=("$(grep "^$name: max rel diff" "$dir/compare.txt")")
 done
 if [ ${#summary[@]} -gt 0 ]; then
