@@ -114,7 +114,7 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
     if (f.format == "text") {
       throw UsageError(f.path +
                        ": holds text documents, which have no responses to train on "
-                       "with stage = \"sft\"; use stage = \"pt\", or alpaca, sharegpt or "
+                       "with stage = \"" + o.stage + "\"; use stage = \"pt\", or alpaca, sharegpt or "
                        "messages records");
     }
   }
@@ -132,6 +132,9 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
     for (std::size_t i = static_cast<std::size_t>(par.rank); i < records.conversations.size();
          i += static_cast<std::size_t>(par.ranks)) {
       const Conversation& conv = records.conversations[i];
+      if (!pairs && conv.is_pair)
+        throw UsageError("conversation " + std::to_string(i + 1) + " is a preference pair (chosen and rejected "
+                         "answers), which trains with stage = \"dpo\", not " + o.stage);
       if (pairs && !conv.is_pair)
         throw UsageError("conversation " + std::to_string(i + 1) + " is not a preference pair: stage = \"dpo\" reads "
                          "ranking data (alpaca or sharegpt records with chosen and rejected answers)");

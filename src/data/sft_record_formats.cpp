@@ -273,6 +273,28 @@ std::string parse_messages(const json& record, Conversation& out) {
   return finish(system, std::move(turns), out);
 }
 
+std::string parse_pair(const json& record, Conversation& out) {
+  if (!record.is_object()) return not_an_object(record);
+  Conversation sides[2];
+  const char* const keys[2] = {"chosen", "rejected"};
+  for (int k = 0; k < 2; ++k) {
+    const auto list = record.find(keys[k]);
+    if (list == record.end() || !list->is_array()) return std::string("no \"") + keys[k] + "\" list of messages";
+    const std::string bad = parse_messages(json{{"messages", *list}}, sides[k]);
+    if (!bad.empty()) return std::string(keys[k]) + ": " + bad;
+  }
+  const std::vector<Message>& c = sides[0].messages;
+  const std::vector<Message>& r = sides[1].messages;
+  bool same_prompt = c.size() == r.size();
+  for (std::size_t i = 0; same_prompt && i + 1 < c.size(); ++i)
+    same_prompt = c[i].role == r[i].role && c[i].text == r[i].text;
+  if (!same_prompt) return "chosen and rejected differ before their last message (a pair shares its prompt)";
+  out = std::move(sides[0]);
+  out.is_pair = true;
+  out.rejected = r.back();
+  return "";
+}
+
 std::string parse_text(const json& record, const SftColumns& c, Conversation& out) {
   if (!record.is_object()) return not_an_object(record);
   const auto text = record.find(c.text);

@@ -14,6 +14,9 @@ std::string parse_alpaca(const nlohmann::json& record, const SftColumns& columns
 std::string parse_sharegpt(const nlohmann::json& record, const SftColumns& columns,
                            Conversation& out);
 std::string parse_messages(const nlohmann::json& record, Conversation& out);
+// LlamaFactory v1's pair records: {"chosen": [messages], "rejected": [messages]}, two whole
+// conversations (v1 messages) that differ only in their last, assistant, message.
+std::string parse_pair(const nlohmann::json& record, Conversation& out);
 std::string parse_text(const nlohmann::json& record, const SftColumns& c, Conversation& out);
 
 // The format that `record` looks like ("alpaca", "sharegpt", "messages", "text"), or "".

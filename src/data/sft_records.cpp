@@ -190,13 +190,17 @@ FileReport read_file_records(const DatasetSource& source, std::vector<Conversati
   }
   std::function<std::string(const json&, Conversation&)> parse;
   const SftColumns& columns = options.columns;
-  if (columns.ranking && report.format != "alpaca" && report.format != "sharegpt")
+  if (report.format == "pair" && !columns.ranking)
+    fail(path, "holds preference pairs (v1's converter: pair), which train with stage = \"dpo\"");
+  if (columns.ranking && report.format != "alpaca" && report.format != "sharegpt" && report.format != "pair")
     fail(path, "preference pairs (ranking data) are read from alpaca or sharegpt records with \"" + columns.chosen +
                    "\" and \"" + columns.rejected + "\" answers, not from " + report.format + " records");
   if (report.format == "alpaca") {
     parse = [&](const json& r, Conversation& c) { return detail::parse_alpaca(r, columns, c); };
   } else if (report.format == "sharegpt") {
     parse = [&](const json& r, Conversation& c) { return detail::parse_sharegpt(r, columns, c); };
+  } else if (report.format == "pair") {
+    parse = detail::parse_pair;
   } else if (report.format == "messages") {
     parse = detail::parse_messages;
   } else if (is_txt) {
@@ -249,7 +253,7 @@ const char* role_name(Role role) {
 }
 
 const std::vector<std::string>& record_formats() {
-  static const std::vector<std::string> formats{"auto", "alpaca", "sharegpt", "messages", "text"};
+  static const std::vector<std::string> formats{"auto", "alpaca", "sharegpt", "messages", "text", "pair"};
   return formats;
 }
 
@@ -282,7 +286,7 @@ SftRecords read_sft_records(const std::vector<DatasetSource>& sources) {
   for (const DatasetSource& source : sources) {
     if (std::find(formats.begin(), formats.end(), source.options.format) == formats.end())
       throw UsageError("unknown dataset_format \"" + source.options.format +
-                       "\"; use auto, alpaca, sharegpt, messages or text");
+                       "\"; use auto, alpaca, sharegpt, messages, text or pair");
     result.files.push_back(read_file_records(source, result.conversations));
   }
   return result;

@@ -77,8 +77,8 @@ std::vector<DatasetSource> read_v1_dataset_file(const std::string& file) {
     } else if (converter.empty()) {
       s.options.format = "messages";  // v1 takes records without a converter as its own messages
     } else if (converter == "pair") {
-      bad(file, name, "converter: pair makes preference pairs (chosen / rejected) for DPO, which this build does not train",
-          "train SFT data (converter alpaca or sharegpt, or v1 messages records)");
+      s.options.format = "pair";  // preference pairs: read with stage = "dpo" (refused otherwise)
+      s.options.columns.ranking = true;
     } else {
       bad(file, name, "unknown converter '" + converter + "'", "v1's converters are alpaca, sharegpt and pair");
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dpo_engines.sh BUILD_DIR TINY_MODEL: stage dpo on every engine and layout equals the one-rank run
 # (fp32, same starting weights and pairs): the loss and logps/chosen within 1e-6 at step 1 and 1e-5
-# after, rewards/accuracies equal; full, LoRA and freeze; sigmoid and the reference-free orpo;
+# after, rewards/accuracies equal; full, LoRA and freeze; sigmoid, ipo, hinge and the
+# reference-free orpo; a ref_model folder;
 # and a full run resumed from its step-2 checkpoint (the reference rebuilt from the starting
 # weights by a second model) continues as the run that never stopped.
 #   DPO_ENGINES_KEEP=1  keep the work folder (printed)
@@ -50,7 +51,7 @@ for engine in ddp fsdp2 fsdp; do
   run "full_${engine}_2" 2 distributed="$engine" gradient_accumulation_steps=2
   same full_1 "full_${engine}_2"
 done
-for z in 2 3; do
+for z in 0 2 3; do
   run "full_ds${z}_2" 2 distributed=deepspeed deepspeed="inputs/ds_z${z}_config.json" gradient_accumulation_steps=2
   same full_1 "full_ds${z}_2"
 done
@@ -58,6 +59,19 @@ run full_tp2 2 distributed=megatron mesh.tp=2 dist_config.sequence_parallel=true
 same full_1 full_tp2
 run full_pp2 2 distributed=megatron mesh.pp=2 gradient_accumulation_steps=4
 same full_1 full_pp2
+run full_tp2_pp2 4 distributed=megatron mesh.tp=2 mesh.pp=2 gradient_accumulation_steps=4
+same full_1 full_tp2_pp2
+# ref_model: a second model, built by the engine as the policy is, from that folder (here the same
+# weights, so the same numbers as the policy's own reference).
+run ref_fsdp2_2 2 distributed=fsdp2 gradient_accumulation_steps=2 ref_model="$tiny"
+grep -q "from ref_model $tiny" "$work/ref_fsdp2_2.log" || fail "ref_fsdp2_2: the reference is not ref_model"
+same full_1 ref_fsdp2_2
+# ipo and hinge (their formulas: PreferenceLoss.*) on a sharded engine.
+for loss in ipo hinge; do
+  run "${loss}_1" 1 distributed=none pref_loss="$loss" gradient_accumulation_steps=4
+  run "${loss}_ds3_2" 2 distributed=deepspeed deepspeed=inputs/ds_z3_config.json pref_loss="$loss" gradient_accumulation_steps=2
+  same "${loss}_1" "${loss}_ds3_2"
+done
 
 # LoRA (the reference is the base with the adapters off) and freeze.
 run lora_1 1 distributed=none finetuning_type=lora gradient_accumulation_steps=4

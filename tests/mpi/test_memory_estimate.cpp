@@ -38,13 +38,15 @@ std::string zero1_file() {
   return path;
 }
 
+const char* const kModel =
+    "[model]\nvocab_size = 259\nhidden_size = 128\nintermediate_size = 352\nnum_hidden_layers = 4\n"
+    "num_attention_heads = 4\nnum_key_value_heads = 2\n";
+
 std::string run_toml(const std::string& engine, const std::string& extra, int accumulation = 2) {
   return "distributed = \"" + engine + "\"\ntrain_dataset = \"" + data_file() +
          "\"\nper_device_train_batch_size = 2\ngradient_accumulation_steps = " + std::to_string(accumulation) +
          "\ncutoff_len = 32\n"
-         "learning_rate = 1e-3\nmax_steps = 3\nseed = 3\n" + extra +
-         "[model]\nvocab_size = 259\nhidden_size = 128\nintermediate_size = 352\nnum_hidden_layers = 4\n"
-         "num_attention_heads = 4\nnum_key_value_heads = 2\n";
+         "learning_rate = 1e-3\nmax_steps = 3\nseed = 3\n" + extra + kModel;
 }
 
 struct Case {
@@ -111,6 +113,41 @@ TEST(MemoryEstimate, WithinFifteenPercentOfTheMeasuredPeak) {
     SCOPED_TRACE(c.label);
     expect_close(c.label, estimate_and_peak(run_toml(c.engine, c.extra, c.accumulation), world()), n);
   }
+}
+
+// Preference pairs (alpaca ranking records), or the same records as SFT answers (the chosen one).
+std::string pairs_file(bool sft) {
+  const std::string path = std::string("/tmp/lft_memory_estimate_") + (sft ? "sft" : "pairs") + "_rank" +
+                           std::to_string(world().rank()) + ".json";
+  std::ofstream out(path);
+  out << "[";
+  for (int i = 0; i < 40; ++i)
+    out << (i ? ",\n" : "") << "{\"instruction\": \"What is " << i << " + " << 3 * i + 1 << "?\", \""
+        << (sft ? "output" : "chosen") << "\": \"" << 4 * i + 1 << "\""
+        << (sft ? std::string() : ", \"rejected\": \"" + std::to_string(4 * i + 2) + "\"") << "}";
+  out << "]\n";
+  return path;
+}
+
+// stage dpo under fsdp2: a micro-batch of P pairs holds 2P sequences (every one padded to
+// cutoff_len here), so its peak is SFT's on 2P sequences, and the estimate holds it within 15%.
+// The reference pass before the first step (forward only) stays under the training peak.
+TEST(MemoryEstimate, DpoIsSftOnTwiceTheSequences) {
+  ASSERT_TRUE(cpu_memory_counter_installed());
+  if (world().size() != 2) GTEST_SKIP() << "runs at 2 ranks";
+  at::set_num_threads(1);
+  const auto toml = [](bool sft) {
+    return std::string("distributed = \"fsdp2\"\nstage = \"") + (sft ? "sft" : "dpo") + "\"\ntrain_dataset = \"" +
+           pairs_file(sft) + "\"\ntokenizer = \"bytes\"\npad_to_multiple_of = 0\ncutoff_len = 32\n" +
+           "per_device_train_batch_size = " + (sft ? "4" : "2") + "\ngradient_accumulation_steps = 2\n" +
+           "learning_rate = 1e-3\nmax_steps = 3\nseed = 3\n" + kModel;
+  };
+  const auto dpo = estimate_and_peak(toml(false), world());
+  const auto sft = estimate_and_peak(toml(true), world());
+  expect_close("fsdp2 dpo, 2 pairs a micro-batch", dpo, 2);
+  expect_close("fsdp2 sft, 4 sequences a micro-batch", sft, 2);
+  EXPECT_EQ(dpo.first, sft.first);  // the same estimate: 4 sequences of cutoff_len either way
+  EXPECT_LE(std::abs(dpo.second / sft.second - 1.0), 0.05) << "dpo " << dpo.second << " B, sft " << sft.second << " B";
 }
 
 // Offload: the same bytes in all, but on a GPU the device holds only the gathered parameters, the

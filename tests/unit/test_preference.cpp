@@ -145,6 +145,30 @@ TEST(PreferenceData, AlpacaAndSharegptRankingRecords) {
             std::string::npos);
 }
 
+TEST(PreferenceData, V1PairRecords) {
+  test::TempDir dir;
+  const std::string path = dir.write(
+      "p.jsonl",
+      R"({"chosen": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "good"}], "rejected": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "bad"}]}
+{"chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], "rejected": [{"role": "user", "content": "other"}, {"role": "assistant", "content": "b"}]}
+)");
+  data::RecordOptions o;
+  o.format = "pair";
+  o.columns.ranking = true;
+  const data::SftRecords r = data::read_sft_records({path}, o);
+  ASSERT_EQ(r.conversations.size(), 1u);
+  EXPECT_NE(r.files[0].first_bad[0].find("differ before their last message"), std::string::npos) << r.files[0].first_bad[0];
+  const data::Conversation& c = r.conversations[0];
+  ASSERT_TRUE(c.is_pair);
+  ASSERT_EQ(c.messages.size(), 3u);  // system, user, chosen
+  EXPECT_EQ(c.messages[0].role, data::Role::System);
+  EXPECT_EQ(c.messages.back().text, "good");
+  EXPECT_EQ(c.rejected.text, "bad");
+  o.columns.ranking = false;  // pairs outside stage dpo
+  EXPECT_NE(test::message_of<UsageError>([&] { data::read_sft_records({path}, o); }).find("stage = \"dpo\""),
+            std::string::npos);
+}
+
 TEST(PreferenceData, PairTruncationFollowsTheLongerAnswer) {
   // History (source 3, target 2), then the last prompt (source 4): the prompt is 9 tokens.
   const data::EncodedTurn history{{1, 1, 1}, {2, 2}, 1.0f};

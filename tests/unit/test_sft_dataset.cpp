@@ -261,8 +261,10 @@ TEST(SftDatasetTest, OptionErrors) {
   };
   EXPECT_CONTAINS(error(options("default", 64)), "holds text documents, which have no responses");
   SftOptions o = options("default", 64);
+  o.stage = "kto";
+  EXPECT_CONTAINS(error(o), "unknown stage \"kto\"");
   o.stage = "dpo";
-  EXPECT_CONTAINS(error(o), "unknown stage \"dpo\"");
+  EXPECT_CONTAINS(error(o), "no responses to train on with stage = \"dpo\"");
   EXPECT_CONTAINS(error(options("vicuna", 64)), "unknown template \"vicuna\"");
   EXPECT_CONTAINS(error(options("default", 1)), "cutoff_len must be at least 2");
   o = options("default", 64);

@@ -106,7 +106,10 @@ TEST(V1DatasetFile, EntriesBecomeSources) {
     return test::message_of<UsageError>([&] { read_v1_dataset_file(file); });
   };
   EXPECT_NE(error("d:\n  path: HuggingFaceH4/orca\n").find("Hugging Face Hub"), std::string::npos);
-  EXPECT_NE(error("d:\n  path: " + dir + "v1_a.json\n  source: local\n  converter: pair\n").find("DPO"), std::string::npos);
+  std::ofstream(file) << "d:\n  path: " << dir << "v1_a.json\n  source: local\n  converter: pair\n";
+  const auto pairs = read_v1_dataset_file(file);  // preference pairs, for stage dpo
+  EXPECT_EQ(pairs[0].options.format, "pair");
+  EXPECT_TRUE(pairs[0].options.columns.ranking);
   EXPECT_NE(error("d:\n  path: " + dir + "v1_a.json\n  source: local\n  shuffle: true\n").find("unknown key 'shuffle'"),
             std::string::npos);
   EXPECT_NE(error("d:\n  path: /nonexistent.json\n  source: local\n").find("does not exist"), std::string::npos);
