@@ -9,9 +9,10 @@
 
 namespace lft::train {
 
-const std::vector<std::string>& plotted_metrics() {
+const std::vector<std::string>& plotted_metrics(const std::string& stage) {
   static const std::vector<std::string> keys = {"loss", "eval_loss"};
-  return keys;
+  static const std::vector<std::string> dpo_keys = {"loss", "eval_loss", "rewards/accuracies"};
+  return stage == "dpo" ? dpo_keys : keys;
 }
 
 MetricSeries read_logged_metric(const std::string& log_path, const std::string& key) {
@@ -32,8 +33,8 @@ MetricSeries read_logged_metric(const std::string& log_path, const std::string& 
 }
 
 void plot_losses(const std::string& output_dir, const std::string& log_path,
-                 const std::function<void(const std::string&)>& log) {
-  for (const std::string& key : plotted_metrics()) {
+                 const std::function<void(const std::string&)>& log, const std::string& stage) {
+  for (const std::string& key : plotted_metrics(stage)) {
     const MetricSeries series = read_logged_metric(log_path, key);
     if (series.values.empty()) {
       log("no metric " + key + " to plot");

@@ -348,7 +348,7 @@ int Trainer::run() {
   // mesh coordinate 0), as LlamaFactory plots on world process 0. A failed plot loses nothing.
   if (log_file && s.cfg.boolean("plot_loss")) {
     try {
-      plot_losses(out_dir, log_file->path(), [](const std::string& line) { log0(line); });
+      plot_losses(out_dir, log_file->path(), [](const std::string& line) { log0(line); }, s.cfg.string("stage"));
     } catch (const std::exception& e) {
       log0(std::string("warning: plot_loss: ") + e.what());
     }

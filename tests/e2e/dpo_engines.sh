@@ -39,6 +39,7 @@ same() {  # REFERENCE CASE: losses and logps/chosen as the reference, accuracies
 run full_1 1 distributed=none gradient_accumulation_steps=4
 grep -q "dpo: reference log-probabilities of 24 pairs from the starting weights" "$work/full_1.log" ||
   fail "full_1: no reference line"
+[ -s "$work/full_1/training_rewards_accuracies.png" ] || fail "full_1: no training_rewards_accuracies.png (plot_loss)"
 python3 - "$work/full_1/trainer_log.jsonl" <<'PY' || fail "full_1: the log lacks the DPO fields"
 import json, sys
 r = json.loads(open(sys.argv[1]).readline())

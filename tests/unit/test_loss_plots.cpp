@@ -65,6 +65,20 @@ TEST(LossPlots, AMetricWithoutValuesIsSkippedWithAMessage) {
   EXPECT_EQ(file_size(eval_png), -1);
 }
 
+TEST(LossPlots, DpoDrawsTheRewardAccuracyToo) {
+  test::TempDir dir;
+  const std::string log = dir.write(
+      "trainer_log.jsonl",
+      "{\"current_steps\": 1, \"loss\": 0.69, \"rewards/accuracies\": 0.0, \"step\": 1}\n"
+      "{\"current_steps\": 2, \"loss\": 0.6, \"rewards/accuracies\": 0.75, \"step\": 2}\n");
+  std::vector<std::string> lines;
+  plot_losses(dir.dir(), log, [&](const std::string& line) { lines.push_back(line); }, "dpo");
+  EXPECT_EQ(lines, (std::vector<std::string>{"figure saved at: " + dir.path("training_loss.png"),
+                                             "no metric eval_loss to plot",
+                                             "figure saved at: " + dir.path("training_rewards_accuracies.png")}));
+  EXPECT_GT(file_size(dir.path("training_rewards_accuracies.png")), 8000);
+}
+
 TEST(LossPlots, AnUnwritableFolderThrows) {
   test::TempDir dir;
   const std::string log = dir.write("trainer_log.jsonl", kLog);

@@ -10,9 +10,9 @@
 
 namespace lft::train {
 
-// The metrics plot_losses draws, in order (LlamaFactory's sft and pt keys less eval_accuracy,
-// which lftrain does not compute).
-const std::vector<std::string>& plotted_metrics();
+// The metrics plot_losses draws for `stage`, in order: LlamaFactory's keys (sft and pt: loss,
+// eval_loss, less eval_accuracy, which lftrain does not compute; dpo: and rewards/accuracies).
+const std::vector<std::string>& plotted_metrics(const std::string& stage = "sft");
 
 struct MetricSeries {
   std::vector<double> steps;
@@ -28,6 +28,6 @@ MetricSeries read_logged_metric(const std::string& log_path, const std::string& 
 // a metric with no value is skipped with `log("no metric <key> to plot")`. Throws
 // std::runtime_error (the log cannot be read, a PNG cannot be written).
 void plot_losses(const std::string& output_dir, const std::string& log_path,
-                 const std::function<void(const std::string&)>& log);
+                 const std::function<void(const std::string&)>& log, const std::string& stage = "sft");
 
 }  // namespace lft::train
