@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "internal.h"
 
@@ -72,13 +73,24 @@ const OnlyDefault kOnlyDefault[] = {
     {"use_ref_model", Value{true}, "the preference losses use a reference model unless pref_loss is orpo or simpo"},
 };
 
-// LoRA variants (and OFT's module_dropout) lftrain does not implement: refused whenever set.
-const char* const kLoraKeys[] = {"loraplus_lr_ratio", "loraplus_lr_embedding", "lora_bf16_mode", "pissa_iter",
-                                 "pissa_convert", "module_dropout", "use_unsloth"};
-
-// Preference-training options of LlamaFactory that lftrain does not implement: refused whenever set.
-const char* const kPreferenceKeys[] = {"ld_alpha", "ref_model_adapters", "ref_model_quantization_bit", "kto_chosen_weight",
-                                       "kto_rejected_weight"};
+// Variants lftrain does not implement, refused whenever set: LoRA's (and OFT's module_dropout) and
+// preference training's.
+struct Unbuilt {
+  std::vector<const char*> keys;
+  const char* what;
+  const char* hint;
+};
+const Unbuilt kUnbuilt[] = {
+    {{"loraplus_lr_ratio", "loraplus_lr_embedding", "lora_bf16_mode", "pissa_iter", "pissa_convert", "module_dropout",
+      "use_unsloth"},
+     "a LoRA variant (or OFT)",
+     "remove it: lftrain's LoRA takes lora_rank, lora_alpha, lora_dropout, lora_target, additional_target, "
+     "use_rslora and adapter_name_or_path"},
+    {{"ld_alpha", "ref_model_adapters", "ref_model_quantization_bit", "kto_chosen_weight", "kto_rejected_weight"},
+     "a preference-training variant",
+     "remove it: lftrain's stage dpo takes pref_beta, pref_loss, pref_ftx, simpo_gamma, dpo_label_smoothing and "
+     "ref_model"},
+};
 
 // Adds `path = value` where `from` was, unless the file sets `path` itself (which then wins, with
 // an error if the two disagree).
@@ -129,24 +141,14 @@ void apply(Input& in, const Item& item, Problems& problems) {
         });
       return;
     }
-  for (const char* lora : kLoraKeys)
-    if (key == lora) {
-      problems.check([&] {
-        fail(in.file, &item.loc, "key '" + key + "' configures a LoRA variant (or OFT) that lftrain does not implement",
-             "remove it: lftrain's LoRA takes lora_rank, lora_alpha, lora_dropout, lora_target, additional_target, "
-             "use_rslora and adapter_name_or_path");
-      });
-      return;
-    }
-  for (const char* pref : kPreferenceKeys)
-    if (key == pref) {
-      problems.check([&] {
-        fail(in.file, &item.loc, "key '" + key + "' configures a preference-training variant that lftrain does not implement",
-             "remove it: lftrain's stage dpo takes pref_beta, pref_loss, pref_ftx, simpo_gamma, dpo_label_smoothing and "
-             "ref_model");
-      });
-      return;
-    }
+  for (const Unbuilt& u : kUnbuilt)
+    for (const char* unbuilt : u.keys)
+      if (key == unbuilt) {
+        problems.check([&] {
+          fail(in.file, &item.loc, "key '" + key + "' configures " + u.what + " that lftrain does not implement", u.hint);
+        });
+        return;
+      }
   if (key == "disable_gradient_checkpointing") {
     if (const bool* disable = bool_of(in, item, problems))
       map_onto(in, item, "gradient_checkpointing", Value{!*disable}, problems);
@@ -187,8 +189,8 @@ bool handled(const std::string& key) {
   const auto is = [&](const char* k) { return key == k; };
   return std::any_of(std::begin(kInert), std::end(kInert), [&](const Inert& k) { return is(k.key); }) ||
          std::any_of(std::begin(kOnlyDefault), std::end(kOnlyDefault), [&](const OnlyDefault& k) { return is(k.key); }) ||
-         std::any_of(std::begin(kLoraKeys), std::end(kLoraKeys), is) ||
-         std::any_of(std::begin(kPreferenceKeys), std::end(kPreferenceKeys), is) ||
+         std::any_of(std::begin(kUnbuilt), std::end(kUnbuilt),
+                     [&](const Unbuilt& u) { return std::any_of(u.keys.begin(), u.keys.end(), is); }) ||
          std::any_of(std::begin(kSpecialKeys), std::end(kSpecialKeys), is);
 }
 
