@@ -116,8 +116,9 @@ std::string check_communication(MpiCommunicator& world, DeviceMesh& mesh) {
     });
   }
   check(mesh.dp(), [&](const MeshCoord& c) {
-    return c[static_cast<int>(MeshDim::PP)] == mine[static_cast<int>(MeshDim::PP)] &&
-           c[static_cast<int>(MeshDim::TP)] == mine[static_cast<int>(MeshDim::TP)];
+    for (const MeshDim o : {MeshDim::PP, MeshDim::CP, MeshDim::TP})
+      if (c[static_cast<int>(o)] != mine[static_cast<int>(o)]) return false;
+    return true;
   });
   return out;
 }

@@ -316,10 +316,12 @@ std::string inspect_checkpoint(const std::string& path) {
   row("tokens seen", attr("tokens_seen"));
   row("engine", attr("engine"));
   const Attribute* mesh = src.attribute("mesh");
-  if (mesh != nullptr && mesh->kind == Attribute::Kind::IntVector && mesh->v.size() == 4)
+  // 4 sizes before context parallelism (pp, dp_replicate, dp_shard, tp), 5 since (cp before tp).
+  if (mesh != nullptr && mesh->kind == Attribute::Kind::IntVector && (mesh->v.size() == 4 || mesh->v.size() == 5))
     row("mesh", "pp=" + std::to_string(mesh->v[0]) + " dp_replicate=" + std::to_string(mesh->v[1]) +
                     " dp_shard=" + std::to_string(mesh->v[2]) +
-                    " tp=" + std::to_string(mesh->v[3]));
+                    (mesh->v.size() == 5 ? " cp=" + std::to_string(mesh->v[3]) : std::string()) +
+                    " tp=" + std::to_string(mesh->v.back()));
   else
     row("mesh", attr("mesh"));
   row("world size", attr("world_size"));

@@ -173,6 +173,20 @@ WorkPtr Communicator::broadcast_async(const at::Tensor& t, int root) {
   return do_broadcast(t, root, std::move(info));
 }
 
+WorkPtr Communicator::all_to_all_async(const at::Tensor& in, const at::Tensor& out) {
+  require_contiguous(in, "all_to_all");
+  require_contiguous(out, "all_to_all");
+  require_device(in, "all_to_all");
+  require_device(out, "all_to_all");
+  if (in.numel() != out.numel() || in.scalar_type() != out.scalar_type() || in.numel() % size_ != 0)
+    throw std::invalid_argument("all_to_all on '" + name_ + "': in (" + std::to_string(in.numel()) + " " +
+                                dtype_name(in) + ") and out (" + std::to_string(out.numel()) + " " + dtype_name(out) +
+                                ") must have one dtype and the same number of elements, a multiple of the group's " +
+                                std::to_string(size_) + " ranks");
+  auto info = begin(CollKind::AllToAll, wire_bytes(in, false), dtype_name(in) + ", ");
+  return do_all_to_all(in, out, std::move(info));
+}
+
 void Communicator::require_point_to_point(CollKind kind, const at::Tensor& t) const {
   const char* what = kind == CollKind::Send ? "send" : "recv";
   require_contiguous(t, what);

@@ -223,6 +223,16 @@ WorkPtr MpiCommunicator::do_all_gather(const at::Tensor& in, const at::Tensor& o
   return work;
 }
 
+WorkPtr MpiCommunicator::do_all_to_all(const at::Tensor& in, const at::Tensor& out, CallInfo info) {
+  HostStage stage(staged());
+  const at::Tensor src = stage.in(in), dst = stage.out(out);
+  const int block_bytes = as_count(in.numel() / size() * in.element_size());
+  auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats, stage.then([src] {}));
+  LFT_MPI_CHECK(MPI_Ialltoall(src.data_ptr(), block_bytes, MPI_BYTE, dst.data_ptr(), block_bytes, MPI_BYTE, comm_,
+                              work->request()));
+  return work;
+}
+
 WorkPtr MpiCommunicator::do_broadcast(const at::Tensor& t, int root, CallInfo info) {
   HostStage stage(staged());
   const at::Tensor host = stage.in_out(t);

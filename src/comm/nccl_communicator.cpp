@@ -306,6 +306,23 @@ WorkPtr NcclCommunicator::do_broadcast(const at::Tensor& t, int root, CallInfo i
   return leave(std::move(info));
 }
 
+WorkPtr NcclCommunicator::do_all_to_all(const at::Tensor& in, const at::Tensor& out, CallInfo info) {
+  cudaStream_t stream = enter({&in, &out});
+  host_call(info.what, [&] {
+    // NCCL has no all-to-all call: one send and one receive per peer, in one group.
+    const int64_t block = in.numel() / size(), bytes = block * in.element_size();
+    const auto* src = static_cast<const char*>(in.data_ptr());
+    auto* dst = static_cast<char*>(out.data_ptr());
+    LFT_NCCL_CHECK(ncclGroupStart());
+    for (int r = 0; r < size(); ++r) {
+      LFT_NCCL_CHECK(ncclSend(src + r * bytes, block, nccl_type(in), r, comm_, stream));
+      LFT_NCCL_CHECK(ncclRecv(dst + r * bytes, block, nccl_type(out), r, comm_, stream));
+    }
+    LFT_NCCL_CHECK(ncclGroupEnd());
+  });
+  return leave(std::move(info));
+}
+
 WorkPtr NcclCommunicator::do_send(const at::Tensor& t, int dst, int /*tag*/, CallInfo info) {
   cudaStream_t stream = enter({&t});
   host_call(info.what, [&] {

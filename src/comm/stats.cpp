@@ -13,6 +13,7 @@ const char* coll_kind_name(CollKind kind) {
     case CollKind::Send: return "send";
     case CollKind::Recv: return "recv";
     case CollKind::Barrier: return "barrier";
+    case CollKind::AllToAll: return "all_to_all";
   }
   return "?";
 }
@@ -50,7 +51,8 @@ double bus_bytes(CollKind kind, double payload_bytes, int group_size) {
   switch (kind) {
     case CollKind::AllReduce: return payload_bytes * 2.0 * (n - 1) / n;
     case CollKind::AllGather:
-    case CollKind::ReduceScatter: return payload_bytes * (n - 1) / n;
+    case CollKind::ReduceScatter:
+    case CollKind::AllToAll: return payload_bytes * (n - 1) / n;
     case CollKind::Broadcast:
     case CollKind::Send:
     case CollKind::Recv: return payload_bytes;

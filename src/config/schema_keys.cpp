@@ -348,6 +348,10 @@ std::vector<KeySpec> build() {
       K("mesh.dp_replicate", I, "Data-parallel replicas (each holds whole parameters)").min(-1),
       K("mesh.dp_shard", I, "Data-parallel shard group size (parameters sharded across it)")
           .min(-1),
+      K("mesh.cp", I,
+        "Context-parallel size: each sequence split into cp chunks over as many ranks, which share "
+        "the parameters (ddp, fsdp, fsdp2, deepspeed; LlamaFactory v1's dist_config.cp_size)")
+          .min(-1),
       K("mesh.tp", I, "Tensor-parallel size").min(-1),
 
       // ---- [model]: an inline model (Hugging Face config.json names), trained from scratch ----
@@ -401,6 +405,13 @@ std::vector<KeySpec> build() {
         "must stay false")
           .def(false)
           .engines({"fsdp2"}),
+
+      K("dist_config.cp_mode", S,
+        "How [mesh] cp > 1 splits attention: ulysses (all-to-all from sequence chunks to whole "
+        "sequences of heads / cp heads and back; heads and key/value heads must divide by cp); "
+        "ring is not built yet")
+          .def("ulysses")
+          .allowed({"ulysses", "ring"}),
 
       // ---- [dist_config]: megatron options (Megatron-LM's names; sizes are in [mesh]) ----
       K("dist_config.sequence_parallel", B,

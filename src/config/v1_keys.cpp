@@ -215,13 +215,7 @@ class V1Mapper {
         note(*dp, "the data-parallel size is mp_replicate_size x mp_shard_size here");
       }
     }
-    if (auto cp = take("dist_config.cp_size")) {
-      const bool one = std::holds_alternative<std::int64_t>(cp->value) && std::get<std::int64_t>(cp->value) == 1;
-      if (!one)
-        refuse(*cp, "context parallelism (splitting sequences over ranks) is not built yet in lftrain",
-               "remove cp_size (or set it to 1); long sequences fit with gradient checkpointing and fsdp2 sharding");
-    }
-    if (auto mode = take("dist_config.cp_mode")) note(*mode, "no effect without cp_size > 1");
+    rename("dist_config.cp_size", "mesh.cp");
     if (auto dcp = take("dist_config.dcp_path"))
       refuse(*dcp, "lftrain loads the Hugging Face model folder (model), not a torch distributed checkpoint",
              "remove dcp_path");

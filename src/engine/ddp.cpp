@@ -11,7 +11,7 @@ namespace lft::engine {
 
 DdpEngine::DdpEngine(const EngineContext& ctx, std::string name)
     : name_(std::move(name)),
-      comm_(ctx.mesh.device_dp()), bucket_bytes_(ctx.cfg.real("ddp_bucket_cap_mb") * 1024.0 * 1024.0) {}
+      comm_(ctx.mesh.device_dp_cp()), bucket_bytes_(ctx.cfg.real("ddp_bucket_cap_mb") * 1024.0 * 1024.0) {}
 
 void DdpEngine::prepare(model::CausalLM& model) {
   for (const auto& item : model.named_parameters()) {

@@ -67,7 +67,9 @@ Widths model_widths(const model::CausalLM& m, int tp, bool sequence_parallel) {
 // (`embed`) and the head's (`head`), plus the forward's transient peak (the logits beside their
 // log-softmax at the head; one MLP row elsewhere): bytes.
 double activation_bytes(const RunPlan& run, double layers, const Widths& w, bool embed, bool head) {
-  const double tokens = static_cast<double>(run.micro_batch * run.sequences_per_sample * run.seq_len);
+  // Context parallelism: each rank runs its chunk of every sequence (Ulysses' whole sequences of
+  // heads / cp heads hold as many elements).
+  const double tokens = static_cast<double>(run.micro_batch * run.sequences_per_sample * run.seq_len) / run.mesh[MeshDim::CP];
   const double bytes = run.compute == at::kFloat ? 4.0 : 2.5;  // 16-bit projections, fp32 norms
   // With checkpointing a layer keeps its input; backward recomputes one layer at a time.
   double kept = run.gradient_checkpointing ? layers * w.stream + w.layer : layers * w.layer;
@@ -110,7 +112,7 @@ MemoryEstimate estimate_replicated(const RunPlan& run, bool buckets) {
 }
 
 MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
-  const int n = run.mesh[MeshDim::DPShard];
+  const int n = run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP];  // shards over dp_shard x cp
   const auto model = meta_model(run);
   // Sums over units of their shard and whole sizes, and the largest layer unit.
   struct Totals {

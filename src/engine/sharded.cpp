@@ -69,7 +69,7 @@ class ShardedEngine::GradReadyHook final : public torch::autograd::PostAccumulat
 
 ShardedEngine::ShardedEngine(const EngineContext& ctx, ShardingPlan plan)
     : plan_(std::move(plan)),
-      shard_comm_(ctx.mesh.device_comm(MeshDim::DPShard)),
+      shard_comm_(ctx.mesh.device_shard_cp()),
       replicate_comm_(ctx.mesh.device_comm(MeshDim::DPReplicate)),
       replica_(ctx.mesh.coord(MeshDim::DPReplicate)) {}
 

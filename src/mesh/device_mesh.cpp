@@ -15,6 +15,7 @@ const char* mesh_dim_name(MeshDim dim) {
     case MeshDim::PP: return "pp";
     case MeshDim::DPReplicate: return "dp_replicate";
     case MeshDim::DPShard: return "dp_shard";
+    case MeshDim::CP: return "cp";
     case MeshDim::TP: return "tp";
   }
   return "?";
@@ -67,12 +68,26 @@ DeviceMesh::DeviceMesh(const MpiCommunicator& world, const MeshShape& shape, at:
   dp_color[static_cast<int>(MeshDim::DPReplicate)] = 0;
   dp_color[static_cast<int>(MeshDim::DPShard)] = 0;
   dp_ = world.split(mesh_rank(shape, dp_color), dp_rank(), "dp");
+  const int cp = shape[MeshDim::CP], cp_coord = coord(MeshDim::CP);
+  if (cp > 1) {
+    MeshCoord color = dp_color;
+    color[static_cast<int>(MeshDim::CP)] = 0;
+    dp_cp_ = world.split(mesh_rank(shape, color), dp_rank() * cp + cp_coord, "dp_cp");
+    color = coord_;
+    color[static_cast<int>(MeshDim::DPShard)] = 0;
+    color[static_cast<int>(MeshDim::CP)] = 0;
+    shard_cp_ = world.split(mesh_rank(shape, color), coord(MeshDim::DPShard) * cp + cp_coord, "dp_shard_cp");
+  }
   if (comms == DeviceComms::Host) return;
 #if !LFT_HAS_NCCL
   if (comms == DeviceComms::Nccl) throw std::invalid_argument("DeviceMesh: NCCL communicators need a build with NCCL");
 #endif
   for (int d = 0; d < kMeshDims; ++d) device_dims_[d] = device_communicator(*dims_[d], device, comms);
   device_dp_ = device_communicator(*dp_, device, comms);
+  if (dp_cp_) {
+    device_dp_cp_ = device_communicator(*dp_cp_, device, comms);
+    device_shard_cp_ = device_communicator(*shard_cp_, device, comms);
+  }
 }
 
 // A group of one rank computes its collectives locally: no NCCL communicator (start-up time and
@@ -97,6 +112,16 @@ Communicator& DeviceMesh::device_comm(MeshDim d) {
 
 Communicator& DeviceMesh::device_dp() {
   return device_dp_ ? *device_dp_ : static_cast<Communicator&>(*dp_);
+}
+
+Communicator& DeviceMesh::device_dp_cp() {
+  if (!dp_cp_) return device_dp();
+  return device_dp_cp_ ? *device_dp_cp_ : static_cast<Communicator&>(*dp_cp_);
+}
+
+Communicator& DeviceMesh::device_shard_cp() {
+  if (!shard_cp_) return device_comm(MeshDim::DPShard);
+  return device_shard_cp_ ? *device_shard_cp_ : static_cast<Communicator&>(*shard_cp_);
 }
 
 }  // namespace lft

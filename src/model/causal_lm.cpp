@@ -150,21 +150,53 @@ at::Tensor CausalLM::head_losses(const at::Tensor& hidden, const at::Tensor& inp
   return ops_->token_losses(logits(ops_->enter(model->norm(hidden))), input_ids);
 }
 
+std::uint64_t CausalLM::next_dropout_seed(std::int64_t begin) {
+  if (dropout_seed_ == 0 || !at::GradMode::is_enabled()) return 0;
+  return mix_seed(mix_seed(dropout_seed_, static_cast<std::uint64_t>(begin)),
+                  forwards_from_unit_[static_cast<std::size_t>(begin)]++);
+}
+
 at::Tensor CausalLM::forward_units(std::int64_t begin, std::int64_t end, const at::Tensor& input_ids,
                                    const at::Tensor& segment_ids, const at::Tensor& hidden) {
   TORCH_CHECK(input_ids.dim() == 2, "CausalLM: input_ids must be [batch, seq], got ", input_ids.sizes());
   TORCH_CHECK(0 <= begin && begin < end && end <= num_units(), "CausalLM: no units [", begin, ", ", end, ")");
+  if (cp_ != nullptr) {
+    TORCH_CHECK(begin == 0 && end == num_units(), "CausalLM: context parallelism runs the whole model, not units [",
+                begin, ", ", end, ")");
+    return chunked_token_losses(input_ids, segment_ids);
+  }
   at::Tensor h = begin == 0 ? ops_->embed(model->embed_tokens->weight, input_ids) : hidden;
   const std::int64_t first = std::max<std::int64_t>(begin, 1) - 1;
   const std::int64_t last = std::min(end, head_unit()) - 1;
   if (first < last) {
     AttentionInputs in = attention_inputs(input_ids, segment_ids, h.options());
-    if (dropout_seed_ != 0 && at::GradMode::is_enabled())
-      in.dropout_seed = mix_seed(mix_seed(dropout_seed_, static_cast<std::uint64_t>(begin)),
-                                 forwards_from_unit_[static_cast<std::size_t>(begin)]++);
+    in.dropout_seed = next_dropout_seed(begin);
     h = run_layers(first, last, h, in);
   }
   return end == num_units() ? head_losses(h, input_ids) : h;
+}
+
+at::Tensor CausalLM::chunked_token_losses(const at::Tensor& input_ids, const at::Tensor& segment_ids) {
+  const SequenceChunk c = sequence_chunk(*cp_, input_ids, segment_ids);
+  const at::Tensor padded_ids = c.input_ids.narrow(1, 0, c.padded);
+  at::Tensor h = ops_->embed(model->embed_tokens->weight, c.local_ids());
+  // RoPE tables and the mask of the whole padded sequences; this chunk's rows of the tables.
+  AttentionInputs in = attention_inputs(padded_ids, c.segment_ids, h.options());
+  const int position_dim = in.cos.dim() == 2 ? 0 : 2;
+  in.cos = in.cos.narrow(position_dim, c.begin, c.chunk).contiguous();
+  in.sin = in.sin.narrow(position_dim, c.begin, c.chunk).contiguous();
+  in.cp = cp_;
+  // Each chunk draws its own LoRA dropout masks.
+  if (const std::uint64_t seed = next_dropout_seed(0); seed != 0)
+    in.dropout_seed = mix_seed(seed, static_cast<std::uint64_t>(cp_->rank()) + 1);
+  h = run_layers(0, num_layers(), h, in);
+  const at::Tensor logits = this->logits(ops_->enter(model->norm(h)));
+  const std::int64_t b = logits.size(0), v = logits.size(2);
+  // The chunk's per-position losses, then every chunk's: [B, padded] -> the [B, T-1] one rank has.
+  const at::Tensor local = at::cross_entropy_loss(logits.to(at::kFloat).reshape({-1, v}), c.local_targets().reshape({-1}),
+                                                  /*weight=*/{}, /*reduction=*/0, /*ignore_index=*/-100, 0.0)
+                               .view({b, c.chunk});
+  return gather_sequence(*cp_, local).narrow(1, 0, std::max<std::int64_t>(c.length - 1, 0));
 }
 
 at::Tensor CausalLM::logits(const at::Tensor& hidden) {

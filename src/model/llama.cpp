@@ -71,7 +71,8 @@ double LlamaAttentionImpl::kv_width(int tp) const {
 double LlamaAttentionImpl::saved_elements_per_token(int tp) const { return 3 * q_width(tp) + 2 * kv_width(tp); }
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
-                                       const at::Tensor& sin, const at::Tensor& segment_mask) {
+                                       const at::Tensor& sin, const at::Tensor& segment_mask,
+                                       SequenceExchange* cp) {
   const std::int64_t b = x.size(0), t = x.size(1);
   // Head counts from the weights: a tensor-parallel rank holds some of the heads.
   const std::int64_t heads = q_proj->weight.size(0) / head_dim_, kv_heads = k_proj->weight.size(0) / head_dim_;
@@ -81,6 +82,16 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   normalize_qk(q, k);
   q = rotary_bthd(q, cos, sin);
   k = rotary_bthd(k, cos, sin);
+  std::int64_t heads_here = heads, kv_here = kv_heads, t_attended = t;
+  if (cp != nullptr) {  // [B, heads, chunk, d] -> [B, heads / cp, whole, d]
+    auto exchange = [cp](const at::Tensor& y) { return sequence_to_heads(*cp, y.transpose(1, 2)).transpose(1, 2); };
+    q = exchange(q);
+    k = exchange(k);
+    v = exchange(v);
+    heads_here = q.size(1);
+    kv_here = k.size(1);
+    t_attended = q.size(2);
+  }
 
   std::optional<at::Tensor> mask;
   bool causal = true;
@@ -88,9 +99,9 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
     mask = segment_mask;
     causal = false;
   }
-  if (sliding_window_ > 0 && t > sliding_window_) {
+  if (sliding_window_ > 0 && t_attended > sliding_window_) {
     // Key j is visible to query i iff i - W < j <= i (HF sliding_window_overlay).
-    const auto idx = at::arange(t, at::TensorOptions().dtype(at::kLong).device(x.device()));
+    const auto idx = at::arange(t_attended, at::TensorOptions().dtype(at::kLong).device(x.device()));
     const at::Tensor i = idx.unsqueeze(1), j = idx.unsqueeze(0);
     const at::Tensor window = at::logical_and(j <= i, (i - j) < sliding_window_);
     mask = mask ? at::logical_and(*mask, window) : window;
@@ -100,9 +111,10 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   // which is what enable_gqa does.
   at::Tensor o = at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, causal,
                                                   /*scale=*/std::nullopt,
-                                                  /*enable_gqa=*/kv_heads != heads);
-  o = o.transpose(1, 2).reshape({b, t, heads * head_dim_});
-  return o_proj(o);
+                                                  /*enable_gqa=*/kv_here != heads_here);
+  o = o.transpose(1, 2);  // [B, T, heads, d]
+  if (cp != nullptr) o = heads_to_sequence(*cp, o);
+  return o_proj(o.reshape({b, t, heads * head_dim_}));
 }
 
 // ---- MLP ----
@@ -147,7 +159,7 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const ModelConfig& config, std::int
 }
 
 at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x, const AttentionInputs& in, ParallelOps& ops) {
-  const at::Tensor h = x + ops.exit(self_attn(ops.enter(input_layernorm(x)), in.cos, in.sin, in.mask));
+  const at::Tensor h = x + ops.exit(self_attn(ops.enter(input_layernorm(x)), in.cos, in.sin, in.mask, in.cp));
   return h + ops.exit(mlp(ops.enter(post_attention_layernorm(h))));
 }
 

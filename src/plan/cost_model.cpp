@@ -123,6 +123,7 @@ double collective_seconds(CollKind kind, double payload_bytes, int group_size, c
       return 2 * (n - 1) * link.latency_s + 2 * (n - 1) / n * payload_bytes / link.bytes_per_s;
     case CollKind::AllGather:
     case CollKind::ReduceScatter:
+    case CollKind::AllToAll:
       return (n - 1) * link.latency_s + (n - 1) / n * payload_bytes / link.bytes_per_s;
     case CollKind::Broadcast:
     case CollKind::Send:

@@ -97,10 +97,11 @@ void Trainer::prepare_preference() {
       if (engine->reads_weight_shards()) unallocated.emplace();
       model = engine::create_run_model(s.cfg, s.plan, at::TensorOptions().device(s.torch_device()));
     }
+    model->set_context_parallel(s.cp.get());
     engine->prepare_from(*model, *starting_weights(s.cfg, s.plan, *model, folder));
     pairs = reference_pass(*engine, *model);
   }
-  for (Communicator* c : s.engine->communicators()) c->reset_stats();  // count training only
+  for (Communicator* c : s.counted_communicators()) c->reset_stats();  // count training only
   log0("dpo: reference log-probabilities of " + std::to_string(pairs) + " pairs from " + what + " in " +
        std::to_string(seconds_since(start)).substr(0, 5) + " s");
 }

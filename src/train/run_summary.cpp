@@ -42,8 +42,8 @@ std::string Trainer::run_summary() {
   if (gpu) out += "\n  peak GPU tensors " + per_rank(2);
   const double steps = static_cast<double>(std::max<std::int64_t>(1, s.step));
   double in_flight = 0.0, waited = 0.0;
-  for (Communicator* c : s.engine->communicators()) c->settle_stats();
-  for (Communicator* c : s.engine->communicators())
+  for (Communicator* c : s.counted_communicators()) c->settle_stats();
+  for (Communicator* c : s.counted_communicators())
     for (int k = 0; k < kCollKindCount; ++k) {
       const auto kind = static_cast<CollKind>(k);
       const CollStats& st = c->stats()[kind];

@@ -182,6 +182,10 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     s.model = engine::create_run_model(cfg, plan, at::TensorOptions().device(s.torch_device()));
   }
   s.model->set_gradient_checkpointing(plan.gradient_checkpointing);
+  if (mesh.shape()[MeshDim::CP] > 1) {
+    s.cp = std::make_unique<engine::CommSequenceExchange>(mesh.device_comm(MeshDim::CP));
+    s.model->set_context_parallel(s.cp.get());
+  }
   {
     const std::string what = cfg.is_set("model_name_or_path") ? cfg.string("model_name_or_path") : "the initial weights";
     Watchdog::Scope scope("loading " + what, Watchdog::setup_timeout(), "setup_timeout");
@@ -205,7 +209,7 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     if (!hash.empty() && hash[0] == '!') throw config::ConfigError(hash.substr(1));
     s.base_model_hash = hash;
   }
-  for (Communicator* c : s.engine->communicators()) c->reset_stats();  // count training only
+  for (Communicator* c : s.counted_communicators()) c->reset_stats();  // count training only
   optim::AdamWOptions o;
   o.beta1 = cfg.real("adam_beta1");
   o.beta2 = cfg.real("adam_beta2");

@@ -15,6 +15,7 @@
 #include "lft/comm/mpi_communicator.h"
 #include "lft/config/config.h"
 #include "lft/data/sampler.h"
+#include "lft/engine/context_parallel.h"
 #include "lft/engine/engine.h"
 #include "lft/engine/run_plan.h"
 #include "lft/mesh/device_mesh.h"
@@ -51,6 +52,13 @@ struct Trainer::State {
   MpiCommunicator world;  // every rank: the stop signal, the summary
   std::unique_ptr<OutputLock> lock;  // world rank 0: this run owns output_dir
   std::shared_ptr<model::CausalLM> model;
+  std::unique_ptr<engine::CommSequenceExchange> cp;  // [mesh] cp > 1: the sequences' exchange
+  // What the run summary counts: the engine's communicators and the cp group's.
+  std::vector<Communicator*> counted_communicators() const {
+    std::vector<Communicator*> out = engine->communicators();
+    if (cp) out.push_back(&cp->communicator());
+    return out;
+  }
   std::unique_ptr<TrainingData> data;
   std::unique_ptr<data::GlobalSampler> sampler;
   std::unique_ptr<engine::Engine> engine;

@@ -115,6 +115,28 @@ TEST(AllGather, EqualAndUnequalShards) {
   EXPECT_TRUE(at::equal(out, at::tensor(expected, at::kDouble)));
 }
 
+// Rank r sends block j = 16 r + 2 j + (0, 1) to rank j (exact in bf16 up to 8 ranks); rank j's
+// block r is what r sent it.
+TEST(AllToAll, EveryRankGetsItsBlockFromEachRank) {
+  const int size = world().size(), me = world().rank();
+  const int64_t k = 2;
+  for (auto dtype : {at::kFloat, at::kLong, at::kBFloat16}) {
+    const auto block_of = [&](int from, int to) { return at::arange(k, at::kLong) + 16 * from + 2 * to; };
+    std::vector<at::Tensor> mine, expected;
+    for (int j = 0; j < size; ++j) mine.push_back(block_of(me, j));
+    for (int r = 0; r < size; ++r) expected.push_back(block_of(r, me));
+    const at::Tensor in = at::cat(mine).to(dtype);
+    at::Tensor out = at::empty_like(in);
+    world().reset_stats();
+    world().all_to_all(in, out);
+    EXPECT_TRUE(at::equal(out.to(at::kLong), at::cat(expected))) << "dtype " << dtype;
+    EXPECT_EQ(world().stats()[CollKind::AllToAll].calls, 1u);
+    EXPECT_EQ(world().stats()[CollKind::AllToAll].bytes, static_cast<std::uint64_t>(in.numel() * in.element_size()));
+  }
+  at::Tensor uneven = at::zeros({size * k + 1}), out = at::zeros({size * k + 1});
+  EXPECT_THROW(world().all_to_all(uneven, out), std::invalid_argument);
+}
+
 TEST(Broadcast, FromLastRank) {
   const int root = world().size() - 1;
   auto t = world().rank() == root ? at::arange(11, at::kHalf) : at::zeros({11}, at::kHalf);

@@ -44,14 +44,14 @@ TEST(DeviceComm, MpiRejectsTensorsOnAnotherDevice) {
 }
 
 TEST(DeviceComm, CpuMeshUsesItsHostCommunicatorsForDeviceTensors) {
-  DeviceMesh mesh(world(), MeshShape{{1, world().size(), 1, 1}});
+  DeviceMesh mesh(world(), MeshShape{{1, world().size(), 1, 1, 1}});
   EXPECT_TRUE(mesh.device().is_cpu());
   EXPECT_FALSE(mesh.on_cuda());
   EXPECT_EQ(&mesh.device_dp(), static_cast<Communicator*>(&mesh.dp()));
   EXPECT_EQ(&mesh.device_comm(MeshDim::TP), static_cast<Communicator*>(&mesh.comm(MeshDim::TP)));
-  EXPECT_THROW(DeviceMesh(world(), MeshShape{{1, world().size(), 1, 1}}, at::Device(at::kCUDA, 0), DeviceComms::Host),
+  EXPECT_THROW(DeviceMesh(world(), MeshShape{{1, world().size(), 1, 1, 1}}, at::Device(at::kCUDA, 0), DeviceComms::Host),
                std::invalid_argument);
-  EXPECT_THROW(DeviceMesh(world(), MeshShape{{1, world().size(), 1, 1}}, at::kCPU, DeviceComms::MpiStaged),
+  EXPECT_THROW(DeviceMesh(world(), MeshShape{{1, world().size(), 1, 1, 1}}, at::kCPU, DeviceComms::MpiStaged),
                std::invalid_argument);
 }
 
@@ -111,7 +111,7 @@ TEST(DeviceComm, StagedMeshOnCudaHasGpuDeviceCommunicators) {
   const DeviceChoice device = shared_gpu();
   LFT_REQUIRE_GPU(device);
   const at::Device gpu(at::kCUDA, static_cast<c10::DeviceIndex>(device.index));
-  DeviceMesh mesh(world(), MeshShape{{1, world().size(), 1, 1}}, gpu, DeviceComms::MpiStaged);
+  DeviceMesh mesh(world(), MeshShape{{1, world().size(), 1, 1, 1}}, gpu, DeviceComms::MpiStaged);
   EXPECT_EQ(mesh.device_dp().device(), gpu);
   EXPECT_TRUE(mesh.dp().device().is_cpu());
   auto host = at::ones({2});

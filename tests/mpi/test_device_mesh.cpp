@@ -1,4 +1,4 @@
-// DeviceMesh over every 4-factor shape of the world size: coordinates, group sizes and ranks, and
+// DeviceMesh over every 5-factor shape of the world size: coordinates, group sizes and ranks, and
 // an all-reduce on every dim and on dp whose sum each rank predicts from the mapping.
 #include <ATen/ATen.h>
 
@@ -15,8 +15,9 @@ std::vector<MeshShape> shapes_of(int n) {
   for (int pp = 1; pp <= n; ++pp)
     for (int r = 1; r <= n; ++r)
       for (int s = 1; s <= n; ++s)
-        for (int t = 1; t <= n; ++t)
-          if (pp * r * s * t == n) out.push_back(MeshShape{{pp, r, s, t}});
+        for (int c = 1; c <= n; ++c)
+          for (int t = 1; t <= n; ++t)
+            if (pp * r * s * c * t == n) out.push_back(MeshShape{{pp, r, s, c, t}});
   return out;
 }
 
@@ -52,13 +53,27 @@ TEST(DeviceMesh, EveryShapeOfTheWorld) {
     auto t = at::full({1}, static_cast<int64_t>(world().rank()), at::kLong);
     mesh.dp().all_reduce(t);
     EXPECT_EQ(t.item<int64_t>(), group_rank_sum(shape, mesh.coord(), {1, 2}));
+    // The parameter groups of context parallelism: dp x cp and dp_shard x cp.
+    const int cp = shape[MeshDim::CP];
+    Communicator& dp_cp = mesh.device_dp_cp();
+    EXPECT_EQ(dp_cp.size(), shape.dp_size() * cp);
+    EXPECT_EQ(dp_cp.rank(), mesh.dp_rank() * cp + mesh.coord(MeshDim::CP));
+    t.fill_(world().rank());
+    dp_cp.all_reduce(t);
+    EXPECT_EQ(t.item<int64_t>(), group_rank_sum(shape, mesh.coord(), {1, 2, 3}));
+    Communicator& shard_cp = mesh.device_shard_cp();
+    EXPECT_EQ(shard_cp.size(), shape[MeshDim::DPShard] * cp);
+    EXPECT_EQ(shard_cp.rank(), mesh.coord(MeshDim::DPShard) * cp + mesh.coord(MeshDim::CP));
+    t.fill_(world().rank());
+    shard_cp.all_reduce(t);
+    EXPECT_EQ(t.item<int64_t>(), group_rank_sum(shape, mesh.coord(), {2, 3}));
   }
 }
 
 TEST(DeviceMesh, TensorParallelRanksAreConsecutive) {
   LFT_REQUIRE_RANKS(4);
   if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even world size";
-  DeviceMesh mesh(world(), MeshShape{{1, world().size() / 2, 1, 2}});
+  DeviceMesh mesh(world(), MeshShape{{1, world().size() / 2, 1, 1, 2}});
   auto t = at::full({1}, static_cast<int64_t>(world().rank()), at::kLong);
   auto out = at::empty({2}, at::kLong);
   mesh.comm(MeshDim::TP).all_gather(t, out);
@@ -68,7 +83,7 @@ TEST(DeviceMesh, TensorParallelRanksAreConsecutive) {
 }
 
 TEST(DeviceMesh, WrongWorldSizeIsRejected) {
-  EXPECT_THROW(DeviceMesh(world(), MeshShape{{1, world().size() + 1, 1, 1}}),
+  EXPECT_THROW(DeviceMesh(world(), MeshShape{{1, world().size() + 1, 1, 1, 1}}),
                std::invalid_argument);
 }
 

@@ -34,7 +34,7 @@ struct Run {
 // Trains to step 20 over `comm` (saving at step `save_at` when > 0), losses of the steps it ran.
 Run train(const std::string& toml, MpiCommunicator& comm, int save_at = 0) {
   const config::Config cfg = config::parse_config(toml, "resume.toml");
-  DeviceMesh mesh(comm, MeshShape{{1, comm.size(), 1, 1}});
+  DeviceMesh mesh(comm, MeshShape{{1, comm.size(), 1, 1, 1}});
   const engine::RunPlan plan = engine::resolve_run_plan(cfg, mesh.shape());
   train::Trainer trainer(cfg, plan, mesh, DeviceChoice{});
   Run run;

@@ -79,6 +79,9 @@ class Communicator {
   WorkPtr all_gather_async(const at::Tensor& in, const at::Tensor& out,
                            const std::vector<int64_t>& counts = {});
   WorkPtr broadcast_async(const at::Tensor& t, int root);
+  // `in` holds size() equal blocks back to back; block r goes to rank r, and `out` (the size of
+  // `in`) gets rank r's block for this rank at block r (Ulysses' sequence <-> head exchange).
+  WorkPtr all_to_all_async(const at::Tensor& in, const at::Tensor& out);
   WorkPtr send_async(const at::Tensor& t, int dst, int tag = 0);
   WorkPtr recv_async(const at::Tensor& t, int src, int tag = 0);
   WorkPtr barrier_async();
@@ -100,6 +103,7 @@ class Communicator {
     all_gather_async(in, out, counts)->wait();
   }
   void broadcast(const at::Tensor& t, int root) { broadcast_async(t, root)->wait(); }
+  void all_to_all(const at::Tensor& in, const at::Tensor& out) { all_to_all_async(in, out)->wait(); }
   void send(const at::Tensor& t, int dst, int tag = 0) { send_async(t, dst, tag)->wait(); }
   void recv(const at::Tensor& t, int src, int tag = 0) { recv_async(t, src, tag)->wait(); }
   void barrier() { barrier_async()->wait(); }
@@ -118,6 +122,7 @@ class Communicator {
   virtual WorkPtr do_all_gather(const at::Tensor& in, const at::Tensor& out,
                                 const std::vector<int64_t>& counts, CallInfo info) = 0;
   virtual WorkPtr do_broadcast(const at::Tensor& t, int root, CallInfo info) = 0;
+  virtual WorkPtr do_all_to_all(const at::Tensor& in, const at::Tensor& out, CallInfo info) = 0;
   virtual WorkPtr do_send(const at::Tensor& t, int dst, int tag, CallInfo info) = 0;
   virtual WorkPtr do_recv(const at::Tensor& t, int src, int tag, CallInfo info) = 0;
   virtual WorkPtr do_barrier(CallInfo info) = 0;

@@ -2,7 +2,7 @@
 //
 // Bytes convention (docs/communication.md): `bytes` is the payload of each call as nccl-tests
 // counts its "size": the tensor for all_reduce and broadcast, the full (gathered) buffer for
-// all_gather, the full (input) buffer for reduce_scatter, the message for send/recv. It is what
+// all_gather, the full (input) buffer for reduce_scatter and all_to_all, the message for send/recv. It is what
 // the backend was handed: a 16-bit reduction on the MPI backend travels as fp32, and counts so.
 // bus_bytes() turns it into the bytes each rank moves over its links with a ring algorithm.
 #pragma once
@@ -13,8 +13,8 @@
 
 namespace lft {
 
-enum class CollKind { AllReduce, ReduceScatter, AllGather, Broadcast, Send, Recv, Barrier };
-constexpr int kCollKindCount = 7;
+enum class CollKind { AllReduce, ReduceScatter, AllGather, Broadcast, Send, Recv, Barrier, AllToAll };
+constexpr int kCollKindCount = 8;
 const char* coll_kind_name(CollKind kind);
 
 struct CollStats {
@@ -41,7 +41,7 @@ class CommStats {
 
 // Bytes each rank sends over its links for `payload_bytes` of `kind` among `group_size` ranks
 // (ring algorithms, as nccl-tests' bus bandwidth): all_reduce 2(n-1)/n, all_gather and
-// reduce_scatter (n-1)/n, broadcast/send/recv 1, barrier 0.
+// reduce_scatter and all_to_all (n-1)/n, broadcast/send/recv 1, barrier 0.
 double bus_bytes(CollKind kind, double payload_bytes, int group_size);
 
 std::string format_bytes(double bytes);

@@ -1,6 +1,9 @@
-// The device mesh: the world's ranks laid out as pp x dp_replicate x dp_shard x tp, tp innermost
-// (a tensor-parallel group sits on consecutive ranks, so on one node) and pp outermost. Each dim,
-// and the flattened data-parallel dim dp = dp_replicate x dp_shard, gets two communicators:
+// The device mesh: the world's ranks laid out as pp x dp_replicate x dp_shard x cp x tp, tp
+// innermost (a tensor-parallel group sits on consecutive ranks, so on one node), then the
+// context-parallel group, pp outermost. Each dim, the flattened data-parallel dim
+// dp = dp_replicate x dp_shard, and, with cp > 1, the groups that hold copies or shards of the
+// same parameters (dp x cp and dp_shard x cp, as torchtitan's dp_cp and dp_shard_cp: the cp ranks
+// of a sequence share its parameters' gradients) get two communicators:
 //   host   (comm, dp): MPI, for values the host holds (CPU tensors: metadata, flags, timings);
 //   device (device_comm, device_dp): for the tensors the model lives in, on the mesh's device:
 //          the MPI ones on a CPU run, NCCL on GPUs, or MPI staged through host memory when
@@ -16,23 +19,23 @@
 
 namespace lft {
 
-enum class MeshDim { PP = 0, DPReplicate = 1, DPShard = 2, TP = 3 };
-constexpr int kMeshDims = 4;
-const char* mesh_dim_name(MeshDim dim);  // "pp", "dp_replicate", "dp_shard", "tp"
+enum class MeshDim { PP = 0, DPReplicate = 1, DPShard = 2, CP = 3, TP = 4 };
+constexpr int kMeshDims = 5;
+const char* mesh_dim_name(MeshDim dim);  // "pp", "dp_replicate", "dp_shard", "cp", "tp"
 
 struct MeshShape {
-  std::array<int, kMeshDims> sizes{1, 1, 1, 1};
+  std::array<int, kMeshDims> sizes{1, 1, 1, 1, 1};
 
   int operator[](MeshDim d) const { return sizes[static_cast<int>(d)]; }
   int& operator[](MeshDim d) { return sizes[static_cast<int>(d)]; }
-  int world_size() const { return sizes[0] * sizes[1] * sizes[2] * sizes[3]; }
+  int world_size() const { return sizes[0] * sizes[1] * sizes[2] * sizes[3] * sizes[4]; }
   int dp_size() const { return (*this)[MeshDim::DPReplicate] * (*this)[MeshDim::DPShard]; }
-  std::string str() const;  // "pp=1 x dp_replicate=2 x dp_shard=2 x tp=2"
+  std::string str() const;  // "pp=1 x dp_replicate=2 x dp_shard=2 x cp=1 x tp=2"
 };
 
 using MeshCoord = std::array<int, kMeshDims>;
 
-// Row-major with tp fastest: rank = ((pp * R + dpr) * S + dps) * T + tp.
+// Row-major with tp fastest: rank = (((pp * R + dpr) * S + dps) * C + cp) * T + tp.
 MeshCoord mesh_coord(const MeshShape& shape, int rank);
 int mesh_rank(const MeshShape& shape, const MeshCoord& coord);
 
@@ -63,6 +66,11 @@ class DeviceMesh {
   // The communicators for the tensors the model lives in (on device()).
   Communicator& device_comm(MeshDim d);
   Communicator& device_dp();
+  // The ranks that hold this rank's parameters (dp x cp: gradients are summed over them) and the
+  // ranks a sharding engine shards them over (dp_shard x cp), ordered dp-major; with cp = 1, dp
+  // and dp_shard themselves.
+  Communicator& device_dp_cp();
+  Communicator& device_shard_cp();
   // Where the model's tensors live.
   const at::Device& device() const { return device_; }
   bool on_cuda() const { return device_.is_cuda(); }
@@ -81,6 +89,8 @@ class DeviceMesh {
   std::unique_ptr<MpiCommunicator> dp_;
   std::array<std::unique_ptr<Communicator>, kMeshDims> device_dims_;  // on a GPU
   std::unique_ptr<Communicator> device_dp_;
+  std::unique_ptr<MpiCommunicator> dp_cp_, shard_cp_;  // only with cp > 1
+  std::unique_ptr<Communicator> device_dp_cp_, device_shard_cp_;
 };
 
 }  // namespace lft

@@ -18,6 +18,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include "lft/model/context_parallel.h"
 #include "lft/model/layers.h"
 #include "lft/model/model_config.h"
 
@@ -60,6 +61,9 @@ struct ParameterPlacement {
 struct AttentionInputs {
   at::Tensor cos, sin, mask;
   std::uint64_t dropout_seed = 0;  // the LoRA dropout masks' seed of this forward (0: none)
+  // Context parallelism (context_parallel.h): the layers see this rank's chunk of the sequences;
+  // cos/sin are the chunk's, mask (and the causal order) the whole padded sequences'. Null: none.
+  SequenceExchange* cp = nullptr;
 };
 
 // The communication a model's forward calls at its tensor-parallel points. The defaults are one
@@ -165,6 +169,11 @@ class CausalLM : public torch::nn::Module {
   void set_dropout_seed(std::uint64_t seed);
   void set_layer_hooks(LayerHooks* hooks) { layer_hooks_ = hooks; }  // not owned
   void set_parallel_ops(ParallelOps* ops) { ops_ = ops != nullptr ? ops : &one_rank_; }  // not owned
+  // Context parallelism over `group` (not owned; null: none): forward_units takes whole
+  // micro-batches on every rank of the group and runs this rank's chunk of them (whole models
+  // only: not with a pipeline's unit ranges or a tensor-parallel ParallelOps).
+  void set_context_parallel(SequenceExchange* group) { cp_ = group; }
+  SequenceExchange* context_parallel() const { return cp_; }
 
   DecoderStack model{nullptr};
   Linear lm_head{nullptr};  // null (and no lm_head.weight parameter) when tie_word_embeddings
@@ -172,6 +181,9 @@ class CausalLM : public torch::nn::Module {
  private:
   at::Tensor run_layers(std::int64_t first, std::int64_t last, at::Tensor h, const AttentionInputs& in);
   at::Tensor head_losses(const at::Tensor& hidden, const at::Tensor& input_ids);
+  // forward_units of the whole model under context parallelism.
+  at::Tensor chunked_token_losses(const at::Tensor& input_ids, const at::Tensor& segment_ids);
+  std::uint64_t next_dropout_seed(std::int64_t begin);
 
   ModelConfig config_;
   RotaryEmbedding rotary_;
@@ -181,6 +193,7 @@ class CausalLM : public torch::nn::Module {
   LayerHooks* layer_hooks_ = nullptr;
   ParallelOps one_rank_;
   ParallelOps* ops_ = &one_rank_;
+  SequenceExchange* cp_ = nullptr;
 };
 
 }  // namespace lft::model

@@ -29,8 +29,11 @@ class LlamaAttentionImpl : public torch::nn::Module {
                      const c10::TensorOptions& options = {});
   // x [B, T, hidden]; cos/sin [T, head_dim] or [B, 1, T, head_dim]; segment_mask (optional)
   // bool [B, 1, T, T] from segment_causal_mask (neat packing), else causal.
+  // cp (context parallelism): x is this rank's chunk of the sequences, cos/sin the chunk's rows,
+  // segment_mask the whole padded sequences'; q, k, v are exchanged for whole sequences of a share
+  // of the heads around the attention itself.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                     const at::Tensor& segment_mask = {});
+                     const at::Tensor& segment_mask = {}, SequenceExchange* cp = nullptr);
   // The tensor-parallel role of parameter `name` ("q_proj.weight").
   virtual TpSplit tp_split(const std::string& name) const;
   // Saved for backward per token on one of `tp` ranks: rotated q, k and v, the attention output

@@ -1,0 +1,34 @@
+// Context parallelism on the mesh's cp dim: the model's sequence exchange over the cp
+// communicator, and the checks that a run's model and engine can split its sequences.
+#pragma once
+
+#include <memory>
+
+#include "lft/comm/communicator.h"
+#include "lft/config/config.h"
+#include "lft/model/context_parallel.h"
+#include "lft/model/model_config.h"
+
+namespace lft::engine {
+
+struct RunPlan;
+
+// model::SequenceExchange over `comm` (the mesh's device cp communicator; not owned).
+class CommSequenceExchange final : public model::SequenceExchange {
+ public:
+  explicit CommSequenceExchange(Communicator& comm) : comm_(comm) {}
+  int size() const override { return comm_.size(); }
+  int rank() const override { return comm_.rank(); }
+  at::Tensor all_to_all(const at::Tensor& blocks) override;
+  at::Tensor all_gather(const at::Tensor& piece) override;
+  Communicator& communicator() const { return comm_; }
+
+ private:
+  Communicator& comm_;
+};
+
+// ConfigError naming the keys when [mesh] cp > 1 cannot run: cp_mode other than ulysses, heads
+// or key/value heads that do not divide over cp (Ulysses gives each cp rank a share of them).
+void check_context_parallel(const config::Config& cfg, const model::ModelConfig& model, int cp);
+
+}  // namespace lft::engine

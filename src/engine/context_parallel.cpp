@@ -1,0 +1,43 @@
+#include "lft/engine/context_parallel.h"
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+namespace lft::engine {
+
+at::Tensor CommSequenceExchange::all_to_all(const at::Tensor& blocks) {
+  const at::Tensor in = blocks.contiguous();
+  at::Tensor out = at::empty_like(in);
+  comm_.all_to_all(in, out);
+  return out;
+}
+
+at::Tensor CommSequenceExchange::all_gather(const at::Tensor& piece) {
+  const at::Tensor in = piece.contiguous();
+  at::Tensor out = at::empty({in.numel() * comm_.size()}, in.options());
+  comm_.all_gather(in, out);
+  return out;
+}
+
+void check_context_parallel(const config::Config& cfg, const model::ModelConfig& model, int cp) {
+  if (cp == 1) return;
+  auto fail = [&](const std::string& what, const std::string& hint) {
+    throw config::ConfigError("config error: " + cfg.where("mesh.cp") + ": " + what + "\n  hint: " + hint);
+  };
+  if (cfg.string("dist_config.cp_mode") != "ulysses")
+    fail("cp_mode = \"" + cfg.string("dist_config.cp_mode") + "\" (" + cfg.where("dist_config.cp_mode") +
+             "): ring attention is not built yet; lftrain splits sequences with Ulysses (all-to-all of the heads)",
+         "set cp_mode = \"ulysses\"");
+  const std::string n = std::to_string(cp);
+  if (model.num_attention_heads % cp != 0)
+    fail("mesh.cp = " + n + " does not divide the model's " + std::to_string(model.num_attention_heads) +
+             " attention heads: Ulysses gives each cp rank whole sequences of heads / cp heads",
+         "choose a cp that divides num_attention_heads");
+  if (model.num_key_value_heads % cp != 0)
+    fail("mesh.cp = " + n + " does not divide the model's " + std::to_string(model.num_key_value_heads) +
+             " key/value heads: Ulysses gives each cp rank key/value heads / cp of them",
+         "choose a cp that divides num_key_value_heads");
+}
+
+}  // namespace lft::engine
