@@ -7,7 +7,7 @@
 namespace lft::app {
 namespace {
 
-constexpr MeshDim kInnermost[] = {MeshDim::TP, MeshDim::DPShard};
+constexpr MeshDim kInnermost[] = {MeshDim::TP, MeshDim::CP, MeshDim::DPShard};
 
 // The groups along `dim`: ranks that differ only in that coordinate, keyed by the others.
 std::map<MeshCoord, std::vector<int>> groups_along(const MeshShape& shape, MeshDim dim) {

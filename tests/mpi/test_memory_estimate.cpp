@@ -153,7 +153,7 @@ TEST(MemoryEstimate, DpoIsSftOnTwiceTheSequences) {
 // Offload: the same bytes in all, but on a GPU the device holds only the gathered parameters, the
 // activations and the buffers; the fp32 shards, gradients and AdamW state are in host memory.
 TEST(MemoryEstimate, OffloadLeavesTheGatheredAndActivationTermsOnTheDevice) {
-  const MeshShape shape{{1, 1, world().size(), 1}};
+  const MeshShape shape{{1, 1, world().size(), 1, 1}};
   const auto plan = [&](const std::string& extra) {
     return engine::resolve_run_plan(config::parse_config(run_toml("fsdp2", extra), "test.toml"), shape).memory;
   };

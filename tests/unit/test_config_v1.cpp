@@ -107,12 +107,18 @@ TEST(ConfigV1, TheGuidesFsdp2FileTurnsBf16OnAndTrainsTheFullModel) {
   EXPECT_TRUE(noted(c, "pin_memory = true: no effect without offload_params: true"));
 }
 
+TEST(ConfigV1, ContextParallelKeysAreLftrainsMesh) {
+  const Config c = parse_yaml(v1_head() + "dist_config:\n  name: fsdp2\n  cp_mode: ulysses\n  cp_size: 2\n");
+  EXPECT_EQ(c.integer("mesh.cp"), 2);
+  EXPECT_EQ(c.string("dist_config.cp_mode"), "ulysses");
+  EXPECT_NE(yaml_error(v1_head() + "dist_config:\n  name: fsdp2\n  cp_mode: zigzag\n  cp_size: 2\n").find("cp_mode"),
+            std::string::npos);
+}
+
 TEST(ConfigV1, RefusedWithWhy) {
   EXPECT_NE(yaml_error(v1_head() + "quant_config:\n  name: bnb\n  quantization_bit: 4\n").find("quantized training"),
             std::string::npos);
   EXPECT_NE(yaml_error(v1_head() + "optim_config:\n  name: muon\n").find("registers no optimizer"), std::string::npos);
-  EXPECT_NE(yaml_error(v1_head() + "dist_config:\n  name: fsdp2\n  cp_size: 2\n").find("context parallelism"),
-            std::string::npos);
   EXPECT_NE(yaml_error(v1_head() + "model_class: cls\n").find("causal language models"), std::string::npos);
   EXPECT_NE(yaml_error(v1_head() + "batching_strategy: dynamic_batching\n").find("token-budget"), std::string::npos);
   const std::string mixed = yaml_error(v1_head() + "stage: sft\n");

@@ -1,0 +1,61 @@
+// [mesh] cp and cp_mode are checked before anything starts: an engine without the cp dim, a cp
+// that does not divide the heads or the key/value heads, and ring attention (not built) are
+// config errors that name the key and the numbers; a cp layout's memory estimate counts each
+// rank's chunk of the sequences.
+#include <gtest/gtest.h>
+
+#include <list>
+
+#include "lft/config/config.h"
+#include "lft/engine/mesh_plan.h"
+#include "lft/engine/registry.h"
+#include "lft/engine/run_plan.h"
+
+namespace lft {
+namespace {
+
+std::string toml(const std::string& engine, int kv_heads, const std::string& mesh, const std::string& extra = "") {
+  return "distributed = \"" + engine + "\"\ntrain_dataset = \"inputs/data/arithmetic.txt\"\ncutoff_len = 4096\n" + extra +
+         "[model]\nvocab_size = 259\nhidden_size = 64\nintermediate_size = 128\nnum_hidden_layers = 2\n"
+         "num_attention_heads = 4\nnum_key_value_heads = " + std::to_string(kv_heads) + "\n[mesh]\n" + mesh;
+}
+
+engine::RunPlan plan_of(const std::string& text, int world) {
+  static std::list<config::Config> keep;  // a plan refers to its config
+  keep.push_back(config::parse_config(text, "job.toml"));
+  const config::Config& cfg = keep.back();
+  return engine::resolve_run_plan(cfg, engine::plan_mesh(cfg, engine::engine_for(cfg), world));
+}
+
+std::string error_of(const std::string& text, int world) {
+  try {
+    plan_of(text, world);
+  } catch (const config::ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ContextParallelPlan, LayoutsThatCannotSplitTheSequencesAreRefused) {
+  const std::string megatron = error_of(toml("megatron", 2, "cp = 2\n"), 2);
+  EXPECT_NE(megatron.find("engine 'megatron' does not use the cp dim"), std::string::npos) << megatron;
+  const std::string heads = error_of(toml("ddp", 4, "cp = 8\n"), 8);
+  EXPECT_NE(heads.find("mesh.cp = 8 does not divide the model's 4 attention heads"), std::string::npos) << heads;
+  const std::string kv = error_of(toml("fsdp2", 2, "cp = 4\n"), 4);
+  EXPECT_NE(kv.find("mesh.cp = 4 does not divide the model's 2 key/value heads"), std::string::npos) << kv;
+  EXPECT_NE(kv.find("job.toml:"), std::string::npos) << kv;
+  const std::string ring = error_of(toml("fsdp2", 2, "cp = 2\n", "[dist_config]\ncp_mode = \"ring\"\n"), 2);
+  EXPECT_NE(ring.find("ring attention is not built yet"), std::string::npos) << ring;
+  EXPECT_EQ(error_of(toml("fsdp2", 2, "cp = 1\n", "[dist_config]\ncp_mode = \"ring\"\n"), 1), "");  // no effect at cp 1
+}
+
+TEST(ContextParallelPlan, EachRankHoldsItsChunksActivations) {
+  const engine::RunPlan one = plan_of(toml("fsdp2", 4, "cp = 1\n"), 4);
+  const engine::RunPlan four = plan_of(toml("fsdp2", 4, "cp = 4\ndp_shard = 1\n"), 4);
+  EXPECT_EQ(four.mesh[MeshDim::CP], 4);
+  EXPECT_EQ(four.global_batch, 1);  // the cp ranks train on the same sequences
+  EXPECT_NEAR(four.memory.activations, one.memory.activations / 4, 1e-6 * one.memory.activations);
+}
+
+}  // namespace
+}  // namespace lft
