@@ -2,7 +2,7 @@
 # dpo_engines.sh BUILD_DIR TINY_MODEL: stage dpo on every engine and layout equals the one-rank run
 # (fp32, same starting weights and pairs): the loss and logps/chosen within 1e-6 at step 1 and 1e-5
 # after, rewards/accuracies equal; full, LoRA and freeze; sigmoid, ipo, hinge and the
-# reference-free orpo; a ref_model folder;
+# reference-free orpo; a ref_model folder; context parallelism (fsdp2 and ddp with ref_model, cp 2);
 # and a full run resumed from its step-2 checkpoint (the reference rebuilt from the starting
 # weights by a second model) continues as the run that never stopped.
 #   DPO_ENGINES_KEEP=1  keep the work folder (printed)
@@ -58,6 +58,10 @@ for z in 0 2 3; do
 done
 run full_tp2 2 distributed=megatron mesh.tp=2 dist_config.sequence_parallel=true gradient_accumulation_steps=4
 same full_1 full_tp2
+# Context parallelism: a pair's chosen and rejected sequences split over the cp ranks; the pair
+# terms see each sequence's whole log-probability (the separate reference model too).
+run full_cp2 2 distributed=fsdp2 mesh.cp=2 gradient_accumulation_steps=4
+same full_1 full_cp2
 run full_pp2 2 distributed=megatron mesh.pp=2 gradient_accumulation_steps=4
 same full_1 full_pp2
 run full_tp2_pp2 4 distributed=megatron mesh.tp=2 mesh.pp=2 gradient_accumulation_steps=4
@@ -67,6 +71,8 @@ same full_1 full_tp2_pp2
 run ref_fsdp2_2 2 distributed=fsdp2 gradient_accumulation_steps=2 ref_model="$tiny"
 grep -q "from ref_model $tiny" "$work/ref_fsdp2_2.log" || fail "ref_fsdp2_2: the reference is not ref_model"
 same full_1 ref_fsdp2_2
+run ref_cp2 2 distributed=ddp mesh.cp=2 gradient_accumulation_steps=4 ref_model="$tiny"
+same full_1 ref_cp2
 # ipo and hinge (their formulas: PreferenceLoss.*) on a sharded engine.
 for loss in ipo hinge; do
   run "${loss}_1" 1 distributed=none pref_loss="$loss" gradient_accumulation_steps=4

@@ -15,7 +15,6 @@ model="$out/tiny-chatml"
 declare -A refused=(
   [train_full_fsdp2_dynamic_batching]="token-budget batching is not built"
   [train_full_fsdp2_dynamic_padding_free]="token-budget batching is not built"
-  [train_full_ulysses_cp]="context parallelism"
   [quantization]="quantized training"
   [export_lora]="lfmerge CHECKPOINT --out DIR"
 )
