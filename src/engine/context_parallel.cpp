@@ -34,10 +34,6 @@ void check_context_parallel(const config::Config& cfg, const model::ModelConfig&
     fail("mesh.cp = " + n + " does not divide the model's " + std::to_string(model.num_attention_heads) +
              " attention heads: Ulysses gives each cp rank whole sequences of heads / cp heads",
          "choose a cp that divides num_attention_heads");
-  if (model.num_key_value_heads % cp != 0)
-    fail("mesh.cp = " + n + " does not divide the model's " + std::to_string(model.num_key_value_heads) +
-             " key/value heads: Ulysses gives each cp rank key/value heads / cp of them",
-         "choose a cp that divides num_key_value_heads");
 }
 
 }  // namespace lft::engine

@@ -85,6 +85,10 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   std::int64_t heads_here = heads, kv_here = kv_heads, t_attended = t;
   if (cp != nullptr) {  // [B, heads, chunk, d] -> [B, heads / cp, whole, d]
     auto exchange = [cp](const at::Tensor& y) { return sequence_to_heads(*cp, y.transpose(1, 2)).transpose(1, 2); };
+    if (kv_heads % cp->size() != 0) {  // fewer kv heads than cp shares: each query head its own copy
+      k = k.repeat_interleave(heads / kv_heads, 1);
+      v = v.repeat_interleave(heads / kv_heads, 1);
+    }
     q = exchange(q);
     k = exchange(k);
     v = exchange(v);

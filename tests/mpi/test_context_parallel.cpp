@@ -97,6 +97,7 @@ std::vector<Case> cases() {
       {"fsdp2 HSDP dp_replicate 2 x cp 2", "fsdp2", "", "dp_replicate = 2\ndp_shard = 1\ncp = 2\n", 4, 2, 2},
       {"ddp dp 2 x cp 2, sft with neat packing", "ddp", sft + "packing = true\nneat_packing = true\n", "cp = 2\n", 4, 2, 2},
       {"ddp cp 4", "ddp", "", "cp = 4\n", 4, 1, 4},
+      {"fsdp2 cp 4, 2 kv heads (repeated per query head)", "fsdp2", "", "cp = 4\n", 4, 1, 2},
   };
 }
 

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -148,6 +149,54 @@ TEST(MemoryEstimate, DpoIsSftOnTwiceTheSequences) {
   expect_close("fsdp2 sft, 2 sequences a micro-batch", sft, 2);
   EXPECT_EQ(dpo.first, sft.first);  // the same estimate: 2 sequences of cutoff_len either way
   EXPECT_LE(std::abs(dpo.second / sft.second - 1.0), 0.05) << "dpo " << dpo.second << " B, sft " << sft.second << " B";
+}
+
+// Context parallelism on a long sequence (one of 4096 tokens a step): a step's transient peak
+// (activations, gradients, the exchanges' buffers: measured from after a first step, when the
+// optimizer state exists) at cp 4 is about a quarter of the one-rank run's (0.285 measured), and
+// the cp run's estimate stays within 15% of its measured total.
+TEST(MemoryEstimate, ContextParallelHoldsAQuarterOfTheActivations) {
+  ASSERT_TRUE(cpu_memory_counter_installed());
+  if (world().size() != 4) GTEST_SKIP() << "runs at 4 ranks";
+  at::set_num_threads(1);
+  const auto toml = [](const std::string& engine, const std::string& mesh) {
+    return "distributed = \"" + engine + "\"\ntrain_dataset = \"inputs/data/arithmetic.txt\"\n"
+           "per_device_train_batch_size = 1\ngradient_accumulation_steps = 1\ncutoff_len = 4096\n"
+           "learning_rate = 1e-3\nmax_steps = 3\nseed = 3\n" + mesh + kModel;
+  };
+  // {transient peak of step 2, whole peak, estimate}, the largest over the ranks.
+  const auto measure = [](const std::string& text, MpiCommunicator& comm) {
+    std::unique_ptr<DeviceMesh> mesh;
+    const double base = static_cast<double>(cpu_bytes_in_use());
+    reset_cpu_peak_bytes();
+    auto trainer = make_trainer(text, comm, mesh);
+    trainer->step();
+    const double whole = static_cast<double>(cpu_peak_bytes_in_use()) - base;
+    const double before = static_cast<double>(cpu_bytes_in_use());
+    reset_cpu_peak_bytes();
+    trainer->step();
+    at::Tensor peaks = at::tensor({static_cast<double>(cpu_peak_bytes_in_use()) - before,
+                                   std::max(whole, static_cast<double>(cpu_peak_bytes_in_use()) - base)}, at::kDouble);
+    comm.all_reduce(peaks, ReduceOp::Max);
+    const config::Config cfg = config::parse_config(text, "test.toml");
+    return std::array<double, 3>{peaks[0].item<double>(), peaks[1].item<double>(),
+                                 engine::resolve_run_plan(cfg, mesh->shape()).memory.total()};
+  };
+  MpiCommunicator self(MPI_COMM_SELF, "self", false);
+  const auto one = measure(toml("none", ""), self);
+  const auto cp4 = measure(toml("ddp", "[mesh]\ncp = 4\n"), world());
+  const double ratio = cp4[0] / one[0];
+  if (world().rank() == 0)
+    std::printf("[ memory ] cp 4 vs one rank, 4096 tokens: step peak %.2f vs %.2f MiB (%.3f)\n", cp4[0] / 1048576.0,
+                one[0] / 1048576.0, ratio);
+  EXPECT_GT(ratio, 0.2);
+  EXPECT_LT(ratio, 0.32);
+  // The one-rank estimate at 4096 tokens is 34% above its measured peak (the activation terms are
+  // sized for short sequences; issue 33's memory item), so only the cp run is held to 15% here.
+  if (world().rank() == 0)
+    std::printf("[ memory ] none, 4096 tokens: estimate %.2f MiB, measured %.2f MiB\n", one[2] / 1048576.0,
+                one[1] / 1048576.0);
+  expect_close("ddp cp 4, 4096 tokens", {cp4[2], cp4[1]}, 4);
 }
 
 // Offload: the same bytes in all, but on a GPU the device holds only the gathered parameters, the
