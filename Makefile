@@ -55,6 +55,7 @@ bench: build
 	.venv/bin/python tools/bench/run.py --build $(BUILD)
 	.venv/bin/python tools/bench/finetuning.py --build $(BUILD)
 	.venv/bin/python tools/bench/fp8.py --build $(BUILD)
+	.venv/bin/python tools/bench/context_parallel.py --build $(BUILD)
 	.venv/bin/python tools/bench/checkpoint.py $(BUILD)
 
 # `lftrain --plan` against steps measured across two namespace hosts (root; docs/plan.md).
