@@ -350,7 +350,7 @@ std::vector<KeySpec> build() {
           .min(-1),
       K("mesh.cp", I,
         "Context-parallel size: each sequence split into cp chunks over as many ranks, which share "
-        "the parameters (ddp, fsdp, fsdp2, deepspeed; LlamaFactory v1's dist_config.cp_size)")
+        "the parameters (every multi-rank engine; LlamaFactory v1's dist_config.cp_size)")
           .min(-1),
       K("mesh.tp", I, "Tensor-parallel size").min(-1),
 

@@ -20,7 +20,7 @@ at::Tensor CommSequenceExchange::all_gather(const at::Tensor& piece) {
   return out;
 }
 
-void check_context_parallel(const config::Config& cfg, const model::ModelConfig& model, int cp) {
+void check_context_parallel(const config::Config& cfg, const model::ModelConfig& model, int cp, int tp) {
   if (cp == 1) return;
   auto fail = [&](const std::string& what, const std::string& hint) {
     throw config::ConfigError("config error: " + cfg.where("mesh.cp") + ": " + what + "\n  hint: " + hint);
@@ -30,10 +30,12 @@ void check_context_parallel(const config::Config& cfg, const model::ModelConfig&
              "): ring attention is not built yet; lftrain splits sequences with Ulysses (all-to-all of the heads)",
          "set cp_mode = \"ulysses\"");
   const std::string n = std::to_string(cp);
-  if (model.num_attention_heads % cp != 0)
-    fail("mesh.cp = " + n + " does not divide the model's " + std::to_string(model.num_attention_heads) +
-             " attention heads: Ulysses gives each cp rank whole sequences of heads / cp heads",
-         "choose a cp that divides num_attention_heads");
+  if (model.num_attention_heads % (cp * tp) != 0)
+    fail("mesh.cp = " + n + (tp > 1 ? " x mesh.tp = " + std::to_string(tp) : std::string()) +
+             " does not divide the model's " + std::to_string(model.num_attention_heads) +
+             " attention heads: Ulysses gives each cp rank whole sequences of heads / " + (tp > 1 ? "(tp x cp)" : "cp") +
+             " heads",
+         "choose a cp that divides num_attention_heads" + std::string(tp > 1 ? " / tp" : ""));
 }
 
 }  // namespace lft::engine

@@ -29,7 +29,7 @@ MegatronPlan plan_for(const EngineContext& ctx) {
 MegatronEngine::MegatronEngine(const EngineContext& ctx)
     : tp_(ctx.mesh.device_comm(MeshDim::TP)),
       pp_(ctx.mesh.device_comm(MeshDim::PP)),
-      dp_(ctx.mesh.device_comm(MeshDim::DPReplicate)),
+      dp_(ctx.mesh.device_dp_cp()),  // dp_replicate, and the cp ranks that share its parameters
       pp_host_(ctx.mesh.comm(MeshDim::PP)),
       stage_(ctx.mesh.coord(MeshDim::PP)),
       // Impossible settings end the job here, before the model is built or loaded.

@@ -50,6 +50,11 @@ at::Tensor MegatronEngine::token_losses(const at::Tensor& logits, const at::Tens
   return vocab_parallel_token_losses(logits, ids, vocab_begin_, tp_);
 }
 
+at::Tensor MegatronEngine::target_losses(const at::Tensor& logits, const at::Tensor& targets) {
+  if (plan_.tp == 1) return model::ParallelOps::target_losses(logits, targets);
+  return vocab_parallel_target_losses(logits, targets, vocab_begin_, tp_);
+}
+
 at::Tensor MegatronEngine::forward_chunk(int chunk, const MicroBatch& batch, const at::Tensor& input,
                                          const MicroBatchOptions& options, at::Tensor& sequence_sums) {
   const auto [first, last] = chunk_units(chunk);
@@ -120,7 +125,11 @@ at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector
   executed_.clear();
   peak_live_ = 0;
   auto activation_shape = [&](const MicroBatch& b) {
-    const std::int64_t t = b.input_ids.size(1) / (plan_.sequence_parallel ? plan_.tp : 1);
+    // With context parallelism a stage hands on its chunk of each sequence.
+    const model::SequenceExchange* cp = model_->context_parallel();
+    const std::int64_t length = cp ? model::chunk_length(b.input_ids.size(1), cp->size(), sequence_multiple())
+                                   : b.input_ids.size(1);
+    const std::int64_t t = length / (plan_.sequence_parallel ? plan_.tp : 1);
     return std::vector<std::int64_t>{b.input_ids.size(0), t, model_->config().hidden_size};
   };
   const auto f32 = batches.front().input_ids.options().dtype(at::kFloat);

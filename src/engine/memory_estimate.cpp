@@ -162,7 +162,7 @@ MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
 MemoryEstimate estimate_megatron(const config::Config& cfg, const RunPlan& run) {
   const auto m = meta_model(run);
   const MegatronPlan plan = make_megatron_plan(cfg, *m, run.mesh);
-  const int dp = run.mesh[MeshDim::DPReplicate];
+  const int dp = run.mesh[MeshDim::DPReplicate] * run.mesh[MeshDim::CP];  // the distributed optimizer's shards
   const Widths widths = model_widths(*m, plan.tp, plan.sequence_parallel);
   // Chunks whose activations a stage holds at once, from the schedule itself.
   std::vector<int> live(static_cast<std::size_t>(plan.pp), 1);

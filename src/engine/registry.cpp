@@ -44,7 +44,7 @@ const std::vector<EngineInfo>& registry() {
        {MeshDim::DPShard, MeshDim::CP}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)", create_sharded,
        estimate_sharded_engine},
       {"megatron", "tensor (+ sequence) and pipeline parallel (1f1b, interleaved, gpipe) with data parallel on top",
-       {MeshDim::PP, MeshDim::DPReplicate, MeshDim::TP}, MeshDim::DPReplicate, 0, "MPI (CPU) or NCCL (GPU)",
+       {MeshDim::PP, MeshDim::DPReplicate, MeshDim::CP, MeshDim::TP}, MeshDim::DPReplicate, 0, "MPI (CPU) or NCCL (GPU)",
        create_megatron, estimate_megatron},
   };
   return engines;

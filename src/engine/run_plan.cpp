@@ -160,7 +160,7 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh) {
   // Module names (and float8 widths) checked before anything starts.
   const std::shared_ptr<model::CausalLM> shape = create_run_model(cfg, p, at::TensorOptions().device(at::kMeta));
   if (p.fp8) check_float8_widths(cfg, *shape, mesh[MeshDim::TP]);
-  check_context_parallel(cfg, p.model, mesh[MeshDim::CP]);
+  check_context_parallel(cfg, p.model, mesh[MeshDim::CP], mesh[MeshDim::TP]);
   if (cfg.string("distributed") == "deepspeed") p.deepspeed = config::read_deepspeed_config(cfg, mesh.dp_size());
   p.memory = engine_for(cfg).estimate_memory(cfg, p);
   return p;

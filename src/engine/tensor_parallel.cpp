@@ -128,11 +128,20 @@ at::Tensor vocab_parallel_token_losses(const at::Tensor& local_logits, const at:
                                        std::int64_t vocab_start, Communicator& tp, std::int64_t ignore_id) {
   TORCH_CHECK(local_logits.dim() == 3 && input_ids.dim() == 2 && input_ids.size(1) == local_logits.size(1),
               "vocab_parallel_token_losses: logits ", local_logits.sizes(), ", input_ids ", input_ids.sizes());
-  const std::int64_t b = local_logits.size(0), t = local_logits.size(1), v = local_logits.size(2);
+  const std::int64_t b = local_logits.size(0), t = local_logits.size(1);
   if (t < 2) return at::zeros({b, 0}, local_logits.options().dtype(at::kFloat));
-  const at::Tensor pred = local_logits.narrow(1, 0, t - 1).to(at::kFloat).reshape({-1, v});
-  const at::Tensor target = input_ids.narrow(1, 1, t - 1).to(at::kLong).reshape({-1});
-  return VocabParallelCrossEntropy::apply(pred, target, vocab_start, handle(tp), ignore_id).view({b, t - 1});
+  return vocab_parallel_target_losses(local_logits.narrow(1, 0, t - 1), input_ids.narrow(1, 1, t - 1), vocab_start, tp,
+                                      ignore_id);
+}
+
+at::Tensor vocab_parallel_target_losses(const at::Tensor& local_logits, const at::Tensor& targets,
+                                        std::int64_t vocab_start, Communicator& tp, std::int64_t ignore_id) {
+  TORCH_CHECK(local_logits.dim() == 3 && targets.dim() == 2 && targets.size(1) == local_logits.size(1),
+              "vocab_parallel_target_losses: logits ", local_logits.sizes(), ", targets ", targets.sizes());
+  const std::int64_t b = local_logits.size(0), t = local_logits.size(1), v = local_logits.size(2);
+  const at::Tensor pred = local_logits.to(at::kFloat).reshape({-1, v});
+  const at::Tensor target = targets.to(at::kLong).reshape({-1});
+  return VocabParallelCrossEntropy::apply(pred, target, vocab_start, handle(tp), ignore_id).view({b, t});
 }
 
 SplitRange split_range(std::int64_t size, int parts, int index) {

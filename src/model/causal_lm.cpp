@@ -24,6 +24,13 @@ at::Tensor ParallelOps::token_losses(const at::Tensor& logits, const at::Tensor&
   return model::token_losses(logits, input_ids, /*ignore_id=*/-100);
 }
 
+at::Tensor ParallelOps::target_losses(const at::Tensor& logits, const at::Tensor& targets) {
+  const std::int64_t b = logits.size(0), t = logits.size(1), v = logits.size(2);
+  return at::cross_entropy_loss(logits.to(at::kFloat).reshape({-1, v}), targets.to(at::kLong).reshape({-1}),
+                                /*weight=*/{}, /*reduction=*/0, /*ignore_index=*/-100, 0.0)
+      .view({b, t});
+}
+
 CausalLM::CausalLM(const ModelConfig& config, const c10::TensorOptions& options, const BlockFactory& make_block)
     : config_(config), rotary_((config.validate("model config"), config)) {
   model = register_module("model", DecoderStack());
@@ -160,11 +167,7 @@ at::Tensor CausalLM::forward_units(std::int64_t begin, std::int64_t end, const a
                                    const at::Tensor& segment_ids, const at::Tensor& hidden) {
   TORCH_CHECK(input_ids.dim() == 2, "CausalLM: input_ids must be [batch, seq], got ", input_ids.sizes());
   TORCH_CHECK(0 <= begin && begin < end && end <= num_units(), "CausalLM: no units [", begin, ", ", end, ")");
-  if (cp_ != nullptr) {
-    TORCH_CHECK(begin == 0 && end == num_units(), "CausalLM: context parallelism runs the whole model, not units [",
-                begin, ", ", end, ")");
-    return chunked_token_losses(input_ids, segment_ids);
-  }
+  if (cp_ != nullptr) return forward_chunk_units(begin, end, input_ids, segment_ids, hidden);
   at::Tensor h = begin == 0 ? ops_->embed(model->embed_tokens->weight, input_ids) : hidden;
   const std::int64_t first = std::max<std::int64_t>(begin, 1) - 1;
   const std::int64_t last = std::min(end, head_unit()) - 1;
@@ -176,26 +179,27 @@ at::Tensor CausalLM::forward_units(std::int64_t begin, std::int64_t end, const a
   return end == num_units() ? head_losses(h, input_ids) : h;
 }
 
-at::Tensor CausalLM::chunked_token_losses(const at::Tensor& input_ids, const at::Tensor& segment_ids) {
-  const SequenceChunk c = sequence_chunk(*cp_, input_ids, segment_ids);
-  const at::Tensor padded_ids = c.input_ids.narrow(1, 0, c.padded);
-  at::Tensor h = ops_->embed(model->embed_tokens->weight, c.local_ids());
-  // RoPE tables and the mask of the whole padded sequences; this chunk's rows of the tables.
-  AttentionInputs in = attention_inputs(padded_ids, c.segment_ids, h.options());
-  const int position_dim = in.cos.dim() == 2 ? 0 : 2;
-  in.cos = in.cos.narrow(position_dim, c.begin, c.chunk).contiguous();
-  in.sin = in.sin.narrow(position_dim, c.begin, c.chunk).contiguous();
-  in.cp = cp_;
-  // Each chunk draws its own LoRA dropout masks.
-  if (const std::uint64_t seed = next_dropout_seed(0); seed != 0)
-    in.dropout_seed = mix_seed(seed, static_cast<std::uint64_t>(cp_->rank()) + 1);
-  h = run_layers(0, num_layers(), h, in);
-  const at::Tensor logits = this->logits(ops_->enter(model->norm(h)));
-  const std::int64_t b = logits.size(0), v = logits.size(2);
+at::Tensor CausalLM::forward_chunk_units(std::int64_t begin, std::int64_t end, const at::Tensor& input_ids,
+                                         const at::Tensor& segment_ids, const at::Tensor& hidden) {
+  const SequenceChunk c = sequence_chunk(*cp_, input_ids, segment_ids, ops_->sequence_multiple());
+  at::Tensor h = begin == 0 ? ops_->embed(model->embed_tokens->weight, c.local_ids()) : hidden;
+  const std::int64_t first = std::max<std::int64_t>(begin, 1) - 1;
+  const std::int64_t last = std::min(end, head_unit()) - 1;
+  if (first < last) {
+    // RoPE tables and the mask of the whole padded sequences; this chunk's rows of the tables.
+    AttentionInputs in = attention_inputs(c.input_ids.narrow(1, 0, c.padded), c.segment_ids, h.options());
+    const int position_dim = in.cos.dim() == 2 ? 0 : 2;
+    in.cos = in.cos.narrow(position_dim, c.begin, c.chunk).contiguous();
+    in.sin = in.sin.narrow(position_dim, c.begin, c.chunk).contiguous();
+    in.cp = cp_;
+    // Each chunk draws its own LoRA dropout masks.
+    if (const std::uint64_t seed = next_dropout_seed(begin); seed != 0)
+      in.dropout_seed = mix_seed(seed, static_cast<std::uint64_t>(cp_->rank()) + 1);
+    h = run_layers(first, last, h, in);
+  }
+  if (end != num_units()) return h;
   // The chunk's per-position losses, then every chunk's: [B, padded] -> the [B, T-1] one rank has.
-  const at::Tensor local = at::cross_entropy_loss(logits.to(at::kFloat).reshape({-1, v}), c.local_targets().reshape({-1}),
-                                                  /*weight=*/{}, /*reduction=*/0, /*ignore_index=*/-100, 0.0)
-                               .view({b, c.chunk});
+  const at::Tensor local = ops_->target_losses(logits(ops_->enter(model->norm(h))), c.local_targets());
   return gather_sequence(*cp_, local).narrow(1, 0, std::max<std::int64_t>(c.length - 1, 0));
 }
 

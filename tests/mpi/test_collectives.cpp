@@ -133,8 +133,8 @@ TEST(AllToAll, EveryRankGetsItsBlockFromEachRank) {
     EXPECT_EQ(world().stats()[CollKind::AllToAll].calls, 1u);
     EXPECT_EQ(world().stats()[CollKind::AllToAll].bytes, static_cast<std::uint64_t>(in.numel() * in.element_size()));
   }
-  at::Tensor uneven = at::zeros({size * k + 1}), out = at::zeros({size * k + 1});
-  EXPECT_THROW(world().all_to_all(uneven, out), std::invalid_argument);
+  at::Tensor longer = at::zeros({size * k + 1}), out = at::zeros({size * k});
+  EXPECT_THROW(world().all_to_all(longer, out), std::invalid_argument);
 }
 
 TEST(Broadcast, FromLastRank) {

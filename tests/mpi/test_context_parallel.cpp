@@ -98,12 +98,22 @@ std::vector<Case> cases() {
       {"ddp dp 2 x cp 2, sft with neat packing", "ddp", sft + "packing = true\nneat_packing = true\n", "cp = 2\n", 4, 2, 2},
       {"ddp cp 4", "ddp", "", "cp = 4\n", 4, 1, 4},
       {"fsdp2 cp 4, 2 kv heads (repeated per query head)", "fsdp2", "", "cp = 4\n", 4, 1, 2},
+      {"megatron cp 2", "megatron", "", "cp = 2\n", 2, 1, 2},
+      {"megatron tp 2 x cp 2 (1 kv head per tp rank, repeated)", "megatron", "", "tp = 2\ncp = 2\n", 4, 1, 2},
+      {"megatron tp 2 sp x cp 2, cutoff 30", "megatron", "", "tp = 2\ncp = 2\n[dist_config]\nsequence_parallel = true\n", 4, 1,
+       4, 30},
+      {"megatron pp 2 x cp 2, sft with neat packing", "megatron", sft + "packing = true\nneat_packing = true\n",
+       "pp = 2\ncp = 2\n", 4, 1, 2},
+      {"megatron dp 2 x cp 2, distributed optimizer", "megatron", "",
+       "cp = 2\n[dist_config]\nuse_distributed_optimizer = true\n", 4, 2, 2},
+      {"megatron tp 2 x cp 2 x pp 2, checkpointing", "megatron", "gradient_checkpointing = true\n",
+       "tp = 2\ncp = 2\npp = 2\n", 8, 1, 2},
   };
 }
 
 TEST(ContextParallel, EveryEngineMatchesTheOneRankRun) {
   const int n = world().size();
-  if (n != 2 && n != 4) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  if (n != 2 && n != 4 && n != 8) GTEST_SKIP() << "runs at 2, 4 and 8 ranks";
   at::set_num_threads(1);
   MpiCommunicator self(MPI_COMM_SELF, "self", false);
   for (const Case& c : cases()) {

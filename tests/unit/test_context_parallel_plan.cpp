@@ -1,5 +1,5 @@
 // [mesh] cp and cp_mode are checked before anything starts: an engine without the cp dim, a cp
-// that does not divide the attention heads, and ring attention (not built) are
+// (x tp) that does not divide the attention heads, and ring attention (not built) are
 // config errors that name the key and the numbers; a cp layout's memory estimate counts each
 // rank's chunk of the sequences.
 #include <gtest/gtest.h>
@@ -14,8 +14,14 @@
 namespace lft {
 namespace {
 
+// The repository's example data (unit tests run in the build folder).
+std::string data_file() {
+  const std::string here = __FILE__;  // <root>/tests/unit/test_context_parallel_plan.cpp
+  return here.substr(0, here.rfind("/tests/")) + "/inputs/data/arithmetic.txt";
+}
+
 std::string toml(const std::string& engine, int kv_heads, const std::string& mesh, const std::string& extra = "") {
-  return "distributed = \"" + engine + "\"\ntrain_dataset = \"inputs/data/arithmetic.txt\"\ncutoff_len = 4096\n" + extra +
+  return "distributed = \"" + engine + "\"\ntrain_dataset = \"" + data_file() + "\"\ncutoff_len = 4096\n" + extra +
          "[model]\nvocab_size = 259\nhidden_size = 64\nintermediate_size = 128\nnum_hidden_layers = 2\n"
          "num_attention_heads = 4\nnum_key_value_heads = " + std::to_string(kv_heads) + "\n[mesh]\n" + mesh;
 }
@@ -37,8 +43,10 @@ std::string error_of(const std::string& text, int world) {
 }
 
 TEST(ContextParallelPlan, LayoutsThatCannotSplitTheSequencesAreRefused) {
-  const std::string megatron = error_of(toml("megatron", 2, "cp = 2\n"), 2);
-  EXPECT_NE(megatron.find("engine 'megatron' does not use the cp dim"), std::string::npos) << megatron;
+  const std::string none = error_of(toml("none", 2, "cp = 2\n"), 1);
+  EXPECT_NE(none.find("engine 'none' does not use the cp dim"), std::string::npos) << none;
+  const std::string tp = error_of(toml("megatron", 2, "tp = 2\ncp = 4\n"), 8);
+  EXPECT_NE(tp.find("mesh.cp = 4 x mesh.tp = 2 does not divide the model's 4 attention heads"), std::string::npos) << tp;
   const std::string heads = error_of(toml("ddp", 4, "cp = 8\n"), 8);
   EXPECT_NE(heads.find("mesh.cp = 8 does not divide the model's 4 attention heads"), std::string::npos) << heads;
   EXPECT_NE(heads.find("job.toml:"), std::string::npos) << heads;

@@ -30,6 +30,6 @@ class CommSequenceExchange final : public model::SequenceExchange {
 // ConfigError naming the keys when [mesh] cp > 1 cannot run: cp_mode other than ulysses, or
 // attention heads that do not divide over cp (Ulysses gives each cp rank a share of them; key/value
 // heads that do not divide are repeated per query head before the exchange).
-void check_context_parallel(const config::Config& cfg, const model::ModelConfig& model, int cp);
+void check_context_parallel(const config::Config& cfg, const model::ModelConfig& model, int cp, int tp);
 
 }  // namespace lft::engine

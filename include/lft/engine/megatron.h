@@ -76,6 +76,8 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   at::Tensor exit(const at::Tensor& y) override;
   at::Tensor embed(const at::Tensor& weight, const at::Tensor& input_ids) override;
   at::Tensor token_losses(const at::Tensor& logits, const at::Tensor& input_ids) override;
+  at::Tensor target_losses(const at::Tensor& logits, const at::Tensor& targets) override;
+  std::int64_t sequence_multiple() const override { return plan_.sequence_parallel ? plan_.tp : 1; }
   void sync_replicated_gradients();
 
   Communicator& tp_;  // device communicators

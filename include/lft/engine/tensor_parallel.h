@@ -32,6 +32,9 @@ at::Tensor scatter_sequence(const at::Tensor& x, Communicator& tp);
 at::Tensor vocab_parallel_token_losses(const at::Tensor& local_logits, const at::Tensor& input_ids,
                                        std::int64_t vocab_start, Communicator& tp,
                                        std::int64_t ignore_id = -100);
+// The same per position: logits [B, T, V_local] predicting targets [B, T] -> [B, T].
+at::Tensor vocab_parallel_target_losses(const at::Tensor& local_logits, const at::Tensor& targets,
+                                        std::int64_t vocab_start, Communicator& tp, std::int64_t ignore_id = -100);
 
 // Rows [begin, begin + count) of a dimension of `size` split in ceil(size / parts) pieces (the
 // last parts may get fewer rows, or none).

@@ -79,6 +79,12 @@ class ParallelOps {
   virtual at::Tensor embed(const at::Tensor& weight, const at::Tensor& input_ids);
   // Per-token losses [B, T-1] fp32 from logits over this rank's vocabulary rows.
   virtual at::Tensor token_losses(const at::Tensor& logits, const at::Tensor& input_ids);
+  // Per-position losses [B, T] fp32 of logits [B, T, this rank's vocabulary rows] predicting
+  // targets [B, T] (context parallelism: a chunk's targets come from the next chunk too).
+  virtual at::Tensor target_losses(const at::Tensor& logits, const at::Tensor& targets);
+  // What a sequence's length must be a multiple of inside the tensor-parallel regions (tp with
+  // sequence parallelism); context parallelism pads each chunk to it.
+  virtual std::int64_t sequence_multiple() const { return 1; }
 };
 
 // Called around each decoder layer's forward: sharded engines gather a layer's parameters before
@@ -170,8 +176,8 @@ class CausalLM : public torch::nn::Module {
   void set_layer_hooks(LayerHooks* hooks) { layer_hooks_ = hooks; }  // not owned
   void set_parallel_ops(ParallelOps* ops) { ops_ = ops != nullptr ? ops : &one_rank_; }  // not owned
   // Context parallelism over `group` (not owned; null: none): forward_units takes whole
-  // micro-batches on every rank of the group and runs this rank's chunk of them (whole models
-  // only: not with a pipeline's unit ranges or a tensor-parallel ParallelOps).
+  // micro-batches on every rank of the group and runs this rank's chunk of them; hidden states
+  // between units (a pipeline's) are the chunk's.
   void set_context_parallel(SequenceExchange* group) { cp_ = group; }
   SequenceExchange* context_parallel() const { return cp_; }
 
@@ -181,8 +187,9 @@ class CausalLM : public torch::nn::Module {
  private:
   at::Tensor run_layers(std::int64_t first, std::int64_t last, at::Tensor h, const AttentionInputs& in);
   at::Tensor head_losses(const at::Tensor& hidden, const at::Tensor& input_ids);
-  // forward_units of the whole model under context parallelism.
-  at::Tensor chunked_token_losses(const at::Tensor& input_ids, const at::Tensor& segment_ids);
+  // forward_units under context parallelism.
+  at::Tensor forward_chunk_units(std::int64_t begin, std::int64_t end, const at::Tensor& input_ids,
+                                 const at::Tensor& segment_ids, const at::Tensor& hidden);
   std::uint64_t next_dropout_seed(std::int64_t begin);
 
   ModelConfig config_;

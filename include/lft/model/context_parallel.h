@@ -27,9 +27,9 @@ class SequenceExchange {
   virtual at::Tensor all_gather(const at::Tensor& piece) = 0;
 };
 
-// One micro-batch as a rank of the cp group sees it: the sequences padded to a multiple of the
-// group's size (padding sits after every real token, so causal attention never sees it), and this
-// rank's chunk [begin, begin + chunk) of them.
+// One micro-batch as a rank of the cp group sees it: the sequences padded so that each of the
+// group's chunks is a multiple of `multiple` (padding sits after every real token, so causal
+// attention never sees it), and this rank's chunk [begin, begin + chunk) of them.
 struct SequenceChunk {
   at::Tensor input_ids;    // [B, padded + 1]: one more pad, the last chunk's last target
   at::Tensor segment_ids;  // [B, padded] (a fresh segment for the padding), or undefined
@@ -39,7 +39,10 @@ struct SequenceChunk {
   // The token each position of the chunk predicts.
   at::Tensor local_targets() const { return input_ids.narrow(1, begin + 1, chunk).contiguous(); }
 };
-SequenceChunk sequence_chunk(const SequenceExchange& group, const at::Tensor& input_ids, const at::Tensor& segment_ids);
+SequenceChunk sequence_chunk(const SequenceExchange& group, const at::Tensor& input_ids, const at::Tensor& segment_ids,
+                             std::int64_t multiple = 1);
+// The chunk length of sequences of `length` tokens over `ranks` cp ranks (as sequence_chunk).
+std::int64_t chunk_length(std::int64_t length, int ranks, std::int64_t multiple = 1);
 
 // Differentiable exchanges (each one's backward is the other's forward):
 // [B, chunk, heads, d] (every head of this rank's chunk) -> [B, size * chunk, heads / size, d]
