@@ -71,12 +71,18 @@ struct GatherSequence : torch::autograd::Function<GatherSequence> {
 
 }  // namespace
 
-SequenceChunk sequence_chunk(const SequenceExchange& group, const at::Tensor& input_ids, const at::Tensor& segment_ids) {
+std::int64_t chunk_length(std::int64_t length, int ranks, std::int64_t multiple) {
+  const std::int64_t unit = ranks * multiple;
+  return (length + unit - 1) / unit * multiple;
+}
+
+SequenceChunk sequence_chunk(const SequenceExchange& group, const at::Tensor& input_ids, const at::Tensor& segment_ids,
+                             std::int64_t multiple) {
   SequenceChunk c;
   const std::int64_t n = group.size();
   c.length = input_ids.size(1);
-  c.padded = (c.length + n - 1) / n * n;
-  c.chunk = c.padded / n;
+  c.chunk = chunk_length(c.length, group.size(), multiple);
+  c.padded = c.chunk * n;
   c.begin = group.rank() * c.chunk;
   c.input_ids = at::constant_pad_nd(input_ids, {0, c.padded + 1 - c.length}, 0);
   if (segment_ids.defined()) {
