@@ -408,8 +408,9 @@ std::vector<KeySpec> build() {
 
       K("dist_config.cp_mode", S,
         "How [mesh] cp > 1 splits attention: ulysses (all-to-all from sequence chunks to whole "
-        "sequences of heads / cp heads and back; heads and key/value heads must divide by cp); "
-        "ring is not built yet")
+        "sequences of heads / cp heads and back; heads must divide by cp x tp); ring (key/value "
+        "blocks passed around the cp ranks, online softmax; rank i holds pieces i and 2cp-1-i of "
+        "2cp for causal balance; any head count)")
           .def("ulysses")
           .allowed({"ulysses", "ring"}),
 

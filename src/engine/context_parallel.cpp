@@ -20,15 +20,19 @@ at::Tensor CommSequenceExchange::all_gather(const at::Tensor& piece) {
   return out;
 }
 
+void CommSequenceExchange::shift(const at::Tensor& send, const at::Tensor& recv) {
+  const int n = comm_.size(), me = comm_.rank();
+  Communicator::SendRecv both = comm_.send_recv_async(send.contiguous(), (me + 1) % n, 0, recv, (me + n - 1) % n, 0);
+  both.recv->wait();
+  both.send->wait();
+}
+
 void check_context_parallel(const config::Config& cfg, const model::ModelConfig& model, int cp, int tp) {
   if (cp == 1) return;
   auto fail = [&](const std::string& what, const std::string& hint) {
     throw config::ConfigError("config error: " + cfg.where("mesh.cp") + ": " + what + "\n  hint: " + hint);
   };
-  if (cfg.string("dist_config.cp_mode") != "ulysses")
-    fail("cp_mode = \"" + cfg.string("dist_config.cp_mode") + "\" (" + cfg.where("dist_config.cp_mode") +
-             "): ring attention is not built yet; lftrain splits sequences with Ulysses (all-to-all of the heads)",
-         "set cp_mode = \"ulysses\"");
+  if (cfg.string("dist_config.cp_mode") == "ring") return;  // every rank keeps every head
   const std::string n = std::to_string(cp);
   if (model.num_attention_heads % (cp * tp) != 0)
     fail("mesh.cp = " + n + (tp > 1 ? " x mesh.tp = " + std::to_string(tp) : std::string()) +

@@ -127,7 +127,7 @@ at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector
   auto activation_shape = [&](const MicroBatch& b) {
     // With context parallelism a stage hands on its chunk of each sequence.
     const model::SequenceExchange* cp = model_->context_parallel();
-    const std::int64_t length = cp ? model::chunk_length(b.input_ids.size(1), cp->size(), sequence_multiple())
+    const std::int64_t length = cp ? model::chunk_length(b.input_ids.size(1), cp->size(), sequence_multiple(), cp->ring())
                                    : b.input_ids.size(1);
     const std::int64_t t = length / (plan_.sequence_parallel ? plan_.tp : 1);
     return std::vector<std::int64_t>{b.input_ids.size(0), t, model_->config().hidden_size};

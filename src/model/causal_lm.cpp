@@ -1,6 +1,8 @@
 // CausalLM: the units (embedding, decoder layers, head + loss), their forward over a range, and
 // where each parameter is used.
 #include "lft/model/causal_lm.h"
+
+#include "lft/model/segments.h"
 #include "lft/runtime/text.h"
 
 #include <algorithm>
@@ -186,12 +188,25 @@ at::Tensor CausalLM::forward_chunk_units(std::int64_t begin, std::int64_t end, c
   const std::int64_t first = std::max<std::int64_t>(begin, 1) - 1;
   const std::int64_t last = std::min(end, head_unit()) - 1;
   if (first < last) {
-    // RoPE tables and the mask of the whole padded sequences; this chunk's rows of the tables.
-    AttentionInputs in = attention_inputs(c.input_ids.narrow(1, 0, c.padded), c.segment_ids, h.options());
+    // RoPE tables of the whole padded sequences, this chunk's rows of them; Ulysses attends over
+    // the whole sequences (their mask), ring attention block by block from positions and segments.
+    const bool ring = cp_->ring();
+    AttentionInputs in = attention_inputs(c.input_ids.narrow(1, 0, c.padded), ring ? at::Tensor() : c.segment_ids,
+                                          h.options());
+    if (ring && c.segment_ids.defined()) {  // RoPE positions restart in every segment
+      const at::Tensor seg_positions = segment_positions(c.segment_ids);
+      const std::vector<std::int64_t> shape{seg_positions.size(0), 1, seg_positions.size(1), -1};
+      in.cos = in.cos.index_select(0, seg_positions.reshape({-1})).view(shape);
+      in.sin = in.sin.index_select(0, seg_positions.reshape({-1})).view(shape);
+    }
     const int position_dim = in.cos.dim() == 2 ? 0 : 2;
-    in.cos = in.cos.narrow(position_dim, c.begin, c.chunk).contiguous();
-    in.sin = in.sin.narrow(position_dim, c.begin, c.chunk).contiguous();
-    in.cp = cp_;
+    in.cos = in.cos.index_select(position_dim, c.local_positions()).contiguous();
+    in.sin = in.sin.index_select(position_dim, c.local_positions()).contiguous();
+    in.cp.group = cp_;
+    if (ring) {
+      in.cp.positions = c.positions;
+      in.cp.segment_ids = c.segment_ids;
+    }
     // Each chunk draws its own LoRA dropout masks.
     if (const std::uint64_t seed = next_dropout_seed(begin); seed != 0)
       in.dropout_seed = mix_seed(seed, static_cast<std::uint64_t>(cp_->rank()) + 1);
@@ -200,7 +215,7 @@ at::Tensor CausalLM::forward_chunk_units(std::int64_t begin, std::int64_t end, c
   if (end != num_units()) return h;
   // The chunk's per-position losses, then every chunk's: [B, padded] -> the [B, T-1] one rank has.
   const at::Tensor local = ops_->target_losses(logits(ops_->enter(model->norm(h))), c.local_targets());
-  return gather_sequence(*cp_, local).narrow(1, 0, std::max<std::int64_t>(c.length - 1, 0));
+  return gather_sequence(*cp_, local, c).narrow(1, 0, std::max<std::int64_t>(c.length - 1, 0));
 }
 
 at::Tensor CausalLM::logits(const at::Tensor& hidden) {

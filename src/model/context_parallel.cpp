@@ -71,9 +71,13 @@ struct GatherSequence : torch::autograd::Function<GatherSequence> {
 
 }  // namespace
 
-std::int64_t chunk_length(std::int64_t length, int ranks, std::int64_t multiple) {
-  const std::int64_t unit = ranks * multiple;
-  return (length + unit - 1) / unit * multiple;
+at::Tensor SequenceChunk::local_positions() const { return positions[rank]; }
+at::Tensor SequenceChunk::local_ids() const { return input_ids.index_select(1, local_positions()); }
+at::Tensor SequenceChunk::local_targets() const { return input_ids.index_select(1, local_positions() + 1); }
+
+std::int64_t chunk_length(std::int64_t length, int ranks, std::int64_t multiple, bool ring) {
+  const std::int64_t pieces = ring ? 2 * ranks : ranks, unit = pieces * multiple;
+  return (length + unit - 1) / unit * multiple * (ring ? 2 : 1);
 }
 
 SequenceChunk sequence_chunk(const SequenceExchange& group, const at::Tensor& input_ids, const at::Tensor& segment_ids,
@@ -81,9 +85,20 @@ SequenceChunk sequence_chunk(const SequenceExchange& group, const at::Tensor& in
   SequenceChunk c;
   const std::int64_t n = group.size();
   c.length = input_ids.size(1);
-  c.chunk = chunk_length(c.length, group.size(), multiple);
+  c.chunk = chunk_length(c.length, group.size(), multiple, group.ring());
   c.padded = c.chunk * n;
-  c.begin = group.rank() * c.chunk;
+  c.rank = group.rank();
+  const auto longs = at::TensorOptions().dtype(at::kLong).device(input_ids.device());
+  if (group.ring()) {  // rank r: pieces r and 2n-1-r of 2n
+    const std::int64_t half = c.chunk / 2;
+    std::vector<at::Tensor> rows;
+    for (std::int64_t r = 0; r < n; ++r)
+      rows.push_back(at::cat({at::arange(r * half, (r + 1) * half, longs),
+                              at::arange((2 * n - 1 - r) * half, (2 * n - r) * half, longs)}));
+    c.positions = at::stack(rows);
+  } else {
+    c.positions = at::arange(c.padded, longs).view({n, c.chunk});
+  }
   c.input_ids = at::constant_pad_nd(input_ids, {0, c.padded + 1 - c.length}, 0);
   if (segment_ids.defined()) {
     const at::Tensor fresh = segment_ids.amax(1, /*keepdim=*/true) + 1;  // the padding's own segment
@@ -100,8 +115,10 @@ at::Tensor heads_to_sequence(SequenceExchange& group, const at::Tensor& x) {
   return HeadsToSequence::apply(x, address(group));
 }
 
-at::Tensor gather_sequence(SequenceExchange& group, const at::Tensor& x) {
-  return GatherSequence::apply(x, address(group));
+at::Tensor gather_sequence(SequenceExchange& group, const at::Tensor& x, const SequenceChunk& chunk) {
+  const at::Tensor ranked = GatherSequence::apply(x, address(group));  // rank by rank
+  if (!group.ring()) return ranked;
+  return ranked.index_select(1, at::argsort(chunk.positions.reshape({-1})));
 }
 
 }  // namespace lft::model

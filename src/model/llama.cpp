@@ -72,7 +72,7 @@ double LlamaAttentionImpl::saved_elements_per_token(int tp) const { return 3 * q
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos,
                                        const at::Tensor& sin, const at::Tensor& segment_mask,
-                                       SequenceExchange* cp) {
+                                       const ContextSplit& split) {
   const std::int64_t b = x.size(0), t = x.size(1);
   // Head counts from the weights: a tensor-parallel rank holds some of the heads.
   const std::int64_t heads = q_proj->weight.size(0) / head_dim_, kv_heads = k_proj->weight.size(0) / head_dim_;
@@ -82,6 +82,15 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   normalize_qk(q, k);
   q = rotary_bthd(q, cos, sin);
   k = rotary_bthd(k, cos, sin);
+  if (split.group != nullptr && split.group->ring()) {
+    if (kv_heads != heads) {  // each query head its own copy of its key/value head
+      k = k.repeat_interleave(heads / kv_heads, 1);
+      v = v.repeat_interleave(heads / kv_heads, 1);
+    }
+    const at::Tensor o = ring_attention(split, q, k, v, sliding_window_);
+    return o_proj(o.transpose(1, 2).reshape({b, t, heads * head_dim_}));
+  }
+  SequenceExchange* cp = split.group;
   std::int64_t heads_here = heads, kv_here = kv_heads, t_attended = t;
   if (cp != nullptr) {  // [B, heads, chunk, d] -> [B, heads / cp, whole, d]
     auto exchange = [cp](const at::Tensor& y) { return sequence_to_heads(*cp, y.transpose(1, 2)).transpose(1, 2); };
@@ -170,7 +179,11 @@ at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x, const AttentionIn
 at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                           const at::Tensor& segment_mask) {
   ParallelOps one_rank;
-  return forward(x, AttentionInputs{cos, sin, segment_mask}, one_rank);
+  AttentionInputs in;
+  in.cos = cos;
+  in.sin = sin;
+  in.mask = segment_mask;
+  return forward(x, in, one_rank);
 }
 
 double LlamaDecoderLayerImpl::saved_elements_per_token(int tp, bool sequence_parallel) const {

@@ -183,7 +183,7 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
   }
   s.model->set_gradient_checkpointing(plan.gradient_checkpointing);
   if (mesh.shape()[MeshDim::CP] > 1) {
-    s.cp = std::make_unique<engine::CommSequenceExchange>(mesh.device_comm(MeshDim::CP));
+    s.cp = std::make_unique<engine::CommSequenceExchange>(mesh.device_comm(MeshDim::CP), cfg.string("dist_config.cp_mode") == "ring");
     s.model->set_context_parallel(s.cp.get());
   }
   {

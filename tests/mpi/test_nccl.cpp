@@ -47,6 +47,22 @@ TEST(Nccl, CollectivesOnCudaTensorsMatchLocalValues) {
   EXPECT_EQ(nccl.stats()[CollKind::Barrier].calls, 1u);  // counted as itself, not as an all-reduce
 }
 
+// Context parallelism's exchange: block j of rank r goes to rank j, as one grouped send and
+// receive per peer (NCCL has no all-to-all call); at one rank, to itself.
+TEST(Nccl, AllToAllOnCudaTensors) {
+  const DeviceChoice device = this_ranks_device();
+  LFT_REQUIRE_GPU(device);
+  NcclCommunicator nccl(world(), "nccl-world");
+  const int n = world().size(), r = world().rank();
+  const auto cuda = at::TensorOptions().device(at::kCUDA, device.index).dtype(at::kFloat);
+  const at::Tensor in = (at::arange(n * 3, cuda) / 3).floor() + 10 * r;  // block j: 10 r + j
+  at::Tensor out = at::empty_like(in);
+  nccl.all_to_all(in, out);
+  const at::Tensor expected = at::arange(n, at::kFloat).repeat_interleave(3) * 10 + r;  // block j: 10 j + r
+  EXPECT_TRUE(at::equal(out.cpu(), expected)) << out.cpu();
+  EXPECT_EQ(nccl.stats()[CollKind::AllToAll].calls, 1u);
+}
+
 // The collectives run on the communicator's own stream: they must see what the compute stream
 // wrote before the call, and the compute stream must see their result after wait(). A grouped
 // send and receive around a ring (at one rank: to itself).

@@ -1,5 +1,5 @@
-// [mesh] cp and cp_mode are checked before anything starts: an engine without the cp dim, a cp
-// (x tp) that does not divide the attention heads, and ring attention (not built) are
+// [mesh] cp and cp_mode are checked before anything starts: an engine without the cp dim and,
+// under Ulysses, a cp (x tp) that does not divide the attention heads are
 // config errors that name the key and the numbers; a cp layout's memory estimate counts each
 // rank's chunk of the sequences.
 #include <gtest/gtest.h>
@@ -51,9 +51,8 @@ TEST(ContextParallelPlan, LayoutsThatCannotSplitTheSequencesAreRefused) {
   EXPECT_NE(heads.find("mesh.cp = 8 does not divide the model's 4 attention heads"), std::string::npos) << heads;
   EXPECT_NE(heads.find("job.toml:"), std::string::npos) << heads;
   EXPECT_EQ(error_of(toml("fsdp2", 2, "cp = 4\n"), 4), "");  // 2 kv heads repeated over 4 cp ranks
-  const std::string ring = error_of(toml("fsdp2", 2, "cp = 2\n", "[dist_config]\ncp_mode = \"ring\"\n"), 2);
-  EXPECT_NE(ring.find("ring attention is not built yet"), std::string::npos) << ring;
-  EXPECT_EQ(error_of(toml("fsdp2", 2, "cp = 1\n", "[dist_config]\ncp_mode = \"ring\"\n"), 1), "");  // no effect at cp 1
+  // Ring attention keeps every head on every rank: any cp.
+  EXPECT_EQ(error_of(toml("ddp", 4, "cp = 8\n", "[dist_config]\ncp_mode = \"ring\"\n"), 8), "");
 }
 
 TEST(ContextParallelPlan, EachRankHoldsItsChunksActivations) {

@@ -450,7 +450,7 @@ def placement(args, ranks, on_gpu):
 
 def micro_batch(label, ranks):
     """Sequences per rank per micro-step so that every row trains 8 sequences a step."""
-    data_parallel = 1 if label.startswith("megatron") else ranks
+    data_parallel = 1 if label.startswith("megatron") or label.endswith("cp2") else ranks
     return f"per_device_train_batch_size={4 // data_parallel}"
 
 

@@ -62,8 +62,9 @@ struct AttentionInputs {
   at::Tensor cos, sin, mask;
   std::uint64_t dropout_seed = 0;  // the LoRA dropout masks' seed of this forward (0: none)
   // Context parallelism (context_parallel.h): the layers see this rank's chunk of the sequences;
-  // cos/sin are the chunk's, mask (and the causal order) the whole padded sequences'. Null: none.
-  SequenceExchange* cp = nullptr;
+  // cos/sin are the chunk's rows; Ulysses: mask (and the causal order) the whole padded
+  // sequences'; ring: undefined, the split's positions and segments say. group null: none.
+  ContextSplit cp;
 };
 
 // The communication a model's forward calls at its tensor-parallel points. The defaults are one

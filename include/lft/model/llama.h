@@ -33,7 +33,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   // segment_mask the whole padded sequences'; q, k, v are exchanged for whole sequences of a share
   // of the heads around the attention itself.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                     const at::Tensor& segment_mask = {}, SequenceExchange* cp = nullptr);
+                     const at::Tensor& segment_mask = {}, const ContextSplit& cp = {});
   // The tensor-parallel role of parameter `name` ("q_proj.weight").
   virtual TpSplit tp_split(const std::string& name) const;
   // Saved for backward per token on one of `tp` ranks: rotated q, k and v, the attention output

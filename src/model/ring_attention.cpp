@@ -1,0 +1,128 @@
+// Ring attention (context_parallel.h): this rank's queries attend to every rank's key/value block
+// as the blocks travel around the cp group, accumulated with an online softmax (the running
+// log-sum-exp of each query row); backward recomputes each block's probabilities from the saved
+// log-sum-exp and sends the blocks' gradients around the ring with them, one more hop at the end
+// bringing each home. Fp32 accumulation for 16-bit inputs.
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include <cmath>
+#include <limits>
+
+#include "lft/model/context_parallel.h"
+
+namespace lft::model {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Query rows at `qpos` see keys at `kpos`: causal, within `window` (> 0), within segments.
+at::Tensor block_mask(const at::Tensor& qpos, const at::Tensor& kpos, const at::Tensor& segments, std::int64_t window) {
+  const at::Tensor qi = qpos.unsqueeze(1), kj = kpos.unsqueeze(0);
+  at::Tensor m = kj <= qi;
+  if (window > 0) m = m.logical_and((qi - kj) < window);
+  m = m.view({1, 1, qpos.size(0), kpos.size(0)});
+  if (segments.defined() && segments.numel() > 0) {
+    const at::Tensor sq = segments.index_select(1, qpos), sk = segments.index_select(1, kpos);
+    m = m.logical_and(sq.unsqueeze(2).eq(sk.unsqueeze(1)).unsqueeze(1));
+  }
+  return m;
+}
+
+// Masked scaled scores of q [B, H, t, d] against k [B, H, t, d].
+at::Tensor scores(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask, double scale) {
+  return at::matmul(q, k.transpose(-1, -2)).mul_(scale).masked_fill_(mask.logical_not(), -std::numeric_limits<double>::infinity());
+}
+
+at::Tensor finite_or_zero(const at::Tensor& x) { return at::where(at::isinf(x), at::zeros_like(x), x); }
+
+at::ScalarType accumulation_type(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+
+struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& positions, const at::Tensor& segments, std::int64_t group_address,
+                            std::int64_t window) {
+    SequenceExchange& group = *reinterpret_cast<SequenceExchange*>(group_address);
+    const int n = group.size(), me = group.rank();
+    const auto acc = accumulation_type(q);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    const at::Tensor qf = q.to(acc), qpos = positions[me];
+    at::Tensor kv = at::stack({k, v}).to(acc).contiguous();
+    at::Tensor out = at::zeros(qf.sizes(), qf.options());
+    at::Tensor lse = at::full({q.size(0), q.size(1), q.size(2)}, -std::numeric_limits<double>::infinity(), qf.options());
+    for (int s = 0; s < n; ++s) {
+      const int src = (me - s + n) % n;
+      const at::Tensor S = scores(qf, kv[0], block_mask(qpos, positions[src], segments, window), scale);
+      const at::Tensor block_lse = at::logsumexp(S, -1);
+      const at::Tensor p = at::exp(S - finite_or_zero(block_lse).unsqueeze(-1));
+      const at::Tensor merged = finite_or_zero(at::logaddexp(lse, block_lse));
+      out = out * at::exp(lse - merged).unsqueeze(-1) + at::matmul(p, kv[1]) * at::exp(block_lse - merged).unsqueeze(-1);
+      lse = at::logaddexp(lse, block_lse);
+      if (s + 1 < n) {
+        at::Tensor next = at::empty_like(kv);
+        group.shift(kv, next);
+        kv = next;
+      }
+    }
+    ctx->save_for_backward({q, k, v, out, lse, positions, segments});
+    ctx->saved_data["group"] = group_address;
+    ctx->saved_data["window"] = window;
+    return out.to(q.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4], &positions = saved[5],
+                     &segments = saved[6];
+    SequenceExchange& group = *reinterpret_cast<SequenceExchange*>(ctx->saved_data["group"].toInt());
+    const std::int64_t window = ctx->saved_data["window"].toInt();
+    const int n = group.size(), me = group.rank();
+    const auto acc = accumulation_type(q);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+    const at::Tensor dout = grads[0].to(acc), qf = q.to(acc), qpos = positions[me];
+    const at::Tensor delta = (dout * out).sum(-1, /*keepdim=*/true);
+    const at::Tensor row_lse = finite_or_zero(lse).unsqueeze(-1);
+    at::Tensor dq = at::zeros(qf.sizes(), qf.options());
+    // The block this rank holds and the gradient it has gathered so far, travelling together.
+    at::Tensor held = at::cat({at::stack({k, v}).to(acc), at::zeros({2, k.size(0), k.size(1), k.size(2), k.size(3)}, qf.options())})
+                          .contiguous();
+    for (int s = 0; s < n; ++s) {
+      const int src = (me - s + n) % n;
+      const at::Tensor S = scores(qf, held[0], block_mask(qpos, positions[src], segments, window), scale);
+      const at::Tensor p = at::exp(S - row_lse);
+      const at::Tensor dp = at::matmul(dout, held[1].transpose(-1, -2));
+      const at::Tensor ds = p * (dp - delta);
+      dq.add_(at::matmul(ds, held[0]), scale);
+      held[2].add_(at::matmul(ds.transpose(-1, -2), qf), scale);
+      held[3].add_(at::matmul(p.transpose(-1, -2), dout));
+      if (s + 1 < n) {
+        at::Tensor next = at::empty_like(held);
+        group.shift(held, next);
+        held = next;
+      }
+    }
+    at::Tensor mine = held.narrow(0, 2, 2).contiguous();  // the gradient of rank me + 1's block
+    if (n > 1) {
+      at::Tensor home = at::empty_like(mine);
+      group.shift(mine, home);
+      mine = home;
+    }
+    return {dq.to(q.scalar_type()), mine[0].to(k.scalar_type()), mine[1].to(v.scalar_type()), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor ring_attention(const ContextSplit& split, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          std::int64_t window) {
+  TORCH_CHECK(split.group != nullptr && split.positions.defined(), "ring_attention: no ring split");
+  TORCH_CHECK(k.sizes() == q.sizes() && v.sizes() == q.sizes(), "ring_attention: q ", q.sizes(), ", k ", k.sizes(),
+              ", v ", v.sizes(), " must have one shape");
+  const at::Tensor segments = split.segment_ids.defined() ? split.segment_ids : at::empty({0}, split.positions.options());
+  return RingAttentionFunction::apply(q, k, v, split.positions, segments, reinterpret_cast<std::int64_t>(split.group),
+                                      window);
+}
+
+}  // namespace lft::model
