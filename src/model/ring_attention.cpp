@@ -2,10 +2,12 @@
 // as the blocks travel around the cp group, accumulated with an online softmax (the running
 // log-sum-exp of each query row); backward recomputes each block's probabilities from the saved
 // log-sum-exp and sends the blocks' gradients around the ring with them, one more hop at the end
-// bringing each home. Fp32 accumulation for 16-bit inputs.
+// bringing each home. Fp32 accumulation for 16-bit inputs. Query rows go in tiles, so a block's
+// scores never take more than kTileRows x chunk per head.
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -39,6 +41,14 @@ at::Tensor finite_or_zero(const at::Tensor& x) { return at::where(at::isinf(x), 
 
 at::ScalarType accumulation_type(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
 
+constexpr std::int64_t kTileRows = 128;
+
+// f(begin, rows) over the query rows of a chunk of t, kTileRows at a time.
+template <typename F>
+void for_row_tiles(std::int64_t t, F&& f) {
+  for (std::int64_t r = 0; r < t; r += kTileRows) f(r, std::min(kTileRows, t - r));
+}
+
 struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             const at::Tensor& positions, const at::Tensor& segments, std::int64_t group_address,
@@ -53,12 +63,17 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     at::Tensor lse = at::full({q.size(0), q.size(1), q.size(2)}, -std::numeric_limits<double>::infinity(), qf.options());
     for (int s = 0; s < n; ++s) {
       const int src = (me - s + n) % n;
-      const at::Tensor S = scores(qf, kv[0], block_mask(qpos, positions[src], segments, window), scale);
-      const at::Tensor block_lse = at::logsumexp(S, -1);
-      const at::Tensor p = at::exp(S - finite_or_zero(block_lse).unsqueeze(-1));
-      const at::Tensor merged = finite_or_zero(at::logaddexp(lse, block_lse));
-      out = out * at::exp(lse - merged).unsqueeze(-1) + at::matmul(p, kv[1]) * at::exp(block_lse - merged).unsqueeze(-1);
-      lse = at::logaddexp(lse, block_lse);
+      for_row_tiles(q.size(2), [&](std::int64_t r0, std::int64_t rows) {
+        const at::Tensor S = scores(qf.narrow(2, r0, rows), kv[0],
+                                    block_mask(qpos.narrow(0, r0, rows), positions[src], segments, window), scale);
+        const at::Tensor block_lse = at::logsumexp(S, -1), tile_lse = lse.narrow(2, r0, rows);
+        const at::Tensor p = at::exp(S - finite_or_zero(block_lse).unsqueeze(-1));
+        const at::Tensor merged = finite_or_zero(at::logaddexp(tile_lse, block_lse));
+        at::Tensor tile_out = out.narrow(2, r0, rows);
+        tile_out.copy_(tile_out * at::exp(tile_lse - merged).unsqueeze(-1) +
+                       at::matmul(p, kv[1]) * at::exp(block_lse - merged).unsqueeze(-1));
+        tile_lse.copy_(at::logaddexp(tile_lse, block_lse));
+      });
       if (s + 1 < n) {
         at::Tensor next = at::empty_like(kv);
         group.shift(kv, next);
@@ -89,13 +104,17 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
                           .contiguous();
     for (int s = 0; s < n; ++s) {
       const int src = (me - s + n) % n;
-      const at::Tensor S = scores(qf, held[0], block_mask(qpos, positions[src], segments, window), scale);
-      const at::Tensor p = at::exp(S - row_lse);
-      const at::Tensor dp = at::matmul(dout, held[1].transpose(-1, -2));
-      const at::Tensor ds = p * (dp - delta);
-      dq.add_(at::matmul(ds, held[0]), scale);
-      held[2].add_(at::matmul(ds.transpose(-1, -2), qf), scale);
-      held[3].add_(at::matmul(p.transpose(-1, -2), dout));
+      for_row_tiles(q.size(2), [&](std::int64_t r0, std::int64_t rows) {
+        const at::Tensor q_tile = qf.narrow(2, r0, rows), dout_tile = dout.narrow(2, r0, rows);
+        const at::Tensor S = scores(q_tile, held[0], block_mask(qpos.narrow(0, r0, rows), positions[src], segments, window),
+                                    scale);
+        const at::Tensor p = at::exp(S - row_lse.narrow(2, r0, rows));
+        const at::Tensor dp = at::matmul(dout_tile, held[1].transpose(-1, -2));
+        const at::Tensor ds = p * (dp - delta.narrow(2, r0, rows));
+        dq.narrow(2, r0, rows).add_(at::matmul(ds, held[0]), scale);
+        held[2].add_(at::matmul(ds.transpose(-1, -2), q_tile), scale);
+        held[3].add_(at::matmul(p.transpose(-1, -2), dout_tile));
+      });
       if (s + 1 < n) {
         at::Tensor next = at::empty_like(held);
         group.shift(held, next);

@@ -153,8 +153,9 @@ TEST(MemoryEstimate, DpoIsSftOnTwiceTheSequences) {
 
 // Context parallelism on a long sequence (one of 4096 tokens a step): a step's transient peak
 // (activations, gradients, the exchanges' buffers: measured from after a first step, when the
-// optimizer state exists) at cp 4 is about a quarter of the one-rank run's (0.285 measured), and
-// the cp run's estimate stays within 15% of its measured total.
+// optimizer state exists) at cp 4 is about a quarter of the one-rank run's (measured 0.287 with
+// Ulysses, 0.321 with ring attention), and the cp runs' estimates stay within 15% of their
+// measured totals.
 TEST(MemoryEstimate, ContextParallelHoldsAQuarterOfTheActivations) {
   ASSERT_TRUE(cpu_memory_counter_installed());
   if (world().size() != 4) GTEST_SKIP() << "runs at 4 ranks";
@@ -185,18 +186,24 @@ TEST(MemoryEstimate, ContextParallelHoldsAQuarterOfTheActivations) {
   MpiCommunicator self(MPI_COMM_SELF, "self", false);
   const auto one = measure(toml("none", ""), self);
   const auto cp4 = measure(toml("ddp", "[mesh]\ncp = 4\n"), world());
-  const double ratio = cp4[0] / one[0];
+  const auto ring4 = measure(toml("ddp", "[mesh]\ncp = 4\n[dist_config]\ncp_mode = \"ring\"\n"), world());
+  const double ratio = cp4[0] / one[0], ring_ratio = ring4[0] / one[0];
   if (world().rank() == 0)
-    std::printf("[ memory ] cp 4 vs one rank, 4096 tokens: step peak %.2f vs %.2f MiB (%.3f)\n", cp4[0] / 1048576.0,
-                one[0] / 1048576.0, ratio);
+    std::printf("[ memory ] cp 4 vs one rank, 4096 tokens: step peak %.2f (ulysses), %.2f (ring) vs %.2f MiB (%.3f, %.3f)\n",
+                cp4[0] / 1048576.0, ring4[0] / 1048576.0, one[0] / 1048576.0, ratio, ring_ratio);
+  // A quarter, plus what the exchanges hold (ring: the travelling block, a tile of scores, the
+  // repeated kv heads).
   EXPECT_GT(ratio, 0.2);
-  EXPECT_LT(ratio, 0.32);
+  EXPECT_LT(ratio, 0.35);
+  EXPECT_GT(ring_ratio, 0.2);
+  EXPECT_LT(ring_ratio, 0.35);
   // The one-rank estimate at 4096 tokens is 34% above its measured peak (the activation terms are
   // sized for short sequences; issue 33's memory item), so only the cp run is held to 15% here.
   if (world().rank() == 0)
     std::printf("[ memory ] none, 4096 tokens: estimate %.2f MiB, measured %.2f MiB\n", one[2] / 1048576.0,
                 one[1] / 1048576.0);
   expect_close("ddp cp 4, 4096 tokens", {cp4[2], cp4[1]}, 4);
+  expect_close("ddp cp 4 ring, 4096 tokens", {ring4[2], ring4[1]}, 4);
 }
 
 // Offload: the same bytes in all, but on a GPU the device holds only the gathered parameters, the
