@@ -205,6 +205,7 @@ at::Tensor CausalLM::forward_chunk_units(std::int64_t begin, std::int64_t end, c
     in.cp.group = cp_;
     if (ring) {
       in.cp.positions = c.positions;
+      in.cp.host_positions = c.host_positions;
       in.cp.segment_ids = c.segment_ids;
     }
     // Each chunk draws its own LoRA dropout masks.

@@ -88,17 +88,18 @@ SequenceChunk sequence_chunk(const SequenceExchange& group, const at::Tensor& in
   c.chunk = chunk_length(c.length, group.size(), multiple, group.ring());
   c.padded = c.chunk * n;
   c.rank = group.rank();
-  const auto longs = at::TensorOptions().dtype(at::kLong).device(input_ids.device());
+  const auto longs = at::TensorOptions().dtype(at::kLong);
   if (group.ring()) {  // rank r: pieces r and 2n-1-r of 2n
     const std::int64_t half = c.chunk / 2;
     std::vector<at::Tensor> rows;
     for (std::int64_t r = 0; r < n; ++r)
       rows.push_back(at::cat({at::arange(r * half, (r + 1) * half, longs),
                               at::arange((2 * n - 1 - r) * half, (2 * n - r) * half, longs)}));
-    c.positions = at::stack(rows);
+    c.host_positions = at::stack(rows);
   } else {
-    c.positions = at::arange(c.padded, longs).view({n, c.chunk});
+    c.host_positions = at::arange(c.padded, longs).view({n, c.chunk});
   }
+  c.positions = c.host_positions.to(input_ids.device());
   c.input_ids = at::constant_pad_nd(input_ids, {0, c.padded + 1 - c.length}, 0);
   if (segment_ids.defined()) {
     const at::Tensor fresh = segment_ids.amax(1, /*keepdim=*/true) + 1;  // the padding's own segment

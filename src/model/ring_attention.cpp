@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "lft/model/context_parallel.h"
 
@@ -43,6 +45,17 @@ at::ScalarType accumulation_type(const at::Tensor& t) { return t.scalar_type() =
 
 constexpr std::int64_t kTileRows = 128;
 
+// From the host's copy of the positions: each rank's first position and this rank's positions,
+// so a tile whose queries all come before a block's first key is skipped (nothing visible).
+std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> causal_bounds(const at::Tensor& host_positions, int me) {
+  const auto p = host_positions.accessor<std::int64_t, 2>();
+  std::vector<std::int64_t> first(static_cast<std::size_t>(p.size(0))), mine(static_cast<std::size_t>(p.size(1)));
+  for (std::int64_t r = 0; r < p.size(0); ++r) first[static_cast<std::size_t>(r)] = p[r][0];
+  // Positions rise along a chunk: the largest up to row i is row i's.
+  for (std::int64_t i = 0; i < p.size(1); ++i) mine[static_cast<std::size_t>(i)] = p[me][i];
+  return {first, mine};
+}
+
 // f(begin, rows) over the query rows of a chunk of t, kTileRows at a time.
 template <typename F>
 void for_row_tiles(std::int64_t t, F&& f) {
@@ -51,10 +64,11 @@ void for_row_tiles(std::int64_t t, F&& f) {
 
 struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& positions, const at::Tensor& segments, std::int64_t group_address,
-                            std::int64_t window) {
+                            const at::Tensor& positions, const at::Tensor& host_positions, const at::Tensor& segments,
+                            std::int64_t group_address, std::int64_t window) {
     SequenceExchange& group = *reinterpret_cast<SequenceExchange*>(group_address);
     const int n = group.size(), me = group.rank();
+    const auto [first_key, last_query] = causal_bounds(host_positions, me);
     const auto acc = accumulation_type(q);
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
     const at::Tensor qf = q.to(acc), qpos = positions[me];
@@ -64,8 +78,9 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     for (int s = 0; s < n; ++s) {
       const int src = (me - s + n) % n;
       for_row_tiles(q.size(2), [&](std::int64_t r0, std::int64_t rows) {
-        const at::Tensor S = scores(qf.narrow(2, r0, rows), kv[0],
-                                    block_mask(qpos.narrow(0, r0, rows), positions[src], segments, window), scale);
+        if (first_key[src] > last_query[r0 + rows - 1]) return;  // every key of the block after these queries
+        const at::Tensor mask = block_mask(qpos.narrow(0, r0, rows), positions[src], segments, window);
+        const at::Tensor S = scores(qf.narrow(2, r0, rows), kv[0], mask, scale);
         const at::Tensor block_lse = at::logsumexp(S, -1), tile_lse = lse.narrow(2, r0, rows);
         const at::Tensor p = at::exp(S - finite_or_zero(block_lse).unsqueeze(-1));
         const at::Tensor merged = finite_or_zero(at::logaddexp(tile_lse, block_lse));
@@ -80,7 +95,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
         kv = next;
       }
     }
-    ctx->save_for_backward({q, k, v, out, lse, positions, segments});
+    ctx->save_for_backward({q, k, v, out, lse, positions, segments, host_positions});
     ctx->saved_data["group"] = group_address;
     ctx->saved_data["window"] = window;
     return out.to(q.scalar_type());
@@ -93,6 +108,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     SequenceExchange& group = *reinterpret_cast<SequenceExchange*>(ctx->saved_data["group"].toInt());
     const std::int64_t window = ctx->saved_data["window"].toInt();
     const int n = group.size(), me = group.rank();
+    const auto [first_key, last_query] = causal_bounds(saved[7], me);
     const auto acc = accumulation_type(q);
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
     const at::Tensor dout = grads[0].to(acc), qf = q.to(acc), qpos = positions[me];
@@ -105,9 +121,10 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
     for (int s = 0; s < n; ++s) {
       const int src = (me - s + n) % n;
       for_row_tiles(q.size(2), [&](std::int64_t r0, std::int64_t rows) {
+        if (first_key[src] > last_query[r0 + rows - 1]) return;
+        const at::Tensor mask = block_mask(qpos.narrow(0, r0, rows), positions[src], segments, window);
         const at::Tensor q_tile = qf.narrow(2, r0, rows), dout_tile = dout.narrow(2, r0, rows);
-        const at::Tensor S = scores(q_tile, held[0], block_mask(qpos.narrow(0, r0, rows), positions[src], segments, window),
-                                    scale);
+        const at::Tensor S = scores(q_tile, held[0], mask, scale);
         const at::Tensor p = at::exp(S - row_lse.narrow(2, r0, rows));
         const at::Tensor dp = at::matmul(dout_tile, held[1].transpose(-1, -2));
         const at::Tensor ds = p * (dp - delta.narrow(2, r0, rows));
@@ -128,7 +145,7 @@ struct RingAttentionFunction : torch::autograd::Function<RingAttentionFunction> 
       mine = home;
     }
     return {dq.to(q.scalar_type()), mine[0].to(k.scalar_type()), mine[1].to(v.scalar_type()), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+            at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -140,8 +157,8 @@ at::Tensor ring_attention(const ContextSplit& split, const at::Tensor& q, const 
   TORCH_CHECK(k.sizes() == q.sizes() && v.sizes() == q.sizes(), "ring_attention: q ", q.sizes(), ", k ", k.sizes(),
               ", v ", v.sizes(), " must have one shape");
   const at::Tensor segments = split.segment_ids.defined() ? split.segment_ids : at::empty({0}, split.positions.options());
-  return RingAttentionFunction::apply(q, k, v, split.positions, segments, reinterpret_cast<std::int64_t>(split.group),
-                                      window);
+  return RingAttentionFunction::apply(q, k, v, split.positions, split.host_positions, segments,
+                                      reinterpret_cast<std::int64_t>(split.group), window);
 }
 
 }  // namespace lft::model

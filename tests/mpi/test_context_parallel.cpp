@@ -72,7 +72,8 @@ TEST(ContextParallel, RingAttentionIsAttentionOverTheWholeSequence) {
   for (const auto& [label, segmented, window] : {std::tuple<const char*, bool, std::int64_t>{"causal", false, 0},
                                                  {"segments", true, 0}, {"window 3", false, 3}}) {
     SCOPED_TRACE(label);
-    model::ContextSplit split{&group, chunk.positions, segmented ? segments.unsqueeze(0).expand({b, p}).contiguous() : at::Tensor()};
+    model::ContextSplit split{&group, chunk.positions, chunk.host_positions,
+                              segmented ? segments.unsqueeze(0).expand({b, p}).contiguous() : at::Tensor()};
     const at::Tensor mine = chunk.local_positions();
     at::Tensor ql = q.index_select(2, mine).requires_grad_(), kl = k.index_select(2, mine).requires_grad_(),
                vl = v.index_select(2, mine).requires_grad_();

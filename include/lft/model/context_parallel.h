@@ -43,6 +43,7 @@ struct SequenceChunk {
   at::Tensor input_ids;    // [B, padded + 1]: one more pad, the last chunk's last target
   at::Tensor segment_ids;  // [B, padded] (a fresh segment for the padding), or undefined
   at::Tensor positions;    // [size, chunk] int64: the sequence positions rank r holds, in order
+  at::Tensor host_positions;  // the same on the CPU (what ring attention may skip, without a sync)
   std::int64_t length = 0, padded = 0, chunk = 0;
   int rank = 0;
 
@@ -59,7 +60,7 @@ std::int64_t chunk_length(std::int64_t length, int ranks, std::int64_t multiple 
 // for ring attention every rank's positions and the whole padded segment ids (undefined: none).
 struct ContextSplit {
   SequenceExchange* group = nullptr;
-  at::Tensor positions, segment_ids;
+  at::Tensor positions, host_positions, segment_ids;
 };
 
 // Ring attention of this rank's queries over every rank's keys and values: q, k, v
