@@ -108,14 +108,7 @@ std::string run_toml(const std::string& engine, int micro, int accum, int kv_hea
 }
 
 std::vector<std::pair<double, double>> steps_of(const std::string& toml, MpiCommunicator& comm) {
-  std::unique_ptr<DeviceMesh> mesh;
-  auto trainer = make_trainer(toml, comm, mesh);
-  std::vector<std::pair<double, double>> out;
-  for (int i = 0; i < kSteps; ++i) {
-    const train::StepResult r = trainer->step();
-    out.emplace_back(r.loss, r.grad_norm);
-  }
-  return out;
+  return test::losses_and_grad_norms(toml, comm, kSteps);
 }
 
 struct Case {

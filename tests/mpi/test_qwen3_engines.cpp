@@ -72,17 +72,9 @@ std::string run_toml(const std::string& folder, const std::string& engine, int m
          "max_steps = 20\nseed = 7\n" + extra;
 }
 
-// Per step: the loss and the gradient norm (which sees every parameter's gradient, the q/k
-// norms' too, where the loss after a few Adam steps barely does).
+// Per step: the loss and the gradient norm (the q/k norms' gradients too).
 std::vector<std::pair<double, double>> steps_of(const std::string& toml, MpiCommunicator& comm) {
-  std::unique_ptr<DeviceMesh> mesh;
-  auto trainer = make_trainer(toml, comm, mesh);
-  std::vector<std::pair<double, double>> out;
-  for (int i = 0; i < kSteps; ++i) {
-    const train::StepResult r = trainer->step();
-    out.emplace_back(r.loss, r.grad_norm);
-  }
-  return out;
+  return test::losses_and_grad_norms(toml, comm, kSteps);
 }
 
 struct Case {

@@ -4,6 +4,7 @@
 #include <list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "lft/comm/mpi_communicator.h"
@@ -36,6 +37,20 @@ inline std::vector<double> train_losses(const std::string& toml, MpiCommunicator
   std::vector<double> losses;
   for (int i = 0; i < steps; ++i) losses.push_back(trainer->step().loss);
   return losses;
+}
+
+// Per step of the first `steps`: the loss and the gradient norm (which sees every parameter's
+// gradient, where the loss after a few Adam steps barely does).
+inline std::vector<std::pair<double, double>> losses_and_grad_norms(const std::string& toml, MpiCommunicator& comm,
+                                                                    int steps) {
+  std::unique_ptr<DeviceMesh> mesh;
+  auto trainer = make_trainer(toml, comm, mesh);
+  std::vector<std::pair<double, double>> out;
+  for (int i = 0; i < steps; ++i) {
+    const train::StepResult r = trainer->step();
+    out.emplace_back(r.loss, r.grad_norm);
+  }
+  return out;
 }
 
 }  // namespace lft::test
