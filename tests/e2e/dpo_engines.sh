@@ -2,7 +2,7 @@
 # dpo_engines.sh BUILD_DIR TINY_MODEL: stage dpo on every engine and layout equals the one-rank run
 # (fp32, same starting weights and pairs): the loss and logps/chosen within 1e-6 at step 1 and 1e-5
 # after, rewards/accuracies equal; full, LoRA and freeze; sigmoid, ipo, hinge and the
-# reference-free orpo; a ref_model folder; context parallelism (fsdp2 and ddp with ref_model, cp 2);
+# reference-free orpo; a ref_model folder; context parallelism (Ulysses on fsdp2 and on ddp with ref_model, ring on ddp; cp 2);
 # and a full run resumed from its step-2 checkpoint (the reference rebuilt from the starting
 # weights by a second model) continues as the run that never stopped.
 #   DPO_ENGINES_KEEP=1  keep the work folder (printed)
@@ -62,6 +62,8 @@ same full_1 full_tp2
 # terms see each sequence's whole log-probability (the separate reference model too).
 run full_cp2 2 distributed=fsdp2 mesh.cp=2 gradient_accumulation_steps=4
 same full_1 full_cp2
+run full_ring2 2 distributed=ddp mesh.cp=2 dist_config.cp_mode=ring gradient_accumulation_steps=4
+same full_1 full_ring2
 run full_pp2 2 distributed=megatron mesh.pp=2 gradient_accumulation_steps=4
 same full_1 full_pp2
 run full_tp2_pp2 4 distributed=megatron mesh.tp=2 mesh.pp=2 gradient_accumulation_steps=4
