@@ -56,8 +56,8 @@ LFTRAIN_FLAGS=--check job check inputs/fsdp2.toml "${fsdp2[@]}" output_dir="$tmp
 cat "$tmp/check.out"
 expect "$tmp/check.out" "launcher   srun (PMIx)"
 expect "$tmp/check.out" "world      4 rank(s) on 2 node(s): $h1 x2, $h2 x2"
-expect "$tmp/check.out" "  $h1  ranks 0-1 (pp 0, dp_replicate 0, dp_shard 0-1, tp 0)"
-expect "$tmp/check.out" "  $h2  ranks 2-3 (pp 0, dp_replicate 1, dp_shard 0-1, tp 0)"
+expect "$tmp/check.out" "  $h1  ranks 0-1 (pp 0, dp_replicate 0, dp_shard 0-1, cp 0, tp 0)"
+expect "$tmp/check.out" "  $h2  ranks 2-3 (pp 0, dp_replicate 1, dp_shard 0-1, cp 0, tp 0)"
 expect "$tmp/check.out" "dp_shard groups (2 ranks each): each inside one host"
 expect "$tmp/check.out" "check: ok"
 
