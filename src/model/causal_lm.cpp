@@ -1,8 +1,6 @@
 // CausalLM: the units (embedding, decoder layers, head + loss), their forward over a range, and
 // where each parameter is used.
 #include "lft/model/causal_lm.h"
-
-#include "lft/model/segments.h"
 #include "lft/runtime/text.h"
 
 #include <algorithm>
@@ -27,10 +25,7 @@ at::Tensor ParallelOps::token_losses(const at::Tensor& logits, const at::Tensor&
 }
 
 at::Tensor ParallelOps::target_losses(const at::Tensor& logits, const at::Tensor& targets) {
-  const std::int64_t b = logits.size(0), t = logits.size(1), v = logits.size(2);
-  return at::cross_entropy_loss(logits.to(at::kFloat).reshape({-1, v}), targets.to(at::kLong).reshape({-1}),
-                                /*weight=*/{}, /*reduction=*/0, /*ignore_index=*/-100, 0.0)
-      .view({b, t});
+  return model::target_losses(logits, targets, /*ignore_id=*/-100);
 }
 
 CausalLM::CausalLM(const ModelConfig& config, const c10::TensorOptions& options, const BlockFactory& make_block)
@@ -112,7 +107,7 @@ double CausalLM::head_saved_elements_per_token(int tp) const {
 }
 
 AttentionInputs CausalLM::attention_inputs(const at::Tensor& input_ids, const at::Tensor& segment_ids,
-                                           const c10::TensorOptions& options) const {
+                                           const c10::TensorOptions& options, bool with_mask) const {
   AttentionInputs in;
   std::tie(in.cos, in.sin) = rotary_.cos_sin(input_ids.size(1), options);
   if (segment_ids.defined()) {
@@ -122,7 +117,7 @@ AttentionInputs CausalLM::attention_inputs(const at::Tensor& input_ids, const at
     const std::vector<std::int64_t> shape{positions.size(0), 1, positions.size(1), -1};
     in.cos = in.cos.index_select(0, positions.reshape({-1})).view(shape);
     in.sin = in.sin.index_select(0, positions.reshape({-1})).view(shape);
-    in.mask = segment_causal_mask(segment_ids);
+    if (with_mask) in.mask = segment_causal_mask(segment_ids);
   }
   return in;
 }
@@ -191,14 +186,7 @@ at::Tensor CausalLM::forward_chunk_units(std::int64_t begin, std::int64_t end, c
     // RoPE tables of the whole padded sequences, this chunk's rows of them; Ulysses attends over
     // the whole sequences (their mask), ring attention block by block from positions and segments.
     const bool ring = cp_->ring();
-    AttentionInputs in = attention_inputs(c.input_ids.narrow(1, 0, c.padded), ring ? at::Tensor() : c.segment_ids,
-                                          h.options());
-    if (ring && c.segment_ids.defined()) {  // RoPE positions restart in every segment
-      const at::Tensor seg_positions = segment_positions(c.segment_ids);
-      const std::vector<std::int64_t> shape{seg_positions.size(0), 1, seg_positions.size(1), -1};
-      in.cos = in.cos.index_select(0, seg_positions.reshape({-1})).view(shape);
-      in.sin = in.sin.index_select(0, seg_positions.reshape({-1})).view(shape);
-    }
+    AttentionInputs in = attention_inputs(c.input_ids.narrow(1, 0, c.padded), c.segment_ids, h.options(), !ring);
     const int position_dim = in.cos.dim() == 2 ? 0 : 2;
     in.cos = in.cos.index_select(position_dim, c.local_positions()).contiguous();
     in.sin = in.sin.index_select(position_dim, c.local_positions()).contiguous();

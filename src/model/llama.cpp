@@ -82,11 +82,14 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   normalize_qk(q, k);
   q = rotary_bthd(q, cos, sin);
   k = rotary_bthd(k, cos, sin);
+  // Context parallelism where the key/value heads cannot be shared out as they are: each query
+  // head gets its own copy of its key/value head.
+  auto repeat_kv = [&] {
+    k = k.repeat_interleave(heads / kv_heads, 1);
+    v = v.repeat_interleave(heads / kv_heads, 1);
+  };
   if (split.group != nullptr && split.group->ring()) {
-    if (kv_heads != heads) {  // each query head its own copy of its key/value head
-      k = k.repeat_interleave(heads / kv_heads, 1);
-      v = v.repeat_interleave(heads / kv_heads, 1);
-    }
+    if (kv_heads != heads) repeat_kv();
     const at::Tensor o = ring_attention(split, q, k, v, sliding_window_);
     return o_proj(o.transpose(1, 2).reshape({b, t, heads * head_dim_}));
   }
@@ -94,10 +97,7 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   std::int64_t heads_here = heads, kv_here = kv_heads, t_attended = t;
   if (cp != nullptr) {  // [B, heads, chunk, d] -> [B, heads / cp, whole, d]
     auto exchange = [cp](const at::Tensor& y) { return sequence_to_heads(*cp, y.transpose(1, 2)).transpose(1, 2); };
-    if (kv_heads % cp->size() != 0) {  // fewer kv heads than cp shares: each query head its own copy
-      k = k.repeat_interleave(heads / kv_heads, 1);
-      v = v.repeat_interleave(heads / kv_heads, 1);
-    }
+    if (kv_heads % cp->size() != 0) repeat_kv();  // fewer kv heads than cp shares
     q = exchange(q);
     k = exchange(k);
     v = exchange(v);

@@ -14,14 +14,18 @@ at::Tensor token_losses(const at::Tensor& logits, const at::Tensor& input_ids,
                   input_ids.size(1) == logits.size(1),
               "token_losses: input_ids ", input_ids.sizes(), " do not match logits ",
               logits.sizes());
-  const std::int64_t b = logits.size(0), t = logits.size(1), v = logits.size(2);
+  const std::int64_t b = logits.size(0), t = logits.size(1);
   if (t < 2) return at::zeros({b, 0}, logits.options().dtype(at::kFloat));
   if (at::Tensor fused = fused_token_losses(logits, input_ids, ignore_id); fused.defined()) return fused;
-  const at::Tensor pred = logits.narrow(1, 0, t - 1).to(at::kFloat).reshape({-1, v});
-  const at::Tensor target = input_ids.narrow(1, 1, t - 1).to(at::kLong).reshape({-1});
+  return target_losses(logits.narrow(1, 0, t - 1), input_ids.narrow(1, 1, t - 1), ignore_id);
+}
+
+at::Tensor target_losses(const at::Tensor& logits, const at::Tensor& targets, std::int64_t ignore_id) {
+  const std::int64_t b = logits.size(0), t = logits.size(1), v = logits.size(2);
   // reduction none (0), ignore_index -> 0 for padded targets, no label smoothing.
-  return at::cross_entropy_loss(pred, target, /*weight=*/{}, /*reduction=*/0, ignore_id, 0.0)
-      .view({b, t - 1});
+  return at::cross_entropy_loss(logits.to(at::kFloat).reshape({-1, v}), targets.to(at::kLong).reshape({-1}),
+                                /*weight=*/{}, /*reduction=*/0, ignore_id, 0.0)
+      .view({b, t});
 }
 
 at::Tensor target_mask(const at::Tensor& input_ids, std::int64_t ignore_id) {

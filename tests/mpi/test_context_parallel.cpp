@@ -20,7 +20,7 @@ using test::make_trainer;
 using test::world;
 
 TEST(ContextParallel, ExchangesAreInversesAndTheirGradientsTransposes) {
-  if (world().size() == 1) GTEST_SKIP() << "needs a cp group of 2 or more ranks";
+  LFT_REQUIRE_RANKS(2);  // a cp group of 2 or more
   engine::CommSequenceExchange group(world(), false);
   const int n = world().size();
   at::manual_seed(11 + world().rank());
@@ -57,7 +57,7 @@ TEST(ContextParallel, ExchangesAreInversesAndTheirGradientsTransposes) {
 // and the gradients of q, k and v at this rank's positions (the load-balanced pieces), causal,
 // within packed segments, and within a sliding window.
 TEST(ContextParallel, RingAttentionIsAttentionOverTheWholeSequence) {
-  if (world().size() == 1) GTEST_SKIP() << "needs a cp group of 2 or more ranks";
+  LFT_REQUIRE_RANKS(2);  // a cp group of 2 or more
   const int n = world().size();
   engine::CommSequenceExchange group(world(), true);
   const std::int64_t b = 2, h = 3, d = 4, length = 4 * n - 1;  // padded to 4n: pieces of 2

@@ -162,9 +162,10 @@ class CausalLM : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& segment_ids = {});
   // Final hidden states [B, T, hidden] -> logits (lm_head, or the embedding when tied).
   at::Tensor logits(const at::Tensor& hidden);
-  // The attention inputs of input_ids (segment_ids as above), in `options`' dtype and device.
+  // The attention inputs of input_ids (segment_ids as above), in `options`' dtype and device;
+  // with_mask false: the segments' RoPE positions without their mask (ring attention).
   AttentionInputs attention_inputs(const at::Tensor& input_ids, const at::Tensor& segment_ids,
-                                   const c10::TensorOptions& options) const;
+                                   const c10::TensorOptions& options, bool with_mask = true) const;
 
   // On: each decoder layer keeps only its input in forward and is recomputed in backward
   // (lft::model::checkpoint). Only has an effect while grad mode is on.

@@ -14,6 +14,10 @@ namespace lft::model {
 at::Tensor token_losses(const at::Tensor& logits, const at::Tensor& input_ids,
                         std::int64_t ignore_id);
 
+// Per-position loss [B, T] (float32) of logits [B, T, V] predicting targets [B, T] (int64), 0
+// where the target == ignore_id; what token_losses computes on logits[:, :-1], input_ids[:, 1:].
+at::Tensor target_losses(const at::Tensor& logits, const at::Tensor& targets, std::int64_t ignore_id);
+
 // [B, T-1] bool: true where the target input_ids[:, 1:] != ignore_id (the tokens that count).
 at::Tensor target_mask(const at::Tensor& input_ids, std::int64_t ignore_id);
 
