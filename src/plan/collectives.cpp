@@ -21,19 +21,39 @@ Collective make(const std::string& what, const std::string& group, CollKind kind
 }
 
 // A group as the mesh lays it out: ranks `stride` apart, `size` of them (device_mesh.h: tp
-// fastest, then dp_shard, dp_replicate, pp; "dp" is dp_replicate x dp_shard flattened).
+// fastest, then cp, dp_shard, dp_replicate, pp; "dp" is dp_replicate x dp_shard flattened, a
+// "_cp" suffix adds the cp ranks, which the data-parallel engines shard and reduce over too).
 struct GroupShape {
   int stride = 1;
   int size = 1;
 };
 
 GroupShape group_shape(const MeshShape& mesh, const std::string& group) {
-  const int tp = mesh[MeshDim::TP], dps = mesh[MeshDim::DPShard], dpr = mesh[MeshDim::DPReplicate];
+  const int tp = mesh[MeshDim::TP], cp = mesh[MeshDim::CP], dps = mesh[MeshDim::DPShard],
+            dpr = mesh[MeshDim::DPReplicate];
   if (group == "tp") return {1, tp};
-  if (group == "dp_shard") return {tp, dps};
-  if (group == "dp_replicate") return {tp * dps, dpr};
-  if (group == "dp") return {tp, dpr * dps};
-  return {tp * dps * dpr, mesh[MeshDim::PP]};  // "pp"
+  if (group == "cp") return {tp, cp};
+  if (group == "dp_shard") return {tp * cp, dps};
+  if (group == "dp_shard_cp") return {tp, dps * cp};
+  if (group == "dp_replicate") return {tp * cp * dps, dpr};
+  if (group == "dp_replicate_cp") return {tp, dpr * cp};  // megatron: dp_shard is 1
+  if (group == "dp") return {tp * cp, dpr * dps};
+  if (group == "dp_cp") return {tp, dpr * dps * cp};
+  return {tp * cp * dps * dpr, mesh[MeshDim::PP]};  // "pp"
+}
+
+// A data-parallel group's name, with the cp ranks when there are some.
+std::string with_cp(const Layout& l, const std::string& group) {
+  return l.mesh[MeshDim::CP] > 1 ? group + "_cp" : group;
+}
+
+// The ranks a sharded engine splits its state over: dp_shard x cp.
+int shard_ranks(const Layout& l) { return l.mesh[MeshDim::DPShard] * l.mesh[MeshDim::CP]; }
+
+// The tokens of a sequence one rank holds: its cp chunk (cutoff_len padded to a multiple of cp).
+double chunk_tokens(const StepInput& in) {
+  const std::int64_t cp = in.layout.mesh[MeshDim::CP];
+  return static_cast<double>((in.seq_len + cp - 1) / cp);
 }
 
 // The fully sharded engines (fsdp2, fsdp, ZeRO-3): every micro-batch gathers the root unit once
@@ -48,20 +68,21 @@ void fully_sharded(const StepInput& in, std::vector<Collective>& out) {
   const double cb = in.compute_bytes;
   const double layer_params = (m.params - m.root_params) / layers,
                layer_trained = (m.trained - m.root_trained) / layers;
-  const int shards = l.mesh[MeshDim::DPShard];
+  const int shards = shard_ranks(l);
+  const std::string shard_group = with_cp(l, "dp_shard");
   if (shards > 1) {
-    out.push_back(make("all-gather the root unit (embedding, norm, head)", "dp_shard", CollKind::AllGather,
+    out.push_back(make("all-gather the root unit (embedding, norm, head)", shard_group, CollKind::AllGather,
                        cb * m.root_params, mb, When::Exposed));
-    out.push_back(make("all-gather each layer before its forward", "dp_shard", CollKind::AllGather, cb * layer_params,
+    out.push_back(make("all-gather each layer before its forward", shard_group, CollKind::AllGather, cb * layer_params,
                        mb * layers, When::DuringForward, mb));
     if (l.reshard_after_forward)
-      out.push_back(make("all-gather each layer again before its backward", "dp_shard", CollKind::AllGather,
+      out.push_back(make("all-gather each layer again before its backward", shard_group, CollKind::AllGather,
                          cb * layer_params, mb * layers, When::DuringBackward, mb));
     if (layer_trained > 0)
-      out.push_back(make("reduce-scatter each layer's gradients", "dp_shard", CollKind::ReduceScatter,
+      out.push_back(make("reduce-scatter each layer's gradients", shard_group, CollKind::ReduceScatter,
                          4 * layer_trained, mb * layers, When::DuringBackward, mb));
     if (m.root_trained > 0)
-      out.push_back(make("reduce-scatter the root unit's gradients", "dp_shard", CollKind::ReduceScatter,
+      out.push_back(make("reduce-scatter the root unit's gradients", shard_group, CollKind::ReduceScatter,
                          4 * m.root_trained, mb, When::Exposed));
   }
   if (l.mesh[MeshDim::DPReplicate] > 1 && m.trained > 0)
@@ -76,23 +97,24 @@ void fully_sharded(const StepInput& in, std::vector<Collective>& out) {
 void sharded_optimizer(const StepInput& in, bool per_micro_batch, std::vector<Collective>& out) {
   const Layout& l = in.layout;
   const ModelShape& m = in.model;
-  if (l.mesh[MeshDim::DPShard] == 1 || m.trained == 0) return;
+  if (shard_ranks(l) == 1 || m.trained == 0) return;
+  const std::string shard_group = with_cp(l, "dp_shard");
   const double mb = static_cast<double>(l.accumulation),
                layers = static_cast<double>(std::max<std::int64_t>(1, m.layers));
   const double layer_trained = (m.trained - m.root_trained) / layers;
   const double reductions = per_micro_batch ? mb : 1;
   if (layer_trained > 0)
-    out.push_back(make("reduce-scatter each layer's gradients", "dp_shard", CollKind::ReduceScatter, 4 * layer_trained,
+    out.push_back(make("reduce-scatter each layer's gradients", shard_group, CollKind::ReduceScatter, 4 * layer_trained,
                        reductions * layers, per_micro_batch ? When::DuringBackward : When::DuringLastBackward,
                        reductions));
   if (m.root_trained > 0) {
-    out.push_back(make("reduce-scatter the root unit's gradients", "dp_shard", CollKind::ReduceScatter,
+    out.push_back(make("reduce-scatter the root unit's gradients", shard_group, CollKind::ReduceScatter,
                        4 * m.root_trained, reductions, When::Exposed));
-    out.push_back(make("all-gather the root unit's updated fp32 shards", "dp_shard", CollKind::AllGather,
+    out.push_back(make("all-gather the root unit's updated fp32 shards", shard_group, CollKind::AllGather,
                        4 * m.root_trained, 1, When::Exposed));
   }
   if (layer_trained > 0)
-    out.push_back(make("all-gather each layer's updated fp32 shards", "dp_shard", CollKind::AllGather,
+    out.push_back(make("all-gather each layer's updated fp32 shards", shard_group, CollKind::AllGather,
                        4 * layer_trained, layers, When::DuringForward, 1));
 }
 
@@ -100,15 +122,16 @@ void sharded_optimizer(const StepInput& in, bool per_micro_batch, std::vector<Co
 // style with the distributed optimizer), and the sequence-parallel norms' gradients over tp.
 void megatron_step(const StepInput& in, std::vector<Collective>& out) {
   const Layout& l = in.layout;
-  if (l.mesh[MeshDim::DPReplicate] > 1 && in.rank_trained > 0) {
+  const std::string dp_group = with_cp(l, "dp_replicate");
+  if (l.mesh[MeshDim::DPReplicate] * l.mesh[MeshDim::CP] > 1 && in.rank_trained > 0) {
     const double bytes = 4 * in.rank_trained;
     if (l.distributed_optimizer) {
-      out.push_back(make("reduce-scatter the gradients (distributed optimizer)", "dp_replicate",
+      out.push_back(make("reduce-scatter the gradients (distributed optimizer)", dp_group,
                          CollKind::ReduceScatter, bytes, 1, When::Exposed));
       out.push_back(
-          make("all-gather the updated parameters", "dp_replicate", CollKind::AllGather, bytes, 1, When::Exposed));
+          make("all-gather the updated parameters", dp_group, CollKind::AllGather, bytes, 1, When::Exposed));
     } else {
-      out.push_back(make("all-reduce the gradients", "dp_replicate", CollKind::AllReduce, bytes, 1, When::Exposed));
+      out.push_back(make("all-reduce the gradients", dp_group, CollKind::AllReduce, bytes, 1, When::Exposed));
     }
   }
   if (l.sequence_parallel && l.mesh[MeshDim::TP] > 1) {
@@ -130,11 +153,11 @@ std::vector<Collective> data_parallel_collectives(const StepInput& in) {
     case Algorithm::Single:
       break;
     case Algorithm::Replicated:
-      if (l.mesh.dp_size() > 1 && m.trained > 0) {
+      if (l.mesh.dp_size() * l.mesh[MeshDim::CP] > 1 && m.trained > 0) {
         // One bucket's all-reduce starts when its gradients are ready; only the last micro-batch syncs.
         const double bytes = 4 * m.trained;
         const double calls = std::max(1.0, std::ceil(bytes / in.ddp_bucket_bytes));
-        out.push_back(make("all-reduce the gradients in buckets", "dp", CollKind::AllReduce, bytes / calls, calls,
+        out.push_back(make("all-reduce the gradients in buckets", with_cp(l, "dp"), CollKind::AllReduce, bytes / calls, calls,
                            When::DuringLastBackward, 1));
       }
       break;
@@ -164,7 +187,7 @@ std::vector<Collective> tensor_parallel_collectives(const StepInput& in, std::in
   const Layout& l = in.layout;
   std::vector<Collective> out;
   if (l.algorithm != Algorithm::Megatron || l.mesh[MeshDim::TP] == 1) return out;
-  const double x = static_cast<double>(l.micro_batch * in.seq_len * in.model.hidden);
+  const double x = static_cast<double>(l.micro_batch) * chunk_tokens(in) * static_cast<double>(in.model.hidden);
   const double fp32 = 4, moved16 = in.compute_bytes;
   const double reduced16 = in.cluster.reductions_upcast() ? 4.0 : moved16;
   const double n2 = 2.0 * static_cast<double>(layers);
@@ -197,6 +220,52 @@ std::vector<Collective> tensor_parallel_collectives(const StepInput& in, std::in
   return out;
 }
 
+// Ulysses, per micro-batch and decoder layer on a tensor-parallel rank's heads: q, k, v all-to-all
+// from sequence chunks to head shares before attention and the output back after, their
+// gradients the other way in the backward (and the forward's again when checkpointing recomputes
+// it), each call this rank's micro x chunk x heads x head_dim values in the compute dtype; kv heads
+// that cp does not divide are repeated per query head first. Ring attention instead shifts the
+// key/value block (kv repeated per query head, fp32) cp - 1 times forward, block and gradient
+// cp - 1 times backward and the gradient home once. The last stage gathers the per-token losses
+// over cp once per micro-batch. As tests/mpi/test_context_parallel.cpp counts them.
+std::vector<Collective> context_parallel_collectives(const StepInput& in, std::int64_t layers, bool last) {
+  const Layout& l = in.layout;
+  const ModelShape& m = in.model;
+  const int cp = l.mesh[MeshDim::CP], tp = l.mesh[MeshDim::TP];
+  std::vector<Collective> out;
+  if (cp == 1) return out;
+  const double n = static_cast<double>(layers), recomputes = l.checkpointing ? 1 : 0;
+  const std::int64_t heads = m.heads / tp;
+  const double values = static_cast<double>(l.micro_batch) * chunk_tokens(in) * static_cast<double>(m.head_dim);
+  const auto fwd = When::ForwardPath, bwd = When::BackwardPath;
+  if (l.ring) {
+    const double block = 2.0 * values * static_cast<double>(heads) * 4;
+    const double shifts = cp - 1;
+    out.push_back(make("shift the key/value block around the ring", "cp", CollKind::Send, block, n * shifts, fwd));
+    out.push_back(make("shift the block and its gradient around the ring", "cp", CollKind::Send, 2 * block,
+                       n * shifts, bwd));
+    out.push_back(make("send the key/value gradient home", "cp", CollKind::Send, block, n, bwd));
+    if (l.checkpointing)
+      out.push_back(make("shift the recomputed forward's blocks", "cp", CollKind::Send, block, n * shifts, bwd));
+  } else {
+    std::int64_t kv = m.kv_heads % tp == 0 ? m.kv_heads / tp : 1;
+    if (kv % cp != 0) kv = heads;
+    const double q_bytes = values * static_cast<double>(heads) * in.compute_bytes,
+                 kv_bytes = values * static_cast<double>(kv) * in.compute_bytes;
+    const CollKind a2a = CollKind::AllToAll;
+    out.push_back(make("all-to-all q and the attention output (sequence <-> heads)", "cp", a2a, q_bytes, 2 * n, fwd));
+    out.push_back(make("all-to-all k and v to head shares", "cp", a2a, kv_bytes, 2 * n, fwd));
+    out.push_back(make("all-to-all the gradients of q and the output", "cp", a2a, q_bytes, 2 * n * (1 + recomputes), bwd));
+    out.push_back(make("all-to-all the gradients of k and v", "cp", a2a, kv_bytes, 2 * n * (1 + recomputes), bwd));
+  }
+  if (last) {
+    const double padded = chunk_tokens(in) * cp;
+    out.push_back(make("all-gather the per-token losses over cp", "cp", CollKind::AllGather,
+                       static_cast<double>(l.micro_batch) * padded * 4, 1, fwd));
+  }
+  return out;
+}
+
 // Chunk c of stage s is virtual stage g = c pp + s: it sends activations on unless g is the
 // last, and gradients back unless g is 0; [micro, seq (/ tp with sequence parallel), hidden] fp32.
 std::vector<Collective> pipeline_collectives(const StepInput& in, int stage) {
@@ -211,7 +280,7 @@ std::vector<Collective> pipeline_collectives(const StepInput& in, int stage) {
     if (g > 0) backward += 1;
   }
   const int split = l.sequence_parallel ? l.mesh[MeshDim::TP] : 1;
-  const double bytes = 4.0 * static_cast<double>(l.micro_batch) * static_cast<double>(in.seq_len / split) *
+  const double bytes = 4.0 * static_cast<double>(l.micro_batch) * std::floor(chunk_tokens(in) / split) *
                        static_cast<double>(in.model.hidden);
   if (forward > 0) {
     out.push_back(make("send activations to the next stage", "pp", CollKind::Send, bytes, forward, When::ForwardPath));

@@ -18,6 +18,10 @@ std::vector<Collective> data_parallel_collectives(const StepInput& in);
 // layers; the first stage adds the embedding's, the last the head's and the loss's.
 std::vector<Collective> tensor_parallel_collectives(const StepInput& in, std::int64_t layers, bool first, bool last);
 
+// Context parallelism's exchanges of ONE micro-batch on a stage of `layers` decoder layers
+// (Ulysses' all-to-alls or ring attention's shifts); the last stage adds the loss gather.
+std::vector<Collective> context_parallel_collectives(const StepInput& in, std::int64_t layers, bool last);
+
 // Megatron's pipeline sends and receives of ONE micro-batch on pipeline stage `stage`.
 std::vector<Collective> pipeline_collectives(const StepInput& in, int stage);
 

@@ -44,13 +44,16 @@ StageTime stage_time(const StepInput& in, const TokenFlops& f, std::int64_t laye
   const Layout& l = in.layout;
   const bool first = stage == 0, last = stage == stages - 1;
   const double rate = in.cluster.device_tflops * 1e12 * in.cluster.mfu_ceiling * l.mesh[MeshDim::TP];
-  const double tokens = static_cast<double>(l.micro_batch * in.seq_len);
+  // A cp rank runs its chunk of each sequence, every token of which attends over the whole.
+  const std::int64_t cp = l.mesh[MeshDim::CP];
+  const double tokens = static_cast<double>(l.micro_batch * ((in.seq_len + cp - 1) / cp));
   const double n = static_cast<double>(layers);
   const double recompute = l.checkpointing ? f.layer_forward : 0.0;
   StageTime t;
   t.forward_compute = tokens * (n * f.layer_forward + (last ? f.head_forward : 0.0)) / rate;
   t.backward_compute = tokens * (n * (f.layer_backward + recompute) + (last ? f.head_backward : 0.0)) / rate;
   t.path = detail::tensor_parallel_collectives(in, layers, first, last);
+  for (Collective& c : detail::context_parallel_collectives(in, layers, last)) t.path.push_back(c);
   for (Collective& c : detail::pipeline_collectives(in, stage)) t.path.push_back(c);
   detail::time_collectives(in, t.path);
   for (const Collective& c : t.path) (c.when == When::ForwardPath ? t.forward_comm : t.backward_comm) += c.seconds;

@@ -19,10 +19,11 @@ bool wanted(const LayoutSpace& s, const std::string& engine) {
   return s.engines.empty() || std::find(s.engines.begin(), s.engines.end(), engine) != s.engines.end();
 }
 
-// The engine variants a mesh allows; micro-batch, accumulation and checkpointing come later.
-std::vector<Layout> variants(const LayoutSpace& s, const MeshShape& mesh) {
-  const int pp = mesh[MeshDim::PP], dpr = mesh[MeshDim::DPReplicate], dps = mesh[MeshDim::DPShard],
-            tp = mesh[MeshDim::TP];
+// The engine variants a mesh allows; micro-batch, accumulation and checkpointing come later. The
+// data-parallel engines shard (or replicate) over dp x cp, megatron's dp group is dp_replicate x cp.
+std::vector<Layout> engine_variants(const LayoutSpace& s, const MeshShape& mesh) {
+  const int pp = mesh[MeshDim::PP], dpr = mesh[MeshDim::DPReplicate], tp = mesh[MeshDim::TP];
+  const int shards = mesh[MeshDim::DPShard] * mesh[MeshDim::CP];
   auto make = [&](const std::string& engine, Algorithm algorithm) {
     Layout l;
     l.engine = engine;
@@ -33,26 +34,27 @@ std::vector<Layout> variants(const LayoutSpace& s, const MeshShape& mesh) {
   std::vector<Layout> out;
   if (s.world == 1) return {make("none", Algorithm::Single)};
   const bool data_parallel_only = pp == 1 && tp == 1;
-  if (data_parallel_only && dps == 1 && wanted(s, "ddp")) out.push_back(make("ddp", Algorithm::Replicated));
-  if (data_parallel_only && dps > 1 && wanted(s, "fsdp2"))
+  if (data_parallel_only && mesh[MeshDim::DPShard] == 1 && wanted(s, "ddp"))
+    out.push_back(make("ddp", Algorithm::Replicated));
+  if (data_parallel_only && shards > 1 && wanted(s, "fsdp2"))
     for (const bool reshard : {true, false}) {
       Layout l = make("fsdp2", Algorithm::FullyShardedData);
       l.reshard_after_forward = reshard;
       out.push_back(l);
     }
   // ZeRO-3 is fsdp2's algorithm on flat buffers: the planner leaves it to fsdp2.
-  if (data_parallel_only && dpr == 1 && dps > 1 && wanted(s, "deepspeed"))
+  if (data_parallel_only && dpr == 1 && shards > 1 && wanted(s, "deepspeed"))
     for (const int stage : {1, 2}) {
       Layout l = make("deepspeed", stage == 1 ? Algorithm::ShardedOptimizer : Algorithm::ShardedGradients);
       l.zero_stage = stage;
       out.push_back(l);
     }
-  if (dps == 1 && pp <= s.layers && wanted(s, "megatron")) {
+  if (mesh[MeshDim::DPShard] == 1 && pp <= s.layers && wanted(s, "megatron")) {
     // Sequence parallel and the distributed optimizer move the same bytes as their alternatives
     // and keep less in memory, so the planner always takes them where they apply.
     Layout l = make("megatron", Algorithm::Megatron);
     l.sequence_parallel = tp > 1;
-    l.distributed_optimizer = dpr > 1;
+    l.distributed_optimizer = dpr * mesh[MeshDim::CP] > 1;
     out.push_back(l);
     if (pp > 1)
       for (int v = 2; v <= 8; ++v)
@@ -66,6 +68,42 @@ std::vector<Layout> variants(const LayoutSpace& s, const MeshShape& mesh) {
   return out;
 }
 
+// Each engine variant, and with cp > 1 each as Ulysses and as ring attention.
+std::vector<Layout> variants(const LayoutSpace& s, const MeshShape& mesh) {
+  std::vector<Layout> out;
+  for (const Layout& l : engine_variants(s, mesh)) {
+    out.push_back(l);
+    if (mesh[MeshDim::CP] > 1) {
+      Layout ring = l;
+      ring.ring = true;
+      out.push_back(ring);
+    }
+  }
+  return out;
+}
+
+// pp x dp_replicate x dp_shard x cp x tp = world, tp inside a node, cp only for long sequences.
+std::vector<MeshShape> meshes(const LayoutSpace& s) {
+  std::vector<MeshShape> out;
+  for (const std::int64_t pp : divisors(s.world))
+    for (const std::int64_t tp : divisors(s.world / pp)) {
+      if (tp > s.devices_per_node) continue;
+      for (const std::int64_t cp : divisors(s.world / pp / tp)) {
+        if (cp > 1 && s.seq_len / cp < kMinContextChunk) break;
+        for (const std::int64_t dpr : divisors(s.world / pp / tp / cp)) {
+          MeshShape mesh;
+          mesh[MeshDim::PP] = static_cast<int>(pp);
+          mesh[MeshDim::TP] = static_cast<int>(tp);
+          mesh[MeshDim::CP] = static_cast<int>(cp);
+          mesh[MeshDim::DPReplicate] = static_cast<int>(dpr);
+          mesh[MeshDim::DPShard] = static_cast<int>(s.world / pp / tp / cp / dpr);
+          out.push_back(mesh);
+        }
+      }
+    }
+  return out;
+}
+
 // Megatron's schedules need m >= pp micro-batches, interleaved a multiple of pp.
 bool schedule_accepts(const Layout& l, std::int64_t micro_batches) {
   const int pp = l.mesh[MeshDim::PP];
@@ -76,6 +114,8 @@ bool schedule_accepts(const Layout& l, std::int64_t micro_batches) {
 
 std::string flag(bool on) { return on ? "true" : "false"; }
 
+const char* cp_mode(const Layout& l) { return l.ring ? "ring" : "ulysses"; }
+
 // The DeepSpeed JSON to paste for a ZeRO stage: the repository's examples.
 std::string deepspeed_example(int stage) {
   if (stage == 1) return "inputs/plan/ds_z1_config.json";
@@ -85,6 +125,12 @@ std::string deepspeed_example(int stage) {
 }  // namespace
 
 std::string Layout::engine_text() const {
+  std::string out = algorithm_text();
+  if (mesh[MeshDim::CP] > 1 && ring) out += " ring";
+  return out;
+}
+
+std::string Layout::algorithm_text() const {
   switch (algorithm) {
     case Algorithm::ShardedOptimizer:
     case Algorithm::ShardedGradients:
@@ -108,39 +154,30 @@ std::string Layout::engine_text() const {
 }
 
 std::string Layout::mesh_text() const {
-  return std::to_string(mesh[MeshDim::PP]) + "x" + std::to_string(mesh[MeshDim::DPReplicate]) + "x" +
-         std::to_string(mesh[MeshDim::DPShard]) + "x" + std::to_string(mesh[MeshDim::TP]);
+  std::string out;
+  for (int d = 0; d < kMeshDims; ++d) out += (d == 0 ? "" : "x") + std::to_string(mesh.sizes[d]);
+  return out;
 }
 
 std::vector<Layout> enumerate_layouts(const LayoutSpace& space) {
   std::vector<Layout> out;
-  const int world = space.world;
-  for (const std::int64_t pp : divisors(world))
-    for (const std::int64_t tp : divisors(world / pp)) {
-      if (tp > space.devices_per_node) continue;
-      for (const std::int64_t dpr : divisors(world / pp / tp)) {
-        MeshShape mesh;
-        mesh[MeshDim::PP] = static_cast<int>(pp);
-        mesh[MeshDim::TP] = static_cast<int>(tp);
-        mesh[MeshDim::DPReplicate] = static_cast<int>(dpr);
-        mesh[MeshDim::DPShard] = static_cast<int>(world / pp / tp / dpr);
-        const std::int64_t dp = mesh.dp_size();
-        if (space.global_batch % dp != 0) continue;  // the global batch must stay what it is
-        const std::int64_t share = space.global_batch / dp;
-        for (const Layout& variant : variants(space, mesh))
-          for (const std::int64_t micro : divisors(share)) {
-            if (micro > space.max_micro_batch) break;
-            if (!schedule_accepts(variant, share / micro)) continue;
-            for (const bool checkpointing : {false, true}) {
-              Layout l = variant;
-              l.micro_batch = micro;
-              l.accumulation = share / micro;
-              l.checkpointing = checkpointing;
-              out.push_back(l);
-            }
-          }
+  for (const MeshShape& mesh : meshes(space)) {
+    const std::int64_t dp = mesh.dp_size();
+    if (space.global_batch % dp != 0) continue;  // the global batch must stay what it is
+    const std::int64_t share = space.global_batch / dp;
+    for (const Layout& variant : variants(space, mesh))
+      for (const std::int64_t micro : divisors(share)) {
+        if (micro > space.max_micro_batch) break;
+        if (!schedule_accepts(variant, share / micro)) continue;
+        for (const bool checkpointing : {false, true}) {
+          Layout l = variant;
+          l.micro_batch = micro;
+          l.accumulation = share / micro;
+          l.checkpointing = checkpointing;
+          out.push_back(l);
+        }
       }
-    }
+  }
   return out;
 }
 
@@ -150,11 +187,13 @@ std::vector<std::string> layout_overrides(const Layout& l, const std::string& de
       "mesh.pp=" + std::to_string(l.mesh[MeshDim::PP]),
       "mesh.dp_replicate=" + std::to_string(l.mesh[MeshDim::DPReplicate]),
       "mesh.dp_shard=" + std::to_string(l.mesh[MeshDim::DPShard]),
+      "mesh.cp=" + std::to_string(l.mesh[MeshDim::CP]),
       "mesh.tp=" + std::to_string(l.mesh[MeshDim::TP]),
       "per_device_train_batch_size=" + std::to_string(l.micro_batch),
       "gradient_accumulation_steps=" + std::to_string(l.accumulation),
       "gradient_checkpointing=" + flag(l.checkpointing),
   };
+  if (l.mesh[MeshDim::CP] > 1) out.push_back(std::string("dist_config.cp_mode=") + cp_mode(l));
   if (l.engine == "fsdp2") out.push_back("dist_config.reshard_after_forward=" + flag(l.reshard_after_forward));
   if (l.engine == "deepspeed") out.push_back("deepspeed=" + deepspeed_json);
   if (l.algorithm == Algorithm::Megatron) {
@@ -175,14 +214,16 @@ std::string layout_config_lines(const Layout& l) {
   out += "\n[mesh]\n";
   for (int d = 0; d < kMeshDims; ++d)
     out += std::string(mesh_dim_name(static_cast<MeshDim>(d))) + " = " + std::to_string(l.mesh.sizes[d]) + "\n";
-  if (l.engine == "fsdp2" && !l.reshard_after_forward) out += "\n[dist_config]\nreshard_after_forward = false\n";
+  std::string dist;
+  if (l.mesh[MeshDim::CP] > 1) dist += std::string("cp_mode = \"") + cp_mode(l) + "\"\n";
+  if (l.engine == "fsdp2" && !l.reshard_after_forward) dist += "reshard_after_forward = false\n";
   if (l.algorithm == Algorithm::Megatron) {
-    out += "\n[dist_config]\n";
-    out += "sequence_parallel = " + flag(l.sequence_parallel) + "\n";
-    out += std::string("pipeline_schedule = \"") + engine::pipeline_schedule_name(l.schedule) + "\"\n";
-    out += "virtual_pipeline_model_parallel_size = " + std::to_string(l.virtual_stages) + "\n";
-    out += "use_distributed_optimizer = " + flag(l.distributed_optimizer) + "\n";
+    dist += "sequence_parallel = " + flag(l.sequence_parallel) + "\n";
+    dist += std::string("pipeline_schedule = \"") + engine::pipeline_schedule_name(l.schedule) + "\"\n";
+    dist += "virtual_pipeline_model_parallel_size = " + std::to_string(l.virtual_stages) + "\n";
+    dist += "use_distributed_optimizer = " + flag(l.distributed_optimizer) + "\n";
   }
+  if (!dist.empty()) out += "\n[dist_config]\n" + dist;
   return out;
 }
 

@@ -39,7 +39,7 @@ std::string batch_text(const Layout& l) {
   return format("%lld x %lld", static_cast<long long>(l.micro_batch), static_cast<long long>(l.accumulation));
 }
 
-// "fsdp2 1x1x64x1, micro 1 x 2, checkpointing"
+// "fsdp2 1x1x64x1x1, micro 1 x 2, checkpointing"
 std::string layout_name(const Layout& l) {
   return l.engine_text() + " " + l.mesh_text() + ", micro " + batch_text(l) +
          (l.checkpointing ? ", checkpointing" : "");
@@ -47,16 +47,16 @@ std::string layout_name(const Layout& l) {
 
 std::string table(const std::vector<Candidate>& ranked) {
   std::string out =
-      "  (mesh: pp x dp_replicate x dp_shard x tp; micro x accum: per_device_train_batch_size x\n"
+      "  (mesh: pp x dp_replicate x dp_shard x cp x tp; micro x accum: per_device_train_batch_size x\n"
       "  gradient_accumulation_steps; tokens/s: the whole cluster's; exposed: communication compute does not hide)\n";
   int width = 6;
   for (const Candidate& c : ranked) width = std::max(width, static_cast<int>(c.layout.engine_text().size()));
-  out += format("  %-3s %-*s %-9s %-9s %-5s %8s %8s %9s %6s %9s\n", "#", width, "engine", "mesh", "micro x", "ckpt",
+  out += format("  %-3s %-*s %-11s %-9s %-5s %8s %8s %9s %6s %9s\n", "#", width, "engine", "mesh", "micro x", "ckpt",
                 "GiB/rank", "step s", "tokens/s", "MFU", "exposed s");
   int rank = 0;
   for (const Candidate& c : ranked) {
     const StepPrediction& p = c.prediction;
-    out += format("  %-3d %-*s %-9s %-9s %-5s %8.1f %8.3f %9s %5.1f%% %9.3f\n", ++rank, width, c.layout.engine_text().c_str(),
+    out += format("  %-3d %-*s %-11s %-9s %-5s %8.1f %8.3f %9s %5.1f%% %9.3f\n", ++rank, width, c.layout.engine_text().c_str(),
                   c.layout.mesh_text().c_str(), batch_text(c.layout).c_str(), c.layout.checkpointing ? "on" : "off",
                   gib(p.memory_bytes), p.step_s, count_text(p.tokens_per_s).c_str(), 100 * p.mfu, p.exposed_comm_s);
   }

@@ -91,6 +91,7 @@ Layout config_layout(const config::Config& cfg, const engine::RunPlan& plan) {
   l.micro_batch = plan.micro_batch;
   l.accumulation = plan.accumulation;
   l.checkpointing = plan.gradient_checkpointing;
+  l.ring = cfg.string("dist_config.cp_mode") == "ring";
   if (l.engine == "none") {
     l.algorithm = Algorithm::Single;
   } else if (l.engine == "fsdp2") {
@@ -139,6 +140,9 @@ ModelShape model_shape(const model::CausalLM& m) {
   s.hidden = c.hidden_size;
   s.vocab = c.vocab_size;
   s.attention_width = c.num_attention_heads * c.head_dim();
+  s.heads = c.num_attention_heads;
+  s.kv_heads = c.num_key_value_heads;
+  s.head_dim = c.head_dim();
   s.head_trained = false;
   double matmul = 0, matmul_trained = 0;
   for (const auto& item : m.named_parameters()) {
@@ -211,6 +215,7 @@ PlanResult make_plan(const PlanRequest& r) {
   space.devices_per_node = r.cluster.devices_per_node;
   space.global_batch = result.global_batch;
   space.layers = result.model.layers;
+  space.seq_len = result.seq_len;
   space.engines = r.engines;
 
   ZeroJsonFiles zero_files;

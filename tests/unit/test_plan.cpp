@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "lft/config/config.h"
@@ -171,6 +172,53 @@ TEST(PlanCostModel, MegatronPayloadsMatchTheMeasuredFormula) {
   EXPECT_NEAR(sum_over(pp, "pp", CollKind::Recv, false), m * act, 1e-9);
 }
 
+// The exchanges tests/mpi/test_context_parallel.cpp counts at cp 2 (B = 2, cutoff 31 padded to 32,
+// chunk 16, L = 2, 4 heads of 8, 2 kv heads, fp32, 3 micro-batches), with and without
+// checkpointing; the gradients then reduce over dp x cp.
+TEST(PlanCostModel, ContextParallelPayloadsMatchTheMeasuredFormula) {
+  StepInput in;
+  in.cluster = one_node(2);
+  in.model = shape(2, 1e4, 1e4);
+  in.model.heads = 4;
+  in.model.kv_heads = 2;
+  in.model.head_dim = 8;
+  in.seq_len = 31;
+  in.compute_bytes = 4;
+  in.layout.engine = "ddp";
+  in.layout.algorithm = Algorithm::Replicated;
+  in.layout.micro_batch = 2;
+  in.layout.accumulation = 3;
+  in.layout.mesh = mesh(1, 1, 1, 1);
+  in.layout.mesh[MeshDim::CP] = 2;
+  const double B = 2, chunk = 16, padded = 32, L = 2, heads = 4, kv = 2, d = 8, m = 3;
+  for (const bool checkpointing : {false, true}) {
+    SCOPED_TRACE(checkpointing ? "checkpointing" : "no checkpointing");
+    in.layout.checkpointing = checkpointing;
+    in.layout.ring = false;
+    const StepPrediction ulysses = predict_step(in);
+    const double passes = checkpointing ? 3 : 2;
+    EXPECT_NEAR(sum_over(ulysses, "cp", CollKind::AllToAll, false),
+                m * L * passes * B * chunk * d * (2 * heads + 2 * kv) * 4, 1e-9);
+    double calls = 0;
+    for (const Collective& c : ulysses.collectives)
+      if (c.kind == CollKind::AllToAll) calls += c.calls;
+    EXPECT_EQ(calls, m * L * passes * 4);
+    EXPECT_NEAR(sum_over(ulysses, "cp", CollKind::AllGather, false), m * B * padded * 4, 1e-9);
+    EXPECT_GT(sum_over(ulysses, "dp_cp", CollKind::AllReduce, false), 0);
+    in.layout.ring = true;
+    const StepPrediction ring = predict_step(in);
+    const double block = 2 * B * chunk * heads * d * 4, forwards = checkpointing ? 2 : 1;
+    EXPECT_NEAR(sum_over(ring, "cp", CollKind::Send, false), m * L * (forwards * block + 2 * block + block), 1e-9);
+    EXPECT_EQ(sum_over(ring, "cp", CollKind::AllToAll, false), 0);
+  }
+  // Each rank computes half of every sequence.
+  in.layout.checkpointing = false;
+  in.seq_len = 32;
+  const double half = predict_step(in).compute_s;
+  in.layout.mesh[MeshDim::CP] = 1;
+  EXPECT_NEAR(half, predict_step(in).compute_s / 2, 1e-9 * half);
+}
+
 TEST(PlanCostModel, PipelineBubbleIsTheScheduleOne) {
   StepInput in;
   in.cluster = one_node(4);
@@ -257,6 +305,43 @@ TEST(PlanLayouts, EveryLayoutKeepsTheGlobalBatch) {
   }
   space.engines = {"megatron"};
   for (const Layout& l : enumerate_layouts(space)) EXPECT_EQ(l.engine, "megatron");
+}
+
+// cp only where each rank keeps kMinContextChunk tokens; then in both modes, over every engine.
+TEST(PlanLayouts, ContextParallelIsTriedForLongSequences) {
+  LayoutSpace space;
+  space.world = 8;
+  space.devices_per_node = 8;
+  space.global_batch = 8;
+  space.layers = 8;
+  space.seq_len = kMinContextChunk;
+  for (const Layout& l : enumerate_layouts(space)) EXPECT_EQ(l.mesh[MeshDim::CP], 1) << l.mesh_text();
+  space.seq_len = 4 * kMinContextChunk;
+  std::map<std::string, int> cps;  // by engine and mode: the largest cp
+  for (const Layout& l : enumerate_layouts(space)) {
+    SCOPED_TRACE(l.engine_text() + " " + l.mesh_text());
+    EXPECT_LE(l.mesh[MeshDim::CP], 4);
+    EXPECT_EQ(l.micro_batch * l.accumulation * l.mesh.dp_size(), 8);
+    int& most = cps[l.engine + (l.ring ? " ring" : "")];
+    most = std::max(most, l.mesh[MeshDim::CP]);
+  }
+  for (const char* engine : {"ddp", "fsdp2", "deepspeed", "megatron"}) {
+    EXPECT_EQ(cps[engine], 4) << engine;
+    EXPECT_EQ(cps[std::string(engine) + " ring"], 4) << engine;
+  }
+  Layout l;
+  l.engine = "fsdp2";
+  l.algorithm = Algorithm::FullyShardedData;
+  l.mesh = mesh(1, 1, 2, 1);
+  l.mesh[MeshDim::CP] = 4;
+  l.ring = true;
+  EXPECT_EQ(l.mesh_text(), "1x1x2x4x1");
+  EXPECT_EQ(l.engine_text(), "fsdp2 ring");
+  const std::vector<std::string> overrides = layout_overrides(l, "");
+  EXPECT_NE(std::find(overrides.begin(), overrides.end(), "mesh.cp=4"), overrides.end());
+  EXPECT_NE(std::find(overrides.begin(), overrides.end(), "dist_config.cp_mode=ring"), overrides.end());
+  EXPECT_CONTAINS(layout_config_lines(l), "cp = 4\n");
+  EXPECT_CONTAINS(layout_config_lines(l), "[dist_config]\ncp_mode = \"ring\"\n");
 }
 
 // A tiny model on 4 ranks of one node.
@@ -361,6 +446,28 @@ TEST(PlanLlama3, EightBillionFitsOnEightByEightH100) {
   EXPECT_GT(best.mfu, 0.2);
   EXPECT_LE(best.mfu, r.cluster.mfu_ceiling);
   EXPECT_CONTAINS(plan_text(r, p), "distributed = \"fsdp2\"");
+}
+
+// At 128k tokens no layout without context parallelism fits an H100; the planner splits the
+// sequence and says how.
+TEST(PlanLlama3, LongContextSplitsTheSequence) {
+  const std::string root = repo_root();
+  PlanRequest r;
+  r.cluster = read_cluster(root + "/inputs/clusters/h100-8x8.toml");
+  r.config_text = read_text(root + "/inputs/plan/llama3-8b.toml");
+  r.config_name = root + "/inputs/plan/llama3-8b.toml";
+  r.overrides = {"model_name_or_path=" + root + "/inputs/models/llama3-8b",
+                 "train_dataset=" + root + "/inputs/data/arithmetic.txt", "cutoff_len=131072",
+                 "per_device_train_batch_size=1", "gradient_accumulation_steps=1"};
+  r.top = 3;
+  r.engines = {"fsdp2"};
+  const PlanResult p = make_plan(r);
+  ASSERT_FALSE(p.ranked.empty()) << plan_text(r, p);
+  for (const Candidate& c : p.ranked) EXPECT_GT(c.layout.mesh[MeshDim::CP], 1) << c.layout.mesh_text();
+  const Candidate& best = p.ranked.front();
+  EXPECT_FALSE(best.layout.ring);  // 32 heads: Ulysses applies, and its exchanges cost less
+  EXPECT_LE(best.prediction.memory_bytes, r.cluster.usable_memory_bytes());
+  EXPECT_CONTAINS(plan_text(r, p), "cp_mode = \"ulysses\"");
 }
 
 }  // namespace

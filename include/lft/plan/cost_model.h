@@ -21,6 +21,9 @@ struct ModelShape {
   std::int64_t hidden = 0;
   std::int64_t vocab = 0;
   std::int64_t attention_width = 0;  // heads x head_dim: the width of Q K^T and of A V
+  std::int64_t heads = 0;            // attention heads, key/value heads, their width
+  std::int64_t kv_heads = 0;
+  std::int64_t head_dim = 0;
   double params = 0;                 // every parameter
   double trained = 0;                // those that train
   double root_params = 0;            // outside the decoder layers: embedding, final norm, lm_head
@@ -58,7 +61,7 @@ const char* when_name(When when);
 
 struct Collective {
   std::string what;   // "all-gather layer parameters (forward)"
-  std::string group;  // "tp", "pp", "dp_shard", "dp_replicate" or "dp" (both)
+  std::string group;  // "tp", "cp", "pp", "dp_shard", "dp_replicate" or "dp" (both); "_cp": with the cp ranks
   CollKind kind = CollKind::AllReduce;
   int group_size = 1;
   bool inter_node = false;

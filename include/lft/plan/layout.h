@@ -32,14 +32,18 @@ struct Layout {
   bool checkpointing = false;          // gradient_checkpointing
   bool reshard_after_forward = true;   // FullyShardedData
   bool sequence_parallel = false;      // Megatron, tp > 1
-  bool distributed_optimizer = false;  // Megatron, dp_replicate > 1
+  bool distributed_optimizer = false;  // Megatron, dp_replicate x cp > 1
+  bool ring = false;                   // cp > 1: ring attention (cp_mode = "ring"), else Ulysses
   engine::PipelineScheduleKind schedule = engine::PipelineScheduleKind::OneFOneB;
   int virtual_stages = 1;
 
-  // "fsdp2" / "ZeRO-2" / "megatron sp, interleaved_1f1b v5, dist-opt"
+  // "fsdp2" / "ZeRO-2" / "megatron sp, interleaved_1f1b v5, dist-opt" / "fsdp2 ring"
   std::string engine_text() const;
-  // "1x1x64x1" (pp x dp_replicate x dp_shard x tp)
+  // "1x1x64x1x1" (pp x dp_replicate x dp_shard x cp x tp)
   std::string mesh_text() const;
+
+ private:
+  std::string algorithm_text() const;  // engine_text without the cp mode
 };
 
 // What the planner may choose from: the ranks, the batch to keep, the model's depth, the engines.
@@ -48,11 +52,17 @@ struct LayoutSpace {
   int devices_per_node = 1;          // tp stays inside a node
   std::int64_t global_batch = 1;     // sequences per step, kept by every layout
   std::int64_t layers = 1;           // decoder layers (pipeline stages and chunks need one each)
+  std::int64_t seq_len = 1;          // cutoff_len: context parallelism is tried for long ones
   std::int64_t max_micro_batch = 8;  // largest per_device_train_batch_size tried
   std::vector<std::string> engines;  // among "ddp", "fsdp2", "deepspeed", "megatron"; empty: all
 };
 
-// Every layout of `space`: mesh factorizations with tp <= devices_per_node, micro-batches that
+// Context parallelism is tried where each cp rank keeps at least this many tokens of a sequence:
+// shorter chunks leave the attention exchanges latency-bound for no memory worth saving.
+constexpr std::int64_t kMinContextChunk = 4096;
+
+// Every layout of `space`: mesh factorizations with tp <= devices_per_node (and cp where
+// seq_len / cp >= kMinContextChunk, each cp > 1 both as Ulysses and as ring), micro-batches that
 // divide each data-parallel rank's share of the global batch, checkpointing off and on, and per
 // engine its variants (fsdp2 with and without reshard_after_forward; ZeRO-1 and -2; megatron with
 // sequence parallel when tp > 1, the distributed optimizer when dp > 1, and for pp > 1 1f1b and
