@@ -116,7 +116,7 @@ std::string layout_text(const PlanRequest& r, const PlanResult& context, const C
   const Layout& l = c.layout;
   const StepPrediction& p = c.prediction;
   std::string out = header("lftrain --plan --this-layout", r, context);
-  out += format("layout   %s, mesh pp x dp_replicate x dp_shard x tp = %s, micro-batch x accumulation = %s\n",
+  out += format("layout   %s, mesh pp x dp_replicate x dp_shard x cp x tp = %s, micro-batch x accumulation = %s\n",
                 l.engine_text().c_str(), l.mesh_text().c_str(), batch_text(l).c_str());
   out +=
       "memory   " + c.memory_report +
