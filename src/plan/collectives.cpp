@@ -50,12 +50,6 @@ std::string with_cp(const Layout& l, const std::string& group) {
 // The ranks a sharded engine splits its state over: dp_shard x cp.
 int shard_ranks(const Layout& l) { return l.mesh[MeshDim::DPShard] * l.mesh[MeshDim::CP]; }
 
-// The tokens of a sequence one rank holds: its cp chunk (cutoff_len padded to a multiple of cp).
-double chunk_tokens(const StepInput& in) {
-  const std::int64_t cp = in.layout.mesh[MeshDim::CP];
-  return static_cast<double>((in.seq_len + cp - 1) / cp);
-}
-
 // The fully sharded engines (fsdp2, fsdp, ZeRO-3): every micro-batch gathers the root unit once
 // and each layer before its forward (and again before its backward when it was resharded), and
 // reduce-scatters each unit's gradients when the unit's last one is ready; HSDP then all-reduces
@@ -144,6 +138,11 @@ void megatron_step(const StepInput& in, std::vector<Collective>& out) {
 }
 
 }  // namespace
+
+double chunk_tokens(const StepInput& in) {
+  const std::int64_t cp = in.layout.mesh[MeshDim::CP];
+  return static_cast<double>((in.seq_len + cp - 1) / cp);
+}
 
 std::vector<Collective> data_parallel_collectives(const StepInput& in) {
   const Layout& l = in.layout;

@@ -10,6 +10,9 @@
 
 namespace lft::plan::detail {
 
+// The tokens of a sequence one rank holds: its cp chunk (cutoff_len padded to a multiple of cp).
+double chunk_tokens(const StepInput& in);
+
 // Per step, on every rank: gradient and parameter collectives over the data-parallel dims, and
 // megatron's data-parallel reduction (and its sequence-parallel norms' over tp).
 std::vector<Collective> data_parallel_collectives(const StepInput& in);

@@ -45,8 +45,7 @@ StageTime stage_time(const StepInput& in, const TokenFlops& f, std::int64_t laye
   const bool first = stage == 0, last = stage == stages - 1;
   const double rate = in.cluster.device_tflops * 1e12 * in.cluster.mfu_ceiling * l.mesh[MeshDim::TP];
   // A cp rank runs its chunk of each sequence, every token of which attends over the whole.
-  const std::int64_t cp = l.mesh[MeshDim::CP];
-  const double tokens = static_cast<double>(l.micro_batch * ((in.seq_len + cp - 1) / cp));
+  const double tokens = static_cast<double>(l.micro_batch) * detail::chunk_tokens(in);
   const double n = static_cast<double>(layers);
   const double recompute = l.checkpointing ? f.layer_forward : 0.0;
   StageTime t;

@@ -68,6 +68,21 @@ ModelShape shape(std::int64_t layers, double layer, double root) {
   return m;
 }
 
+// An fp32 step of `engine` on one node of 2 devices: micro x accumulation sequences of seq_len.
+StepInput two_ranks_fp32(const ModelShape& model, std::int64_t seq_len, const std::string& engine,
+                         Algorithm algorithm, std::int64_t micro, std::int64_t accumulation) {
+  StepInput in;
+  in.cluster = one_node(2);
+  in.model = model;
+  in.seq_len = seq_len;
+  in.compute_bytes = 4;
+  in.layout.engine = engine;
+  in.layout.algorithm = algorithm;
+  in.layout.micro_batch = micro;
+  in.layout.accumulation = accumulation;
+  return in;
+}
+
 double sum_over(const StepPrediction& p, const std::string& group, CollKind kind, bool bus) {
   double total = 0;
   for (const Collective& c : p.collectives)
@@ -147,15 +162,7 @@ TEST(PlanCostModel, FullyShardedMovesTheDocumentedVolume) {
 
 // The payloads tests/mpi/test_megatron.cpp measures for tp 2 (B = 2, T = 32, H = 32, L = 4, m = 8).
 TEST(PlanCostModel, MegatronPayloadsMatchTheMeasuredFormula) {
-  StepInput in;
-  in.cluster = one_node(2);
-  in.model = shape(4, 1e4, 1e4);
-  in.seq_len = 32;
-  in.compute_bytes = 4;
-  in.layout.engine = "megatron";
-  in.layout.algorithm = Algorithm::Megatron;
-  in.layout.micro_batch = 2;
-  in.layout.accumulation = 8;
+  StepInput in = two_ranks_fp32(shape(4, 1e4, 1e4), 32, "megatron", Algorithm::Megatron, 2, 8);
   in.layout.mesh = mesh(1, 1, 1, 2);
   const double B = 2, T = 32, H = 32, L = 4, m = 8, act = B * T * H * 4, loss = 3 * B * (T - 1) * 4;
   EXPECT_NEAR(sum_over(predict_step(in), "tp", CollKind::AllReduce, false), m * ((2 + 4 * L) * act + loss), 1e-9);
@@ -176,18 +183,10 @@ TEST(PlanCostModel, MegatronPayloadsMatchTheMeasuredFormula) {
 // chunk 16, L = 2, 4 heads of 8, 2 kv heads, fp32, 3 micro-batches), with and without
 // checkpointing; the gradients then reduce over dp x cp.
 TEST(PlanCostModel, ContextParallelPayloadsMatchTheMeasuredFormula) {
-  StepInput in;
-  in.cluster = one_node(2);
-  in.model = shape(2, 1e4, 1e4);
+  StepInput in = two_ranks_fp32(shape(2, 1e4, 1e4), 31, "ddp", Algorithm::Replicated, 2, 3);
   in.model.heads = 4;
   in.model.kv_heads = 2;
   in.model.head_dim = 8;
-  in.seq_len = 31;
-  in.compute_bytes = 4;
-  in.layout.engine = "ddp";
-  in.layout.algorithm = Algorithm::Replicated;
-  in.layout.micro_batch = 2;
-  in.layout.accumulation = 3;
   in.layout.mesh = mesh(1, 1, 1, 1);
   in.layout.mesh[MeshDim::CP] = 2;
   const double B = 2, chunk = 16, padded = 32, L = 2, heads = 4, kv = 2, d = 8, m = 3;
