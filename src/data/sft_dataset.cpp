@@ -31,6 +31,21 @@ std::int64_t SftDataset::length(std::int64_t i) const {
   return seqs_->length(rows_[static_cast<std::size_t>(i)]);
 }
 
+std::int64_t SftDataset::attention_pairs(std::int64_t i) const {
+  const std::int64_t row = rows_.at(static_cast<std::size_t>(i));
+  const auto begin = static_cast<std::size_t>(seqs_->offsets[row]), end = static_cast<std::size_t>(seqs_->offsets[row + 1]);
+  if (seqs_->segments.size() < end) return static_cast<std::int64_t>((end - begin) * (end - begin));  // one span
+  std::int64_t pairs = 0, span = 0;
+  for (std::size_t t = begin; t < end; ++t) {
+    if (t > begin && seqs_->segments[t] != seqs_->segments[t - 1]) {
+      pairs += span * span;
+      span = 0;
+    }
+    ++span;
+  }
+  return pairs + span * span;
+}
+
 double SftDataset::weight_sum(const std::vector<std::int64_t>& indices) const {
   double sum = 0.0;
   for (const std::int64_t i : indices) {

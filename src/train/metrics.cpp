@@ -8,10 +8,16 @@
 
 namespace lft::train {
 
-double flops_per_token(std::int64_t non_embedding_params, std::int64_t layers, std::int64_t hidden,
-                       std::int64_t seq_len) {
-  return 6.0 * static_cast<double>(non_embedding_params) +
-         12.0 * static_cast<double>(layers) * static_cast<double>(hidden) * static_cast<double>(seq_len);
+StepFlops step_flops(const FlopShape& shape, std::int64_t tokens, std::int64_t attention_pairs) {
+  const double layer_weights = static_cast<double>(shape.layers) * static_cast<double>(shape.layer_matmul_params);
+  const double matmul = (layer_weights + static_cast<double>(shape.head_params)) * static_cast<double>(tokens);
+  const double attention = static_cast<double>(shape.layers) * static_cast<double>(shape.attention_width) *
+                           static_cast<double>(attention_pairs);
+  StepFlops f;
+  f.model = 6.0 * matmul + 12.0 * attention;
+  f.hardware = f.model;
+  if (shape.recompute) f.hardware += 2.0 * layer_weights * static_cast<double>(tokens) + 4.0 * attention;
+  return f;
 }
 
 std::string format_duration(double seconds) {
@@ -19,6 +25,12 @@ std::string format_duration(double seconds) {
   const long s = std::lround(seconds);
   char text[32];
   std::snprintf(text, sizeof(text), "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  return text;
+}
+
+std::string format_seconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.*f s", seconds < 10 ? 2 : 1, seconds);
   return text;
 }
 
@@ -51,6 +63,11 @@ std::string to_console_line(const LogRecord& r) {
   for (const auto& [name, value] : r.extra) {
     char field[96];
     std::snprintf(field, sizeof field, " | %s %.4g", name.c_str(), value);
+    line += field;
+  }
+  if (r.hardware_flops_per_s > r.flops_per_s * (1 + 1e-9)) {
+    char field[64];
+    std::snprintf(field, sizeof field, " | hardware %.2f GFLOP/s", r.hardware_flops_per_s / 1e9);
     line += field;
   }
   if (r.padding > 0) line += " | pad " + std::to_string(std::lround(r.padding * 100.0)) + "%";

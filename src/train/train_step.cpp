@@ -89,6 +89,7 @@ StepResult Trainer::step() {
   }
   r.grad_norm = std::sqrt(p[count]);
   r.tokens = s.data->real_tokens(s.data->sequences(indices));
+  r.attention_pairs = s.data->attention_pairs(s.data->sequences(indices));
   r.padded_tokens = padded;
   auto finish = [&] {
     s.sampler->advance();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <numeric>
 #include <optional>
 
@@ -147,6 +148,22 @@ std::string trainable_summary(const config::Config& cfg, const engine::RunPlan& 
   return text;
 }
 
+// "3 safetensors files, 1.19 GB": what reading a model folder costs.
+std::string weight_files_summary(const std::string& folder) {
+  std::int64_t files = 0;
+  double bytes = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    ++files;
+    bytes += static_cast<double>(entry.file_size(ec));
+  }
+  char text[96];
+  std::snprintf(text, sizeof text, "%lld safetensors file%s, %.2f GB", static_cast<long long>(files),
+                files == 1 ? "" : "s", bytes / 1e9);
+  return text;
+}
+
 }  // namespace
 
 Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceMesh& mesh,
@@ -187,9 +204,14 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     s.model->set_context_parallel(s.cp.get());
   }
   {
-    const std::string what = cfg.is_set("model_name_or_path") ? cfg.string("model_name_or_path") : "the initial weights";
+    const std::string folder = cfg.is_set("model_name_or_path") ? cfg.string("model_name_or_path") : "";
+    const std::string what = folder.empty() ? "the initial weights" : folder;
     Watchdog::Scope scope("loading " + what, Watchdog::setup_timeout(), "setup_timeout");
-    s.engine->prepare_from(*s.model, *starting_weights(cfg, plan, *s.model, cfg.is_set("model_name_or_path") ? cfg.string("model_name_or_path") : ""));
+    const auto start = Clock::now();
+    log0(folder.empty() ? "weights: initialising from seed " + std::to_string(cfg.integer("seed")) + " ..."
+                        : "weights: reading " + folder + " (" + weight_files_summary(folder) + ") ...");
+    s.engine->prepare_from(*s.model, *starting_weights(cfg, plan, *s.model, folder));
+    log0("weights: ready in " + format_seconds(seconds_since(start)));
   }
   // The frozen weights' identity, which a resume must match: the seed's initialisation of an
   // inline [model], or the model folder's bytes.
@@ -231,8 +253,13 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
   }
   resume_if_asked();
   if (s.data->pairs()) prepare_preference();
-  s.flops_per_token = flops_per_token(plan.model.num_non_embedding_parameters(), plan.model.num_hidden_layers,
-                                      plan.model.hidden_size, plan.seq_len);
+  const model::ModelConfig& m = plan.model;
+  const std::int64_t q = m.num_attention_heads * m.head_dim(), kv = m.num_key_value_heads * m.head_dim();
+  s.flop_shape.layers = m.num_hidden_layers;
+  s.flop_shape.layer_matmul_params = m.hidden_size * (2 * q + 2 * kv + 3 * m.intermediate_size);
+  s.flop_shape.head_params = m.vocab_size * m.hidden_size;
+  s.flop_shape.attention_width = q;
+  s.flop_shape.recompute = plan.gradient_checkpointing;
 }
 
 Trainer::~Trainer() = default;
@@ -289,7 +316,9 @@ int Trainer::run() {
     }
   }
   const auto start = Clock::now();
+  const std::int64_t first_step = s.step;  // after a resume, the ETA is from this process's steps
   double window_loss = 0.0, window_seconds = 0.0;
+  StepFlops window_flops;
   std::int64_t window_steps = 0, window_tokens = 0, window_padded = 0;
   const std::int64_t every = s.cfg.integer("logging_steps");
   const bool saving = s.cfg.string("save_strategy") == "steps";
@@ -316,11 +345,17 @@ int Trainer::run() {
       return kCheckpointedExitCode;
     }
     const StepResult r = step();
+    if (r.step == first_step + 1 && r.step % every != 0 && r.step != s.total)
+      log0("step " + std::to_string(r.step) + "/" + std::to_string(s.total) + " took " + format_seconds(r.seconds) +
+           " (this run's first; a line every " + std::to_string(every) + " steps)");
     if (saving && save_every > 0 && r.step % save_every == 0 && r.step != s.total) save(/*background=*/true);
     window_loss += r.loss;
     window_seconds += r.seconds;
     window_tokens += r.tokens;
     window_padded += r.padded_tokens;
+    const StepFlops flops = step_flops(s.flop_shape, r.tokens, r.attention_pairs);
+    window_flops.model += flops.model;
+    window_flops.hardware += flops.hardware;
     ++window_steps;
     if (r.step % every != 0 && r.step != s.total) continue;
     LogRecord rec;
@@ -331,15 +366,17 @@ int Trainer::run() {
     rec.grad_norm = r.grad_norm;
     rec.epoch = static_cast<double>(r.step) / static_cast<double>(s.sampler->steps_per_epoch());
     rec.elapsed_s = seconds_since(start);
-    rec.remaining_s = rec.elapsed_s / static_cast<double>(r.step) * static_cast<double>(s.total - r.step);
+    rec.remaining_s = rec.elapsed_s / static_cast<double>(r.step - first_step) * static_cast<double>(s.total - r.step);
     rec.tokens_per_s = static_cast<double>(window_tokens) / window_seconds;
-    rec.flops_per_s = rec.tokens_per_s * s.flops_per_token;
+    rec.flops_per_s = window_flops.model / window_seconds;
+    rec.hardware_flops_per_s = window_flops.hardware / window_seconds;
     rec.padding = window_padded > 0 ? 1.0 - static_cast<double>(window_tokens) / static_cast<double>(window_padded) : 0.0;
     if (s.preference) rec.extra = s.preference_metrics.take();
     log0(to_console_line(rec));
     if (log_file) log_file->write(rec);
     window_loss = window_seconds = 0.0;
     window_steps = window_tokens = window_padded = 0;
+    window_flops = StepFlops{};
     if (eval_every > 0 && r.step % eval_every == 0 && r.step != s.total) log_eval();
   }
   if (s.data->has_eval()) log_eval();

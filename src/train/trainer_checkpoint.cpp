@@ -69,6 +69,7 @@ void Trainer::resume_if_asked() {
     log0("resume: no complete checkpoint in " + s.cfg.string("output_dir") + "; starting from step 0");
     return;
   }
+  log0("resume: reading " + *folder + " ...");
   const auto start = Clock::now();
   const ckpt::Progress p = ckpt::load_checkpoint(s.mesh.world(), *folder, run_info(), held_tensors(), *s.optimizer);
   s.engine->parameters_updated();

@@ -27,6 +27,7 @@
 #include "lft/train/loss_scaler.h"
 #include "lft/train/output_lock.h"
 #include "lft/train/preference.h"
+#include "lft/train/metrics.h"
 #include "lft/train/trainer.h"
 #include "lft/train/training_data.h"
 
@@ -68,7 +69,7 @@ struct Trainer::State {
   std::unique_ptr<ckpt::AsyncSaver> async_saver;  // async_checkpoint: periodic saves in the background
   std::int64_t saved_step = -1;  // the step whose checkpoint output_dir holds from this run (or its resume)
   std::unique_ptr<LossScaler> scaler;  // fp16 only
-  double flops_per_token = 0.0;
+  FlopShape flop_shape;  // metrics.h: the model and hardware FLOPs of a step
   std::string base_model_hash;  // freeze/lora from a model folder: model_folder_hash of it
   double step_seconds = 0.0;  // of the steps run by this process
   // stage dpo: the loss, each sequence's reference log-probability (NaN where no remaining step

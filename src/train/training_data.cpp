@@ -225,6 +225,12 @@ std::int64_t TrainingData::real_tokens(const std::vector<std::int64_t>& indices)
   return n;
 }
 
+std::int64_t TrainingData::attention_pairs(const std::vector<std::int64_t>& indices) const {
+  std::int64_t n = 0;
+  for (const std::int64_t i : indices) n += packed_ ? packed_->seq_len() * packed_->seq_len() : train_->attention_pairs(i);
+  return n;
+}
+
 std::int64_t TrainingData::padded_tokens(const std::vector<std::int64_t>& indices) const {
   const auto count = static_cast<std::int64_t>(indices.size());
   return count * (packed_ ? packed_->seq_len() : train_->padded_length(indices, pad_multiple_));

@@ -58,13 +58,14 @@ def run(cmd, env=None):
 
 
 def flops_per_token(cfg):
+    """Model FLOPs per token as lftrain counts them (src/train/metrics.cpp, torchtitan's count):
+    6 x the matmul weights (layers and the head) + 12 x layers x attention width x sequence."""
     m = cfg["model"]
     h, layers, i, v = m["hidden_size"], m["num_hidden_layers"], m["intermediate_size"], m["vocab_size"]
-    hd = h // m["num_attention_heads"]
-    kv = m["num_key_value_heads"] * hd
-    per_layer = h * h * 2 + h * kv * 2 + 3 * h * i + 2 * h
-    non_embedding = layers * per_layer + h  # the final norm; embeddings and lm_head excluded
-    return 6 * non_embedding + 12 * layers * h * cfg["cutoff_len"]
+    q = m["num_attention_heads"] * m.get("head_dim", h // m["num_attention_heads"])
+    kv = m["num_key_value_heads"] * m.get("head_dim", h // m["num_attention_heads"])
+    per_layer = h * (2 * q + 2 * kv + 3 * i)
+    return 6 * (layers * per_layer + v * h) + 12 * layers * q * cfg["cutoff_len"]
 
 
 def param_bytes(cfg):

@@ -23,8 +23,11 @@ def parameter_count(m):
 
 
 def flops_per_token(m, seq):
-    """lftrain's count (src/train/metrics.cpp): 6 x non-embedding parameters + attention."""
-    return 6 * parameter_count(m)[0] + 12 * m["num_hidden_layers"] * m["hidden_size"] * seq
+    """lftrain's count (src/train/metrics.cpp): 6 x the matmul weights (layers and head) + attention."""
+    h, layers, ffn, vocab = m["hidden_size"], m["num_hidden_layers"], m["intermediate_size"], m["vocab_size"]
+    kv = m["num_key_value_heads"] * (h // m["num_attention_heads"])
+    matmul = layers * h * (2 * h + 2 * kv + 3 * ffn) + vocab * h
+    return 6 * matmul + 12 * layers * h * seq
 
 
 def bench_config(args, model):

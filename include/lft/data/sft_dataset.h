@@ -40,6 +40,9 @@ class SftDataset {
   std::int64_t seq_len() const { return seqs_ ? seqs_->seq_len : 0; }
   // Tokens of sequence i before padding.
   std::int64_t length(std::int64_t i) const;
+  // Sum over the attention spans of sequence i (its packed segments, or the whole sequence) of their
+  // squared lengths: the query-key pairs causal attention computes, as model FLOPs count them.
+  std::int64_t attention_pairs(std::int64_t i) const;
   // Index of sequence i in the underlying PackedSequences.
   std::int64_t row(std::int64_t i) const { return rows_.at(static_cast<std::size_t>(i)); }
 

@@ -9,10 +9,25 @@
 
 namespace lft::train {
 
-// Model FLOPs per trained token: 6 x non-embedding parameters (forward + backward matmuls) plus
-// 12 x layers x hidden x sequence (attention scores and values, forward + backward).
-double flops_per_token(std::int64_t non_embedding_params, std::int64_t layers, std::int64_t hidden,
-                       std::int64_t seq_len);
+// The FLOPs of a step as torchtitan and Megatron-LM count model FLOPs: 6 x the matmul weights a
+// token passes through (every layer's projections and the output head, tied or not; the embedding
+// lookup is no matmul) per real token, plus 12 x layers x attention width (heads x head_dim) x t
+// per token of a sequence (or packed segment) of t real tokens: scores and values, forward and
+// backward, the causal half not discounted. Hardware FLOPs add what gradient checkpointing
+// recomputes: the layers' forward (2 x their weights per token, 4 x layers x width x t) once more.
+struct FlopShape {
+  std::int64_t layers = 0;
+  std::int64_t layer_matmul_params = 0;  // q, k, v, o, gate, up, down of one layer
+  std::int64_t head_params = 0;          // vocab x hidden
+  std::int64_t attention_width = 0;      // heads x head_dim
+  bool recompute = false;                // gradient checkpointing
+};
+struct StepFlops {
+  double model = 0.0;
+  double hardware = 0.0;
+};
+// `tokens` real tokens in sequences (segments) whose squared lengths add up to `attention_pairs`.
+StepFlops step_flops(const FlopShape& shape, std::int64_t tokens, std::int64_t attention_pairs);
 
 struct LogRecord {
   std::int64_t step = 0;
@@ -24,7 +39,8 @@ struct LogRecord {
   double elapsed_s = 0.0;
   double remaining_s = 0.0;
   double tokens_per_s = 0.0;
-  double flops_per_s = 0.0;
+  double flops_per_s = 0.0;           // model FLOPs
+  double hardware_flops_per_s = 0.0;  // with recomputation (= flops_per_s without checkpointing)
   double padding = 0.0;  // share of the computed positions that were padding
   // More fields after loss, in order (stage dpo: rewards/chosen, ..., logps/rejected).
   std::vector<std::pair<std::string, double>> extra;
@@ -37,6 +53,7 @@ std::string to_json_line(const LogRecord& r);
 std::string to_console_line(const LogRecord& r);
 
 std::string format_duration(double seconds);  // "H:MM:SS", as LlamaFactory's logs
+std::string format_seconds(double seconds);   // "12.3 s"
 double peak_rss_bytes();                       // of this process, so far
 
 }  // namespace lft::train

@@ -27,6 +27,7 @@ struct StepResult {
   double lr = 0.0;
   std::int64_t tokens = 0;     // tokens of the global batch, padding not counted
   std::int64_t padded_tokens = 0;  // positions computed: tokens and the padding of each micro-batch
+  std::int64_t attention_pairs = 0;  // sum of the squared lengths of the batch's attention spans
   double seconds = 0.0;
   bool skipped = false;        // fp16: the gradients overflowed; no update (loss scale lowered)
 };

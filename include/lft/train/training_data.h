@@ -58,6 +58,8 @@ class TrainingData {
   // padded as batch() pads it.
   std::int64_t real_tokens(const std::vector<std::int64_t>& indices) const;
   std::int64_t padded_tokens(const std::vector<std::int64_t>& indices) const;
+  // Sum of the squared lengths of their attention spans (metrics.h: model FLOPs).
+  std::int64_t attention_pairs(const std::vector<std::int64_t>& indices) const;
   // The sum of batch(indices).weights, without building the batch.
   double weight_sum(const std::vector<std::int64_t>& indices) const;
   bool has_eval() const { return eval_ && eval_->num_sequences() > 0; }
