@@ -7,7 +7,7 @@ CTEST_FLAGS ?=
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps python-env v1-env build run sft bench plan-check test test-fast check docs clean
+.PHONY: all deps python-env v1-env build run sft bench bench-real plan-check test test-fast check docs clean
 
 all: build
 
@@ -57,6 +57,12 @@ bench: build
 	.venv/bin/python tools/bench/fp8.py --build $(BUILD)
 	.venv/bin/python tools/bench/context_parallel.py --build $(BUILD)
 	.venv/bin/python tools/bench/checkpoint.py $(BUILD)
+	.venv/bin/python tools/bench/real_size.py --build $(BUILD)
+
+# Qwen3-0.6B at its real shape, 2 ranks: lftrain's engines beside PyTorch FSDP2 and LlamaFactory v1
+# (docs/performance.md, "Real size"). About half an hour on 2 cores.
+bench-real: build v1-env
+	.venv/bin/python tools/bench/real_size.py --build $(BUILD)
 
 # `lftrain --plan` against steps measured across two namespace hosts (root; docs/plan.md).
 plan-check: build

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "lft/app/session.h"
+#include "lft/comm/mpi_util.h"
 #include "lft/comm/watchdog.h"
 #include "lft/runtime/check.h"
 #include "lft/runtime/error.h"
@@ -36,11 +37,9 @@ std::string read_config_text(const std::string& path) {
   }
   Watchdog::Scope scope("broadcasting the config file from rank 0", Watchdog::setup_timeout(),
                         "setup_timeout");
-  std::int64_t header[2] = {length, static_cast<std::int64_t>(text.size())};
-  LFT_MPI_CHECK(MPI_Bcast(header, 2, MPI_INT64_T, 0, MPI_COMM_WORLD));
-  text.resize(static_cast<size_t>(header[1]));
-  LFT_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(header[1]), MPI_CHAR, 0, MPI_COMM_WORLD));
-  if (header[0] < 0) throw UsageError(text);
+  LFT_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
+  broadcast_string(MPI_COMM_WORLD, 0, text);
+  if (length < 0) throw UsageError(text);
   return text;
 }
 

@@ -94,12 +94,10 @@ std::string decided_by_rank0(MPI_Comm world, Decide&& decide) {
       status = 1;
     }
   }
-  std::int64_t header[2] = {status, static_cast<std::int64_t>(text.size())};
-  LFT_MPI_CHECK(MPI_Bcast(header, 2, MPI_INT64_T, 0, world));
-  text.resize(static_cast<std::size_t>(header[1]));
-  LFT_MPI_CHECK(MPI_Bcast(text.data(), static_cast<int>(header[1]), MPI_CHAR, 0, world));
-  if (header[0] == 2) throw CheckpointMismatch(text);
-  if (header[0] == 1) throw UsageError(text);
+  LFT_MPI_CHECK(MPI_Bcast(&status, 1, MPI_INT64_T, 0, world));
+  broadcast_string(world, 0, text);
+  if (status == 2) throw CheckpointMismatch(text);
+  if (status == 1) throw UsageError(text);
   return text;
 }
 
@@ -221,7 +219,7 @@ std::string verify_checkpoint(MPI_Comm world, const std::string& folder) {
         damage = e.what();
       }
     }
-    return detail::agree_on_error(world, damage);
+    return agree_on_error(world, damage);
   } catch (const UsageError& e) {  // the store cannot be opened (agreed on by every rank)
     return e.what();
   }

@@ -13,6 +13,9 @@
 #include <hdf5.h>
 
 #include "lft/ckpt/h5_handle.h"
+#include "lft/comm/mpi_util.h"
+#include "h5_attributes.h"
+#include "store_bytes.h"
 
 namespace lft::ckpt::detail {
 
@@ -40,61 +43,6 @@ std::string normalize_path(const std::string& name);
 std::string shape_str(const std::vector<int64_t>& shape);
 int64_t numel_of(const std::vector<int64_t>& shape);
 
-// ---- HDF5 errors -------------------------------------------------------------------------------
-// Turns off HDF5's automatic error-stack printing while alive (restores the previous handler).
-class QuietH5Errors {
- public:
-  QuietH5Errors();
-  ~QuietH5Errors();
-  QuietH5Errors(const QuietH5Errors&) = delete;
-  QuietH5Errors& operator=(const QuietH5Errors&) = delete;
-
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
-// The current HDF5 error stack as one line ("H5Fopen: unable to open file; ... "), or "".
-std::string h5_error_text();
-
-// ---- attributes (writing: callers make the same calls on every rank in MPI-IO files) ------------
-void write_string_attr(hid_t obj, const std::string& key, const std::string& value);
-void write_int_attr(hid_t obj, const std::string& key, int64_t value);
-void write_double_attr(hid_t obj, const std::string& key, double value);
-void write_int_vector_attr(hid_t obj, const std::string& key, const std::vector<int64_t>& value);
-
-// Reading: nullopt + `error` set when the attribute is missing or of another kind.
-std::optional<std::string> read_string_attr(hid_t obj, const std::string& key, std::string* error);
-std::optional<int64_t> read_int_attr(hid_t obj, const std::string& key, std::string* error);
-std::optional<double> read_double_attr(hid_t obj, const std::string& key, std::string* error);
-std::optional<std::vector<int64_t>> read_int_vector_attr(hid_t obj, const std::string& key,
-                                                         std::string* error);
-
-// A dataspace of `shape` (H5S_SCALAR for rank 0).
-H5Dataspace make_space(const std::vector<int64_t>& shape);
-// Selects the box [start, start + count) of a simple dataspace (or all of a scalar one).
-void select_box(hid_t space, const std::vector<int64_t>& start, const std::vector<int64_t>& count);
-
-// ---- hashing and serialization -----------------------------------------------------------------
-class Hasher {
- public:
-  void bytes(const void* data, size_t n);
-  void str(const std::string& s);
-  void i64(int64_t v);
-  uint64_t value() const { return h_; }
-
- private:
-  uint64_t h_ = 1469598103934665603ULL;  // FNV-1a
-};
-
-// The checksum of a tensor's data, keyed by position: the sum (mod 2^64) over its elements of a
-// 64-bit mix of (row-major index in the global tensor, the element's bits). Being a sum, the
-// checksums of disjoint boxes add up to that of the whole tensor, so ranks that each write a box
-// add theirs, and a reader of the whole tensor recomputes it with offset 0.
-// `data` is contiguous and holds the box at `offset` of a tensor of shape `global_shape`.
-uint64_t box_checksum(const at::Tensor& data, const std::vector<int64_t>& offset,
-                      const std::vector<int64_t>& global_shape);
-constexpr const char* kChecksumKey = "checksum";
-
 // ---- the checksum sidecar of a store file ------------------------------------------------------
 // Next to each file a store writes, `<file>.sum` records the file's size, where each tensor's
 // data lies, and a checksum of every other byte (the HDF5 metadata), so that a damaged file is
@@ -111,37 +59,6 @@ std::vector<Extent> data_extents(hid_t file, const std::vector<std::string>& dat
 void write_sidecar(const std::string& file, const std::vector<Extent>& data);
 // "" if `file` matches its sidecar or has none, else what is wrong.
 std::string check_sidecar(const std::string& file);
-
-class ByteWriter {
- public:
-  void i64(int64_t v);
-  void str(const std::string& s);
-  void vec(const std::vector<int64_t>& v);
-  std::string& buffer() { return buf_; }
-
- private:
-  std::string buf_;
-};
-
-class ByteReader {
- public:
-  ByteReader(const char* data, size_t size) : p_(data), end_(data + size) {}
-  bool done() const { return p_ >= end_; }
-  int64_t i64();
-  std::string str();
-  std::vector<int64_t> vec();
-
- private:
-  const char* p_;
-  const char* end_;
-};
-
-// ---- MPI agreement -----------------------------------------------------------------------------
-// Collective. "" if `local_error` is empty on every rank, else the message of the lowest rank that
-// has one (the same string on every rank).
-std::string agree_on_error(MPI_Comm comm, const std::string& local_error);
-// Collective. Rank `root`'s string on every rank.
-void broadcast_string(MPI_Comm comm, int root, std::string& s);
 
 // fsync of a file or directory; returns errno or 0.
 int fsync_path(const std::string& path, bool directory);

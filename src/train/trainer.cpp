@@ -298,8 +298,8 @@ void Trainer::lock_output_dir() {
     }
   }
   Watchdog::Scope scope("agreeing on the output_dir lock", Watchdog::setup_timeout(), "setup_timeout");
-  for (const std::string& e : all_gather_bytes(s.mesh.world(), error))
-    if (!e.empty()) throw UsageError(e);
+  error = agree_on_error(s.mesh.world(), error);
+  if (!error.empty()) throw UsageError(error);
 }
 
 int Trainer::run() {
