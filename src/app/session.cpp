@@ -25,6 +25,7 @@
 #include "lft/train/training_data.h"
 #include "lft/runtime/device.h"
 #include "lft/runtime/log.h"
+#include "lft/runtime/memory.h"
 
 namespace lft::app {
 namespace {
@@ -117,6 +118,7 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   std::optional<engine::RunPlan> plan;
   run_agreed([&] {
     plan = engine::resolve_run_plan(cfg, shape);
+    if (!device.cuda) plan->memory.process = static_cast<double>(current_rss_bytes() - cpu_bytes_in_use());
     if (!device.cuda)
       engine::check_fits_in_memory(*plan, rt.local_size(),
                                    static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)));

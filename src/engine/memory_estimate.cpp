@@ -92,7 +92,11 @@ std::string MemoryEstimate::str() const {
          (buffers > 0 ? ", reduction buffers " + mib(buffers) : "") +
          (offload ? "; offload keeps the fp32 shards, gradients and optimizer in host memory: " + mib(device_total()) +
                         " on a GPU"
-                  : "");
+                  : "") +
+         (mpi_staging > 0 && process > 0 ? "; MPI's reduce-scatter staging " + mib(mpi_staging) : "") +
+         (process > 0 ? "; with the process itself (" + mib(process) + ": libraries, runtime, data) " + mib(resident()) +
+                            " resident"
+                      : "");
 }
 
 MemoryEstimate estimate_replicated(const RunPlan& run, bool buckets) {
@@ -156,6 +160,7 @@ MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
   }
   e.activations = activation_bytes(run, static_cast<double>(run.model.num_hidden_layers),
                                    model_widths(*model, 1, false), true, true);
+  if (n > 1 && plan.reduce_during_backward) e.mpi_staging = unit_gradients;
   return e;
 }
 

@@ -168,7 +168,7 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh) {
 
 void check_fits_in_memory(const RunPlan& p, int ranks_on_node, double node_bytes) {
   const double share = node_bytes / std::max(1, ranks_on_node);
-  if (p.memory.total() <= share) return;
+  if (p.memory.resident() <= share) return;
   char have[64];
   std::snprintf(have, sizeof have, "%.1f GiB", share / (1024.0 * 1024.0 * 1024.0));
   throw config::ConfigError(

@@ -3,9 +3,12 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/alignment.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -38,20 +41,31 @@ constexpr std::size_t kHeader = std::max<std::size_t>(c10::gAlignment, sizeof(st
 // most 32 MiB) with a fresh mapping and unmaps it on free, so every step would fault in its
 // activations page by page again (3-4% of a step of the benchmark model). A training step asks
 // for the same sizes each time: a freed block of >= kCachedMin bytes waits in a list of its exact
-// size, up to kCacheLimit bytes in all (beyond, blocks are freed as before). Cached blocks are
-// not in use, so the counter does not count them; peak RSS does.
+// size, up to the cache limit in all (beyond, blocks are freed as before). Cached blocks are not in
+// use, so the counter does not count them; peak RSS does. So that they do not pile up beside the
+// tensors, trim_cpu_cache() (once a step) frees the blocks no allocation took since the previous
+// trim (the loading phase's, a batch shape that did not recur), and the trainer sets the limit to
+// what a step allocates and frees again (its estimate), not a fixed size.
 constexpr std::size_t kCachedMin = std::size_t{1} << 20;
-constexpr std::size_t kCacheLimit = std::size_t{2} << 30;
+std::atomic<std::size_t> cache_limit{std::size_t{2} << 30};
+// Tensors in use plus cached blocks stay within this (blocks are freed to keep it): the process
+// then holds about the estimated peak of its tensors, not that plus idle blocks of other sizes.
+std::atomic<std::int64_t> memory_budget{INT64_MAX};
+struct CachedBlock {
+  char* base;
+  std::uint64_t epoch;  // of the trim period in which it was freed
+};
 std::mutex cache_mutex;
-std::unordered_map<std::size_t, std::vector<char*>> cache;  // total size -> free blocks
+std::unordered_map<std::size_t, std::vector<CachedBlock>> cache;  // total size -> free blocks
 std::size_t cached_bytes = 0;
+std::uint64_t cache_epoch = 0;
 
 char* take_cached(std::size_t total) {
   if (total < kCachedMin) return nullptr;
   std::lock_guard<std::mutex> lock(cache_mutex);
   auto it = cache.find(total);
   if (it == cache.end() || it->second.empty()) return nullptr;
-  char* base = it->second.back();
+  char* base = it->second.back().base;
   it->second.pop_back();
   cached_bytes -= total;
   return base;
@@ -60,10 +74,37 @@ char* take_cached(std::size_t total) {
 bool keep_cached(char* base, std::size_t total) {
   if (total < kCachedMin) return false;
   std::lock_guard<std::mutex> lock(cache_mutex);
-  if (cached_bytes + total > kCacheLimit) return false;
-  cache[total].push_back(base);
+  if (cached_bytes + total > cache_limit.load()) return false;
+  if (in_use.load() + static_cast<std::int64_t>(cached_bytes + total) > memory_budget.load()) return false;
+  cache[total].push_back({base, cache_epoch});
   cached_bytes += total;
   return true;
+}
+
+// Before a fresh allocation of `total` bytes: frees cached blocks (the largest sizes first) until
+// the tensors in use, the cache and the new block fit the budget.
+void make_room(std::size_t total) {
+  std::vector<char*> freed;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    const std::int64_t budget = memory_budget.load();
+    auto over = [&] { return in_use.load() + static_cast<std::int64_t>(cached_bytes + total) > budget; };
+    if (cached_bytes == 0 || !over()) return;
+    std::vector<std::size_t> sizes;
+    for (const auto& [size, blocks] : cache)
+      if (!blocks.empty()) sizes.push_back(size);
+    std::sort(sizes.rbegin(), sizes.rend());
+    for (const std::size_t size : sizes) {
+      auto& blocks = cache[size];
+      while (!blocks.empty() && over()) {
+        freed.push_back(blocks.back().base);
+        blocks.pop_back();
+        cached_bytes -= size;
+      }
+      if (!over()) break;
+    }
+  }
+  for (char* base : freed) c10::free_cpu(base);
 }
 
 void release(void* data) {
@@ -82,7 +123,10 @@ class CountingAllocator final : public c10::Allocator {
     // data pointer, which parameters built without memory (parameter_storage.h) rely on.
     if (n == 0) return {nullptr, nullptr, &release, c10::Device(c10::DeviceType::CPU)};
     char* base = take_cached(n + kHeader);
-    if (base == nullptr) base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
+    if (base == nullptr) {
+      make_room(n + kHeader);
+      base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
+    }
     const auto bytes = static_cast<std::int64_t>(n);
     std::memcpy(base, &bytes, sizeof bytes);
     note_allocation(bytes);
@@ -113,5 +157,39 @@ void reset_cpu_peak_bytes() {
   largest.store(0);
 }
 std::int64_t cpu_largest_allocation() { return largest.load(); }
+
+void set_cpu_cache_limit(std::int64_t bytes) { cache_limit.store(static_cast<std::size_t>(std::max<std::int64_t>(0, bytes))); }
+void set_cpu_memory_budget(std::int64_t bytes) { memory_budget.store(bytes); }
+
+std::int64_t cpu_cached_bytes() {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  return static_cast<std::int64_t>(cached_bytes);
+}
+
+std::int64_t current_rss_bytes() {
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<std::int64_t>(resident) * sysconf(_SC_PAGESIZE);
+}
+
+void trim_cpu_cache(bool everything) {
+  std::vector<char*> stale;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    for (auto& [total, blocks] : cache) {
+      auto keep = std::partition(blocks.begin(), blocks.end(), [&](const CachedBlock& b) { return !everything && b.epoch == cache_epoch; });
+      for (auto it = keep; it != blocks.end(); ++it) {
+        stale.push_back(it->base);
+        cached_bytes -= total;
+      }
+      blocks.erase(keep, blocks.end());
+    }
+    ++cache_epoch;
+  }
+  for (char* base : stale) c10::free_cpu(base);
+}
 
 }  // namespace lft

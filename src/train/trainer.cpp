@@ -22,6 +22,7 @@
 #include "lft/model/parameter_storage.h"
 #include "lft/optim/adamw.h"
 #include "lft/runtime/error.h"
+#include "lft/runtime/memory.h"
 #include "lft/runtime/log.h"
 #include "lft/runtime/signals.h"
 #include "lft/train/example_print.h"
@@ -171,6 +172,10 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     : s_(std::make_unique<State>(cfg, plan, mesh, device)) {
   State& s = *s_;
   if (plan.compute == at::kHalf) s.scaler = std::make_unique<LossScaler>(loss_scale_options(plan));
+  // The allocator's cache holds what a step frees and allocates again (memory.h).
+  const engine::MemoryEstimate& estimate = plan.memory;
+  set_cpu_cache_limit(static_cast<std::int64_t>(estimate.gathered + estimate.activations + estimate.buffers + estimate.gradients));
+  set_cpu_memory_budget(static_cast<std::int64_t>(estimate.total()));
   s.data = std::make_unique<TrainingData>(cfg, mesh.world());
   s.data->set_pad_to_multiple_of(pad_multiple(cfg, plan));
   if (cfg.boolean("async_checkpoint")) s.async_saver = std::make_unique<ckpt::AsyncSaver>(mesh.world());
@@ -337,6 +342,7 @@ int Trainer::run() {
     });
   }
   set_graceful_stop(true);
+  trim_cpu_cache(/*everything=*/true);
   while (s.step < s.total) {
     if (stop_requested()) {
       save();
@@ -345,6 +351,7 @@ int Trainer::run() {
       return kCheckpointedExitCode;
     }
     const StepResult r = step();
+    trim_cpu_cache();
     if (r.step == first_step + 1 && r.step % every != 0 && r.step != s.total)
       log0("step " + std::to_string(r.step) + "/" + std::to_string(s.total) + " took " + format_seconds(r.seconds) +
            " (this run's first; a line every " + std::to_string(every) + " steps)");

@@ -105,7 +105,7 @@ def lftrain_row(args, name, overrides, gemm):
               "warmup_steps=0", "save_strategy=no", "plot_loss=false",
               f"output_dir={os.path.join(args.work, name)}"] + overrides
     check = subprocess.run(cmd[:-1] + [cmd[-1], "--check"] + common, cwd=ROOT, capture_output=True, text=True, env=ENV)
-    estimate = mib(check.stdout, r"memory\s+([0-9.]+) MiB per rank at the peak")
+    estimate = mib(check.stdout, r"([0-9.]+) MiB resident")
     text, first = timed_lines(cmd + common, os.path.join(args.work, name + ".log"))
     steps = [re.search(r"\| ([0-9.]+) tok/s \| ([0-9.]+) GFLOP/s(?:.*\| hardware ([0-9.]+) GFLOP/s)?", line)
              for line in text.splitlines() if re.match(r"step \d+/\d+ \|", line)]

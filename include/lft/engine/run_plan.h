@@ -34,6 +34,12 @@ struct MemoryEstimate {
   // (these bytes), the reduced gradient shards and AdamW's state live in host memory.
   bool offload = false;
   double offloaded_weights = 0;
+  // The process itself beside its tensors (libraries, runtime, tokenized data): its resident bytes
+  // less its CPU tensors when the plan is made (CPU runs; 0 when not measured).
+  double process = 0;
+  // MPI's nonblocking reduce-scatter (Open MPI's libnbc) reduces into a temporary of the whole
+  // input on one rank: the largest reduce-scatter of a CPU run (a unit's fp32 gradients).
+  double mpi_staging = 0;
   double total() const {
     const double forward = activations + (gradients_during_forward ? gradients : 0.0);
     return weights + optimizer + gathered + std::max(forward, gradients + buffers);
@@ -48,6 +54,8 @@ struct MemoryEstimate {
     device.optimizer = 0;
     return device.total();
   }
+  // Host memory a CPU run's rank holds at its peak: its tensors and the process itself.
+  double resident() const { return total() + process + mpi_staging; }
   std::string str() const;  // "41.2 MiB per rank: weights 3.1 MiB, ..."
 };
 
