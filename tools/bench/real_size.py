@@ -103,10 +103,10 @@ def lftrain_row(args, name, overrides, gemm):
               "per_device_train_batch_size=1", "gradient_accumulation_steps=1", "bf16=true",
               "gradient_checkpointing=true", "val_size=0", f"max_steps={args.steps}", "logging_steps=1",
               "warmup_steps=0", "save_strategy=no", "plot_loss=false",
-              f"output_dir={os.path.join(args.work, name)}"] + overrides
+              f"output_dir={os.path.join(args.work, name.replace(' ', '-'))}"] + overrides
     check = subprocess.run(cmd[:-1] + [cmd[-1], "--check"] + common, cwd=ROOT, capture_output=True, text=True, env=ENV)
     estimate = mib(check.stdout, r"([0-9.]+) MiB resident")
-    text, first = timed_lines(cmd + common, os.path.join(args.work, name + ".log"))
+    text, first = timed_lines(cmd + common, os.path.join(args.work, name.replace(" ", "-") + ".log"))
     steps = [re.search(r"\| ([0-9.]+) tok/s \| ([0-9.]+) GFLOP/s(?:.*\| hardware ([0-9.]+) GFLOP/s)?", line)
              for line in text.splitlines() if re.match(r"step \d+/\d+ \|", line)]
     steps = [m for m in steps if m][1:] or [m for m in steps if m]  # after the first (warm-up) step
