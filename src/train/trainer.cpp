@@ -172,10 +172,13 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     : s_(std::make_unique<State>(cfg, plan, mesh, device)) {
   State& s = *s_;
   if (plan.compute == at::kHalf) s.scaler = std::make_unique<LossScaler>(loss_scale_options(plan));
-  // The allocator's cache holds what a step frees and allocates again (memory.h).
-  const engine::MemoryEstimate& estimate = plan.memory;
-  set_cpu_cache_limit(static_cast<std::int64_t>(estimate.gathered + estimate.activations + estimate.buffers + estimate.gradients));
-  set_cpu_memory_budget(static_cast<std::int64_t>(estimate.total()));
+  // On a CPU run the allocator's cache holds what a step frees and allocates again, within the
+  // estimated peak of the tensors (memory.h).
+  if (!device.cuda) {
+    const engine::MemoryEstimate& estimate = plan.memory;
+    set_cpu_cache_limit(static_cast<std::int64_t>(estimate.gathered + estimate.activations + estimate.buffers + estimate.gradients));
+    set_cpu_memory_budget(static_cast<std::int64_t>(estimate.total()));
+  }
   s.data = std::make_unique<TrainingData>(cfg, mesh.world());
   s.data->set_pad_to_multiple_of(pad_multiple(cfg, plan));
   if (cfg.boolean("async_checkpoint")) s.async_saver = std::make_unique<ckpt::AsyncSaver>(mesh.world());
