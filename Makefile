@@ -57,12 +57,12 @@ bench: build
 	.venv/bin/python tools/bench/fp8.py --build $(BUILD)
 	.venv/bin/python tools/bench/context_parallel.py --build $(BUILD)
 	.venv/bin/python tools/bench/checkpoint.py $(BUILD)
-	.venv/bin/python tools/bench/real_size.py --build $(BUILD)
+	.venv/bin/python tools/bench/real_size.py --build $(BUILD) --dtypes bf16,fp32
 
 # Qwen3-0.6B at its real shape, 2 ranks: lftrain's engines beside PyTorch FSDP2 and LlamaFactory v1
 # (docs/performance.md, "Real size"). About half an hour on 2 cores.
 bench-real: build v1-env
-	.venv/bin/python tools/bench/real_size.py --build $(BUILD)
+	.venv/bin/python tools/bench/real_size.py --build $(BUILD) --dtypes bf16,fp32
 
 # `lftrain --plan` against steps measured across two namespace hosts (root; docs/plan.md).
 plan-check: build

@@ -17,7 +17,7 @@ per-rank estimate (`--check`), and the seconds from launch to the end of the fir
 Timings are ratios within one run (this machine is noisy); nothing is asserted.
 
   tools/bench/real_size.py [--build build] [--steps 4] [--only fsdp2,zero3,megatron,torch,v1]
-                           [--layers 28]   (fewer layers: a quick try of the script itself)
+                           [--dtypes bf16,fp32] [--layers 28]   (fewer layers: a quick try of the script)
 """
 import argparse
 import json
@@ -96,17 +96,17 @@ def mib(text, pattern):
     return [float(v) for v in re.findall(pattern, text)]
 
 
-def lftrain_row(args, name, overrides, gemm):
+def lftrain_row(args, name, overrides, dtype):
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2", os.path.join(args.build, "lftrain")]
     common = [os.path.join(ROOT, "inputs/sft_alpaca.toml"), f"model_name_or_path={args.model}", "template=qwen3",
               f"train_dataset={os.path.join(SHARED, 'alpaca_en_demo.json')}", f"cutoff_len={SEQ}", "packing=true",
-              "per_device_train_batch_size=1", "gradient_accumulation_steps=1", "bf16=true",
+              "per_device_train_batch_size=1", "gradient_accumulation_steps=1", f"bf16={str(dtype == 'bf16').lower()}",
               "gradient_checkpointing=true", "val_size=0", f"max_steps={args.steps}", "logging_steps=1",
               "warmup_steps=0", "save_strategy=no", "plot_loss=false",
-              f"output_dir={os.path.join(args.work, name.replace(' ', '-'))}"] + overrides
+              f"output_dir={os.path.join(args.work, name.replace(' ', '-') + '-' + dtype)}"] + overrides
     check = subprocess.run(cmd[:-1] + [cmd[-1], "--check"] + common, cwd=ROOT, capture_output=True, text=True, env=ENV)
     estimate = mib(check.stdout, r"([0-9.]+) MiB resident")
-    text, first = timed_lines(cmd + common, os.path.join(args.work, name.replace(" ", "-") + ".log"))
+    text, first = timed_lines(cmd + common, os.path.join(args.work, name.replace(" ", "-") + "-" + dtype + ".log"))
     steps = [re.search(r"\| ([0-9.]+) tok/s \| ([0-9.]+) GFLOP/s(?:.*\| hardware ([0-9.]+) GFLOP/s)?", line)
              for line in text.splitlines() if re.match(r"step \d+/\d+ \|", line)]
     steps = [m for m in steps if m][1:] or [m for m in steps if m]  # after the first (warm-up) step
@@ -121,16 +121,16 @@ def lftrain_row(args, name, overrides, gemm):
 
 
 TORCH_PEER = r"""
-import os, resource, sys, time, torch, torch.distributed as dist, transformers
+import json, os, resource, sys, time, torch, torch.distributed as dist, transformers
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-folder, steps, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+folder, steps, seq, dtype = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), getattr(torch, sys.argv[4])
 torch.set_num_threads(1)
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 launched = float(os.environ["LFT_LAUNCHED"])
 model = transformers.AutoModelForCausalLM.from_pretrained(folder, torch_dtype=torch.float32)
 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 for layer in model.model.layers:
     fully_shard(layer, mp_policy=policy)
 fully_shard(model, mp_policy=policy)
@@ -153,21 +153,22 @@ all_rss = [torch.zeros(1) for _ in range(dist.get_world_size())]
 dist.all_gather(all_rss, rss)
 if rank == 0:
     timed = times[1:] or times
-    print("RESULT", dict(step_s=sum(timed) / len(timed), first_step_s=first, rss=[float(r) for r in all_rss]))
+    print("RESULT", json.dumps(dict(step_s=sum(timed) / len(timed), first_step_s=first, rss=[float(r) for r in all_rss])))
 dist.destroy_process_group()
 """
 
 
-def torch_row(args, gemm):
+def torch_row(args, dtype):
     env = dict(ENV, LFT_LAUNCHED=str(time.time()), OMP_NUM_THREADS="1")
     script = os.path.join(args.work, "torch_fsdp2_peer.py")
     with open(script, "w") as f:
         f.write(TORCH_PEER)
-    cmd = [PY, "-m", "torch.distributed.run", "--nproc_per_node", "2", script, args.model, str(args.steps), str(SEQ)]
+    cmd = [PY, "-m", "torch.distributed.run", "--nproc_per_node", "2", script, args.model, str(args.steps), str(SEQ),
+           "bfloat16" if dtype == "bf16" else "float32"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         return dict(name="PyTorch FSDP2 (gloo)", error=(out.stdout + out.stderr)[-1500:])
-    result = eval(re.search(r"RESULT (.*)", out.stdout).group(1))
+    result = json.loads(re.search(r"RESULT (.*)", out.stdout).group(1))
     tokens = 2 * SEQ
     return dict(name="PyTorch FSDP2 (gloo)", tokens_per_s=tokens / result["step_s"],
                 model_gflops=tokens / result["step_s"] * model_flops_per_token(args.layers) / 1e9,
@@ -201,33 +202,20 @@ def v1_rows(args):
     return rows
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=28)
-    parser.add_argument("--only", default="fsdp2,zero3,megatron,torch,v1")
-    parser.add_argument("--model", help="the model folder (default: output/bench-qwen3-0.6b, made if absent)")
-    args = parser.parse_args()
-    args.build = os.path.abspath(args.build)
-    args.model = os.path.abspath(args.model or os.path.join(ROOT, "output", f"bench-qwen3-0.6b-{args.layers}l"))
-    args.work = tempfile.mkdtemp(prefix="lft-real-size-")
-    only = args.only.split(",")
-    make_model(args.model, args.layers)
-    gemm = gemm_rate(args.build)
-    rate = gemm["bf16"]["2"]
-    print(f"GEMM rate (2048^3 matmul, GFLOP/s): {json.dumps(gemm)}; MFU is against bf16 at 2 threads, {rate} GFLOP/s")
+def table(args, only, dtype, rate):
+    """The lftrain engines and PyTorch FSDP2 in `dtype` (bf16: autocast over fp32 masters)."""
+    mixed = ["dist_config.mixed_precision=" + dtype]
     rows = []
     if "fsdp2" in only:
-        rows.append(lftrain_row(args, "lftrain fsdp2", ["distributed=fsdp2", "dist_config.mixed_precision=bf16"], gemm))
+        rows.append(lftrain_row(args, "lftrain fsdp2", ["distributed=fsdp2"] + mixed, dtype))
     if "zero3" in only:
-        rows.append(lftrain_row(args, "lftrain ZeRO-3", ["distributed=deepspeed", "deepspeed=inputs/ds_z3_config.json"], gemm))
+        rows.append(lftrain_row(args, "lftrain ZeRO-3", ["distributed=deepspeed", "deepspeed=inputs/ds_z3_config.json"], dtype))
     if "megatron" in only:
-        rows.append(lftrain_row(args, "lftrain megatron tp2", ["distributed=megatron", "mesh.tp=2"], gemm))
+        rows.append(lftrain_row(args, "lftrain megatron tp2", ["distributed=megatron", "mesh.tp=2"], dtype))
     if "torch" in only:
-        rows.append(torch_row(args, gemm))
-    print(f"\nQwen3-0.6B shape ({args.layers} layers), 2 ranks x 1 thread, bf16, gradient checkpointing, "
-          f"{SEQ} tokens per rank and step, {args.steps} steps (the first not timed):")
+        rows.append(torch_row(args, dtype))
+    print(f"\nQwen3-0.6B shape ({args.layers} layers), 2 ranks x 1 thread, {dtype}, gradient checkpointing, "
+          f"{SEQ} tokens per rank and step, {args.steps} steps (the first not timed); MFU against {rate} GFLOP/s:")
     print(f"{'':24} {'tokens/s':>9} {'model GFLOP/s':>14} {'MFU':>6} {'peak RSS MiB/rank':>20} {'estimate':>9} "
           f"{'RSS/est':>8} {'first step s':>13}")
     for r in rows:
@@ -244,6 +232,27 @@ def main():
         for r in rows:
             if r["name"].startswith("lftrain"):
                 print(f"{r['name']} / PyTorch FSDP2 tokens/s: {r['tokens_per_s'] / torch_tps:.2f}x")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=28)
+    parser.add_argument("--only", default="fsdp2,zero3,megatron,torch,v1")
+    parser.add_argument("--dtypes", default="bf16", help="bf16, fp32 or both (bf16,fp32): one table each")
+    parser.add_argument("--model", help="the model folder (default: output/bench-qwen3-0.6b, made if absent)")
+    args = parser.parse_args()
+    args.build = os.path.abspath(args.build)
+    args.model = os.path.abspath(args.model or os.path.join(ROOT, "output", f"bench-qwen3-0.6b-{args.layers}l"))
+    args.work = tempfile.mkdtemp(prefix="lft-real-size-")
+    only = args.only.split(",")
+    make_model(args.model, args.layers)
+    gemm = gemm_rate(args.build)
+    print(f"GEMM rate (2048^3 matmul, GFLOP/s): {json.dumps(gemm)}; MFU is against the rate of the run's dtype "
+          f"at 2 threads")
+    for dtype in args.dtypes.split(","):
+        table(args, only, dtype, gemm[dtype]["2"])
     if "v1" in only:
         v1 = v1_rows(args)
         for r in v1:
