@@ -28,6 +28,10 @@ std::string format_duration(double seconds) {
   return text;
 }
 
+double remaining_seconds(double elapsed_s, std::int64_t steps_run, std::int64_t steps_left) {
+  return steps_run > 0 ? elapsed_s / static_cast<double>(steps_run) * static_cast<double>(steps_left) : 0.0;
+}
+
 std::string format_seconds(double seconds) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.*f s", seconds < 10 ? 2 : 1, seconds);

@@ -376,7 +376,7 @@ int Trainer::run() {
     rec.grad_norm = r.grad_norm;
     rec.epoch = static_cast<double>(r.step) / static_cast<double>(s.sampler->steps_per_epoch());
     rec.elapsed_s = seconds_since(start);
-    rec.remaining_s = rec.elapsed_s / static_cast<double>(r.step - first_step) * static_cast<double>(s.total - r.step);
+    rec.remaining_s = remaining_seconds(rec.elapsed_s, r.step - first_step, s.total - r.step);
     rec.tokens_per_s = static_cast<double>(window_tokens) / window_seconds;
     rec.flops_per_s = window_flops.model / window_seconds;
     rec.hardware_flops_per_s = window_flops.hardware / window_seconds;

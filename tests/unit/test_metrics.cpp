@@ -57,6 +57,12 @@ TEST(StepFlops, ConsoleLineNamesHardwareFlopsOnlyWhenTheyDiffer) {
   EXPECT_NE(train::to_console_line(r).find("| hardware 2.50 GFLOP/s"), std::string::npos);
 }
 
+// A run resumed at step 100 that reached step 150 in 6 s has 50 steps left: 6 s, not 2 s.
+TEST(RemainingSeconds, AreAtThePaceOfThisProcesssOwnSteps) {
+  EXPECT_DOUBLE_EQ(train::remaining_seconds(6.0, 150 - 100, 200 - 150), 6.0);
+  EXPECT_DOUBLE_EQ(train::remaining_seconds(0.0, 0, 10), 0.0);
+}
+
 TEST(AttentionPairs, AreTheSquaredSpansOfPackedSegments) {
   auto seqs = std::make_shared<data::PackedSequences>();
   seqs->seq_len = 8;

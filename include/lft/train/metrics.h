@@ -52,6 +52,10 @@ std::string to_json_line(const LogRecord& r);
 // "step 10/100 | loss 2.3456 | lr 3.00e-03 | grad 1.234 | 1234 tok/s | 1.2 GFLOP/s | 0:00:12 < 0:01:40"
 std::string to_console_line(const LogRecord& r);
 
+// The ETA: `steps_left` at the pace of the `steps_run` steps this process ran in `elapsed_s` (after
+// a resume, not the steps of the run it resumed).
+double remaining_seconds(double elapsed_s, std::int64_t steps_run, std::int64_t steps_left);
+
 std::string format_duration(double seconds);  // "H:MM:SS", as LlamaFactory's logs
 std::string format_seconds(double seconds);   // "12.3 s"
 double peak_rss_bytes();                       // of this process, so far
