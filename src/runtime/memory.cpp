@@ -82,12 +82,14 @@ bool keep_cached(char* base, std::size_t total) {
 }
 
 // Before a fresh allocation of `total` bytes: frees cached blocks (the largest sizes first) until
-// the tensors in use, the cache and the new block fit the budget.
+// the tensors in use, the cache and the new block fit the budget. Blocks below kCachedMin (most
+// allocations) skip it: they never take the lock, as they never do in take_cached.
 void make_room(std::size_t total) {
+  const std::int64_t budget = memory_budget.load();
+  if (total < kCachedMin || budget == INT64_MAX) return;
   std::vector<char*> freed;
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
-    const std::int64_t budget = memory_budget.load();
     auto over = [&] { return in_use.load() + static_cast<std::int64_t>(cached_bytes + total) > budget; };
     if (cached_bytes == 0 || !over()) return;
     std::vector<std::size_t> sizes;

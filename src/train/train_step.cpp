@@ -38,7 +38,8 @@ StepResult Trainer::step() {
   // The loss is the weighted sum over every target of the global batch divided by the sum of the
   // weights (the count of trained tokens unless messages carry loss weights): each rank knows it.
   // With stage dpo it is the mean over the global batch's pairs of their losses.
-  const double targets = s.data->weight_sum(s.data->sequences(indices));
+  const std::vector<std::int64_t> batch_sequences = s.data->sequences(indices);
+  const double targets = s.data->weight_sum(batch_sequences);
   const int dp_rank = s.mesh.dp_rank(), dp_size = s.mesh.shape().dp_size();
   const std::int64_t micro = s.plan.micro_batch, accum = s.plan.accumulation, global = s.plan.global_batch;
   // Every rank's sequences in the order of the gathered per-sequence sums: rank, micro-batch.
@@ -88,8 +89,8 @@ StepResult Trainer::step() {
     r.loss = loss_sum / targets;
   }
   r.grad_norm = std::sqrt(p[count]);
-  r.tokens = s.data->real_tokens(s.data->sequences(indices));
-  r.attention_pairs = s.data->attention_pairs(s.data->sequences(indices));
+  r.tokens = s.data->real_tokens(batch_sequences);
+  r.attention_pairs = s.data->attention_pairs(batch_sequences);
   r.padded_tokens = padded;
   auto finish = [&] {
     s.sampler->advance();

@@ -13,7 +13,7 @@ one packed 512-token sequence per rank and step:
 one after the other in one run. Per row: tokens/s (real tokens) over the steps after the first,
 model FLOP/s (torchtitan's count: docs/performance.md) as a fraction of the bf16 GEMM rate of the
 machine's cores measured in this run (build/lft_gemm_rate), peak RSS per rank against lftrain's
-per-rank estimate (`--check`), and the seconds from launch to the end of the first step.
+per-rank estimate (the start-up plan's, as `--check` prints it), and the seconds from launch to the end of the first step.
 Timings are ratios within one run (this machine is noisy); nothing is asserted.
 
   tools/bench/real_size.py [--build build] [--steps 4] [--only fsdp2,zero3,megatron,torch,v1]
@@ -104,9 +104,8 @@ def lftrain_row(args, name, overrides, dtype):
               "gradient_checkpointing=true", "val_size=0", f"max_steps={args.steps}", "logging_steps=1",
               "warmup_steps=0", "save_strategy=no", "plot_loss=false",
               f"output_dir={os.path.join(args.work, name.replace(' ', '-') + '-' + dtype)}"] + overrides
-    check = subprocess.run(cmd[:-1] + [cmd[-1], "--check"] + common, cwd=ROOT, capture_output=True, text=True, env=ENV)
-    estimate = mib(check.stdout, r"([0-9.]+) MiB resident")
     text, first = timed_lines(cmd + common, os.path.join(args.work, name.replace(" ", "-") + "-" + dtype + ".log"))
+    estimate = mib(text, r"([0-9.]+) MiB resident")  # the start-up plan's, as `--check` prints it
     steps = [re.search(r"\| ([0-9.]+) tok/s \| ([0-9.]+) GFLOP/s(?:.*\| hardware ([0-9.]+) GFLOP/s)?", line)
              for line in text.splitlines() if re.match(r"step \d+/\d+ \|", line)]
     steps = [m for m in steps if m][1:] or [m for m in steps if m]  # after the first (warm-up) step
