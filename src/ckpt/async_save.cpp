@@ -16,16 +16,15 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-at::Tensor host_copy(const at::Tensor& t) { return t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true); }
-
 // An optimizer's state as it was at the snapshot: what save_checkpoint reads of an optimizer.
 class FrozenOptimizer final : public optim::Optimizer {
  public:
-  FrozenOptimizer(const optim::Optimizer& live, std::size_t params)
+  template <typename Stage>
+  FrozenOptimizer(const optim::Optimizer& live, std::size_t params, Stage stage)
       : steps_(live.steps()), names_(live.state_names()), hyper_(live.hyperparameters()) {
     state_.resize(params);
     for (std::size_t i = 0; i < params; ++i)
-      for (std::size_t k = 0; k < names_.size(); ++k) state_[i].push_back(host_copy(live.state(i, k)));
+      for (std::size_t k = 0; k < names_.size(); ++k) state_[i].push_back(stage(live.state(i, k)));
   }
   void step(double) override { throw std::logic_error("a snapshot of an optimizer does not step"); }
   std::int64_t steps() const override { return steps_; }
@@ -61,6 +60,15 @@ AsyncSaver::~AsyncSaver() {
   if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
 }
 
+at::Tensor AsyncSaver::stage_copy(std::size_t slot, const at::Tensor& t) {
+  if (slot >= staging_.size()) staging_.resize(slot + 1);
+  at::Tensor& buffer = staging_[slot];
+  if (!buffer.defined() || buffer.sizes() != t.sizes() || buffer.scalar_type() != t.scalar_type())
+    buffer = at::empty(t.sizes(), t.options().device(at::kCPU));
+  buffer.copy_(t);
+  return buffer;
+}
+
 void AsyncSaver::wait() {
   if (writer_.joinable()) writer_.join();
   if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
@@ -72,10 +80,12 @@ double AsyncSaver::start(const SaveOptions& options, const RunInfo& run, const P
   const auto start = Clock::now();
   wait();
   c10::NoGradGuard no_grad;
+  std::size_t slot = 0;
+  auto stage = [&](const at::Tensor& t) { return stage_copy(slot++, t); };
   std::vector<HeldTensor> copies;
   copies.reserve(params.size());
-  for (const HeldTensor& t : params) copies.push_back({t.name, host_copy(t.local), t.box});
-  auto frozen = std::make_shared<FrozenOptimizer>(optimizer, params.size());
+  for (const HeldTensor& t : params) copies.push_back({t.name, stage(t.local), t.box});
+  auto frozen = std::make_shared<FrozenOptimizer>(optimizer, params.size(), stage);
   const double blocked = seconds_since(start);
   writer_ = std::thread([this, options, run, progress, copies = std::move(copies), frozen, done = std::move(done)] {
     try {

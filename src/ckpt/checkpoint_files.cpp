@@ -75,6 +75,19 @@ std::string state_path(const std::string& folder) {
 
 bool is_complete(const std::string& folder) { return exists(folder + "/COMPLETE"); }
 
+std::int64_t state_bytes(const std::string& folder) {
+  const std::string state = state_path(folder);
+  struct stat st {};
+  if (!is_directory(state)) return stat(state.c_str(), &st) == 0 ? st.st_size : 0;
+  std::int64_t total = 0;
+  DIR* dir = opendir(state.c_str());
+  if (dir == nullptr) return 0;
+  while (const dirent* e = readdir(dir))
+    if (stat((state + "/" + e->d_name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) total += st.st_size;
+  closedir(dir);
+  return total;
+}
+
 std::string not_lftrains(const std::string& path) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return "";

@@ -1,8 +1,6 @@
-// Bytes of the tensor store: FNV-1a hashing, the position-keyed checksum of a tensor's box, and
+// Bytes of the tensor store: FNV-1a hashing, the name of the checksum attribute, and
 // the little serializer of the index messages ranks exchange (not a public header).
 #pragma once
-
-#include <ATen/core/Tensor.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -22,13 +20,7 @@ class Hasher {
   uint64_t h_ = 1469598103934665603ULL;  // FNV-1a
 };
 
-// The checksum of a tensor's data, keyed by position: the sum (mod 2^64) over its elements of a
-// 64-bit mix of (row-major index in the global tensor, the element's bits). Being a sum, the
-// checksums of disjoint boxes add up to that of the whole tensor, so ranks that each write a box
-// add theirs, and a reader of the whole tensor recomputes it with offset 0.
-// `data` is contiguous and holds the box at `offset` of a tensor of shape `global_shape`.
-uint64_t box_checksum(const at::Tensor& data, const std::vector<int64_t>& offset,
-                      const std::vector<int64_t>& global_shape);
+// box_checksum (lft/ckpt/box_checksum.h) of a dataset's data, as its attribute of this name.
 constexpr const char* kChecksumKey = "checksum";
 
 class ByteWriter {

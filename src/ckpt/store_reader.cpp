@@ -16,6 +16,7 @@
 #include "lft/comm/watchdog.h"
 #include "lft/runtime/check.h"
 #include "lft/runtime/error.h"
+#include "lft/ckpt/box_checksum.h"
 #include "store_util.h"
 
 namespace lft::ckpt {

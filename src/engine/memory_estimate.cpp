@@ -94,6 +94,7 @@ std::string MemoryEstimate::str() const {
                         " on a GPU"
                   : "") +
          (mpi_staging > 0 && process > 0 ? "; MPI's reduce-scatter staging " + mib(mpi_staging) : "") +
+         (checkpoint_staging > 0 ? "; async_checkpoint's host copy of the state " + mib(checkpoint_staging) : "") +
          (process > 0 ? "; with the process itself (" + mib(process) + ": libraries, runtime, data) " + mib(resident()) +
                             " resident"
                       : "");

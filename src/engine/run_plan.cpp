@@ -163,6 +163,8 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh) {
   check_context_parallel(cfg, p.model, mesh[MeshDim::CP], mesh[MeshDim::TP]);
   if (cfg.string("distributed") == "deepspeed") p.deepspeed = config::read_deepspeed_config(cfg, mesh.dp_size());
   p.memory = engine_for(cfg).estimate_memory(cfg, p);
+  if (cfg.boolean("async_checkpoint") && cfg.string("save_strategy") != "no")
+    p.memory.checkpoint_staging = p.memory.weights + p.memory.optimizer;
   return p;
 }
 

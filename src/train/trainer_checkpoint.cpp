@@ -3,6 +3,7 @@
 #include "lft/ckpt/checkpoint.h"
 
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 
 #include "lft/ckpt/checkpoint_files.h"
@@ -17,6 +18,14 @@ namespace {
 bool same_path(const std::string& a, const std::string& b) {
   char ra[PATH_MAX], rb[PATH_MAX];
   return realpath(a.c_str(), ra) != nullptr && realpath(b.c_str(), rb) != nullptr && std::string(ra) == rb;
+}
+
+// " 7.15 GB at 1.79 GB/s": what a save wrote and how fast (GB = 10^9 bytes, as disks are rated).
+std::string size_and_rate(const std::string& folder, double seconds) {
+  const double gb = static_cast<double>(ckpt::state_bytes(folder)) / 1e9;
+  char text[64];
+  std::snprintf(text, sizeof(text), "%.2f GB at %.2f GB/s", gb, seconds > 0 ? gb / seconds : 0.0);
+  return text;
 }
 
 }  // namespace
@@ -106,7 +115,7 @@ std::string Trainer::save(bool background) {
     const double blocked = s.async_saver->start(o, run_info(), p, held_tensors(), *s.optimizer,
                                                 [](const std::string& folder, double seconds) {
                                                   log0("saved " + folder + " in " + std::to_string(seconds).substr(0, 5) +
-                                                       " s (in the background)");
+                                                       " s (in the background): " + size_and_rate(folder, seconds));
                                                 });
     s.saved_step = s.step;
     log0("checkpoint of step " + std::to_string(s.step) + ": training blocked " + std::to_string(blocked).substr(0, 5) +
@@ -115,7 +124,8 @@ std::string Trainer::save(bool background) {
   }
   const std::string folder = ckpt::save_checkpoint(s.mesh.world(), o, run_info(), p, held_tensors(), *s.optimizer);
   s.saved_step = s.step;
-  log0("saved " + folder + " in " + std::to_string(seconds_since(start)).substr(0, 5) + " s");
+  const double seconds = seconds_since(start);
+  log0("saved " + folder + " in " + std::to_string(seconds).substr(0, 5) + " s: " + size_and_rate(folder, seconds));
   return folder;
 }
 

@@ -12,6 +12,8 @@ std::string checkpoint_name(std::int64_t step);  // "checkpoint-<step>"
 // The state inside a checkpoint folder: "state.h5" (shared file) or "state" (per-rank folder).
 std::string state_path(const std::string& folder);
 bool is_complete(const std::string& folder);
+// The bytes of a checkpoint's state (its HDF5 file, or the per-rank files and their sidecars).
+std::int64_t state_bytes(const std::string& folder);
 // What `path` is when it exists and is not a complete lftrain checkpoint ("a file", "a link",
 // "a folder without COMPLETE"); "" when it is one or does not exist.
 std::string not_lftrains(const std::string& path);

@@ -20,7 +20,7 @@
 //     (raw bits; HDF5 has no portable 16-bit float types); bool as H5T_NATIVE_UINT8.
 //     h5py users: `np.asarray(d).astype(np.uint32) << 16` viewed as float32 gives bfloat16 values,
 //     `.view(np.float16)` gives float16 ones.
-//   - int64 attribute `checksum` on every dataset: detail::box_checksum of its data (a position-
+//   - int64 attribute `checksum` on every dataset: box_checksum (box_checksum.h) of its data (a position-
 //     keyed sum, so the ranks' boxes add up); read_full and verify check it.
 //   - root attributes `store_format` ("lftrain tensor store"), `store_version` (2; 1 had no
 //     checksums), `store_mode`

@@ -40,6 +40,9 @@ struct MemoryEstimate {
   // MPI's nonblocking reduce-scatter (Open MPI's libnbc) reduces into a temporary of the whole
   // input on one rank: the largest reduce-scatter of a CPU run (a unit's fp32 gradients).
   double mpi_staging = 0;
+  // async_checkpoint: the host copies of the weights and optimizer state a background save writes
+  // from (kept from one save to the next).
+  double checkpoint_staging = 0;
   double total() const {
     const double forward = activations + (gradients_during_forward ? gradients : 0.0);
     return weights + optimizer + gathered + std::max(forward, gradients + buffers);
@@ -55,7 +58,7 @@ struct MemoryEstimate {
     return device.total();
   }
   // Host memory a CPU run's rank holds at its peak: its tensors and the process itself.
-  double resident() const { return total() + process + mpi_staging; }
+  double resident() const { return total() + process + mpi_staging + checkpoint_staging; }
   std::string str() const;  // "41.2 MiB per rank: weights 3.1 MiB, ..."
 };
 
