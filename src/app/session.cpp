@@ -1,7 +1,6 @@
 #include "lft/app/session.h"
 
 #include <ATen/Parallel.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -120,8 +119,7 @@ int run_session(Runtime& rt, const CliOptions& opts) {
     plan = engine::resolve_run_plan(cfg, shape);
     if (!device.cuda) plan->memory.process = static_cast<double>(current_rss_bytes() - cpu_bytes_in_use());
     if (!device.cuda)
-      engine::check_fits_in_memory(*plan, rt.local_size(),
-                                   static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE)));
+      engine::check_fits_in_memory(*plan, rt.local_size(), usable_node_memory_bytes(rt.local_size()));
   });
   log0(engine::plan_report(cfg, *plan));
 

@@ -175,7 +175,7 @@ void check_fits_in_memory(const RunPlan& p, int ranks_on_node, double node_bytes
   std::snprintf(have, sizeof have, "%.1f GiB", share / (1024.0 * 1024.0 * 1024.0));
   throw config::ConfigError(
       "config error: the run needs about " + p.memory.str() + ", and each of the " + std::to_string(ranks_on_node) +
-      " rank(s) on this node has " + have + " of its memory\n  hint: spread the model over more ranks, use a "
+      " rank(s) on this node has " + have + " of the memory available there (what the kernel reports available, at most 95% of the node's)\n  hint: spread the model over more ranks, use a "
       "sharding engine (fsdp2, deepspeed ZeRO-3, megatron), gradient_checkpointing = true, or a smaller "
       "per_device_train_batch_size or cutoff_len");
 }

@@ -177,6 +177,24 @@ std::int64_t current_rss_bytes() {
   return static_cast<std::int64_t>(resident) * sysconf(_SC_PAGESIZE);
 }
 
+double usable_node_memory_bytes(int local_ranks) {
+  const double total = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  double available = -1;
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char key[64];
+    long long kib = 0;
+    while (std::fscanf(f, "%63s %lld kB", key, &kib) == 2)
+      if (std::strcmp(key, "MemAvailable:") == 0) {
+        available = static_cast<double>(kib) * 1024.0;
+        break;
+      }
+    std::fclose(f);
+  }
+  const double cap = 0.95 * total;
+  if (available < 0) return cap;
+  return std::min(cap, available + static_cast<double>(local_ranks) * static_cast<double>(current_rss_bytes()));
+}
+
 void trim_cpu_cache(bool everything) {
   std::vector<char*> stale;
   {

@@ -4,6 +4,7 @@ save and load GB/s at 2 and 4 ranks, both checkpoint formats, next to this disk'
 write rate measured in the same run, the training time a save costs (save seconds / step
 seconds), and with async_checkpoint the time training is blocked by a save (the copy of the state
 to host memory) against the synchronous save."""
+import multiprocessing
 import os
 import re
 import subprocess
@@ -23,6 +24,77 @@ def disk_write_rate(folder, mib=512):
     seconds = time.perf_counter() - start
     os.unlink(path)
     return mib / 1024 / seconds
+
+
+def _write_stream(path, nbytes, block):
+    with open(path, "wb", buffering=0) as f:
+        written = 0
+        while written < nbytes:
+            written += f.write(block[:min(len(block), nbytes - written)])
+        os.fsync(f.fileno())
+
+
+def disk_rate_gbps(folder, nbytes, streams):
+    """GB/s (10^9 bytes) of `streams` processes each writing nbytes / streams of random bytes to a
+    file of its own and fsyncing it: what a checkpoint of nbytes written that way can reach."""
+    block = os.urandom(64 << 20)  # random: this virtual disk writes zeros far faster
+    paths = [os.path.join(folder, f"disktest-{i}") for i in range(streams)]
+    start = time.perf_counter()
+    procs = [multiprocessing.Process(target=_write_stream, args=(p, nbytes // streams, block)) for p in paths]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    seconds = time.perf_counter() - start
+    for p in paths:
+        os.unlink(p)
+    return nbytes / seconds / 1e9
+
+
+def real_size_table(build, model, work, template, dataset, seq, saves=3):
+    """Saves of a real-size model's state (weights and AdamW moments in fp32) by lftrain fsdp2 at 2
+    ranks, both formats, a run saving every step between two measurements of the disk writing as
+    many bytes (one file for the shared format, one per rank for per_rank): the steady save's rate
+    (the last) over the mean of the two. The first save of a process is slower on this virtual
+    machine (the page cache's fresh pages fault in at ~1 GB/s). Then async_checkpoint's blocked time."""
+    base = [f"model_name_or_path={model}", f"template={template}", f"train_dataset={dataset}",
+            f"cutoff_len={seq}", "packing=true", "per_device_train_batch_size=1", "gradient_accumulation_steps=1",
+            "bf16=true", "gradient_checkpointing=true", "val_size=0", "logging_steps=1", "warmup_steps=0",
+            "plot_loss=false", "distributed=fsdp2", "save_steps=1"]
+    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2", f"{build}/lftrain",
+           os.path.join(ROOT, "inputs/sft_alpaca.toml")]
+
+    def run(args):
+        out = subprocess.run(cmd + base + args, cwd=ROOT, capture_output=True, text=True, env=ENV)
+        if out.returncode != 0:
+            sys.exit(f"checkpoint bench: {' '.join(cmd + base + args)} failed:\n{out.stdout}\n{out.stderr}")
+        return out.stdout
+
+    print(f"\ncheckpoints of {os.path.basename(model)} (fp32 weights + AdamW moments) saved by lftrain fsdp2 at 2 "
+          f"ranks, one run of {saves} steps saving each step per format, between two measurements of the disk writing "
+          f"as many bytes with fsync (this disk's rate varies several-fold from minute to minute: compare within a row)")
+    print(f"{'format':9} {'GB':>6} {'save s':>16} {'save GB/s':>16} {'disk GB/s (streams)':>21} {'last save / disk':>17}")
+    # The state is 12 bytes a parameter (fp32 weights, two fp32 moments); the bf16 model files 2.
+    nbytes = 6 * sum(os.path.getsize(os.path.join(model, f)) for f in os.listdir(model) if f.endswith(".safetensors"))
+    for fmt, streams in (("shared", 1), ("per_rank", 2)):
+        out_dir = os.path.join(work, f"ckpt-{fmt}")
+        before = disk_rate_gbps(work, nbytes, streams)
+        text = run([f"output_dir={out_dir}", f"max_steps={saves}", f"checkpoint_format={fmt}"])
+        after = disk_rate_gbps(work, nbytes, streams)
+        subprocess.run(["rm", "-rf", out_dir], check=True)
+        found = re.findall(r"saved \S+checkpoint-\d+ in ([\d.]+) s: ([\d.]+) GB at ([\d.]+) GB/s", text)
+        seconds, gb = [float(f[0]) for f in found], float(found[0][1])
+        print(f"{fmt:9} {gb:6.2f} {'/'.join(f'{x:.1f}' for x in seconds):>16} "
+              f"{'/'.join(f'{gb / x:.2f}' for x in seconds):>16} {before:8.2f}/{after:.2f} ({streams}) "
+              f"{gb / seconds[-1] / ((before + after) / 2):16.0%}", flush=True)
+    out_dir = os.path.join(work, "ckpt-async")
+    text = run([f"output_dir={out_dir}", "max_steps=3", "checkpoint_format=per_rank", "async_checkpoint=true"])
+    subprocess.run(["rm", "-rf", out_dir], check=True)
+    blocked = [float(x) for x in re.findall(r"checkpoint of step \d+: training blocked ([\d.]+) s", text)]
+    final = float(re.findall(r"saved \S+checkpoint-3 in ([\d.]+) s:", text)[0])
+    print(f"async_checkpoint (per_rank): training blocked {blocked[0]:.2f} s by the first save (it allocates the "
+          f"host copies), {blocked[1]:.2f} s by the next ({blocked[1] / final:.0%} of a synchronous save's "
+          f"{final:.2f} s)")
 
 
 def lftrain(build, ranks, args):

@@ -16,8 +16,10 @@ machine's cores measured in this run (build/lft_gemm_rate), peak RSS per rank ag
 per-rank estimate (the start-up plan's, as `--check` prints it), and the seconds from launch to the end of the first step.
 Timings are ratios within one run (this machine is noisy); nothing is asserted.
 
-  tools/bench/real_size.py [--build build] [--steps 4] [--only fsdp2,zero3,megatron,torch,v1]
-                           [--dtypes bf16,fp32] [--layers 28]   (fewer layers: a quick try of the script)
+  tools/bench/real_size.py [--build build] [--steps 4] [--only fsdp2,zero3,megatron,torch,v1,ckpt]
+                           [--dtypes bf16,fp32] [--layers 28]
+  (ckpt in --only: saves of the model's state in both checkpoint formats against the disk's rate,
+  and async_checkpoint's blocked time: tools/bench/checkpoint.py's real_size_table)   (fewer layers: a quick try of the script)
 """
 import argparse
 import json
@@ -238,7 +240,7 @@ def main():
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--layers", type=int, default=28)
-    parser.add_argument("--only", default="fsdp2,zero3,megatron,torch,v1")
+    parser.add_argument("--only", default="fsdp2,zero3,megatron,torch,v1,ckpt")
     parser.add_argument("--dtypes", default="bf16", help="bf16, fp32 or both (bf16,fp32): one table each")
     parser.add_argument("--model", help="the model folder (default: output/bench-qwen3-0.6b, made if absent)")
     args = parser.parse_args()
@@ -252,6 +254,11 @@ def main():
           f"at 2 threads")
     for dtype in args.dtypes.split(","):
         table(args, only, dtype, gemm[dtype]["2"])
+    if "ckpt" in only:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import checkpoint
+        checkpoint.real_size_table(args.build, args.model, args.work, "qwen3",
+                                   os.path.join(SHARED, "alpaca_en_demo.json"), SEQ)
     if "v1" in only:
         v1 = v1_rows(args)
         for r in v1:

@@ -27,6 +27,11 @@ void set_cpu_memory_budget(std::int64_t bytes);
 std::int64_t cpu_cached_bytes();
 // Resident bytes of this process now (/proc/self/statm).
 std::int64_t current_rss_bytes();
+// What this node's ranks can hold: the memory the kernel reports available (MemAvailable) plus
+// what the node's `local_ranks` processes already hold (each about this one's RSS), at most 95% of
+// the node's memory (the rest is the kernel's and the page cache's working room). Without
+// /proc/meminfo, 95% of the node's memory.
+double usable_node_memory_bytes(int local_ranks);
 // Frees the cached blocks that no allocation took since the previous call (once a step), or with
 // `everything` all of them (before training: the loading phase's blocks).
 void trim_cpu_cache(bool everything = false);
