@@ -7,8 +7,8 @@
 #include <map>
 #include <set>
 
-#include "lft/build_config.h"
 #include "lft/ckpt/checkpoint_files.h"
+#include "lft/ckpt/manifest.h"
 #include "lft/ckpt/tensor_store.h"
 #include "lft/comm/fault_injection.h"
 #include "lft/comm/mpi_util.h"
@@ -101,18 +101,6 @@ std::string decided_by_rank0(MPI_Comm world, Decide&& decide) {
   return text;
 }
 
-// Checks that `folder` holds a readable lftrain checkpoint of a format this build reads.
-void check_format(const StoreReader& store, const std::string& folder) {
-  if (!store.has_attribute("/", "format") || store.string_attribute("/", "format") != kFormatName)
-    throw UsageError("checkpoint error: " + folder + " is not an lftrain checkpoint (no format = \"" +
-                     kFormatName + "\" attribute)");
-  const int64_t version = store.int_attribute("/", "format_version");
-  if (version > kFormatVersion)
-    throw CheckpointMismatch("checkpoint error: " + folder + " has format version " +
-                             std::to_string(version) + ", newer than this lftrain reads (" +
-                             std::to_string(kFormatVersion) + "); use the lftrain that wrote it");
-}
-
 }  // namespace
 
 void check_save_targets(MPI_Comm world, const std::string& output_dir,
@@ -149,41 +137,12 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
   }
   writer.write(with_every_ranks_tensors(world, std::move(slices)));
   inject_save_fault_if_requested();
-  writer.set_attribute("/", "format", std::string(kFormatName));
-  writer.set_attribute("/", "format_version", kFormatVersion);
-  writer.set_attribute("/", "lftrain_version", std::string(LFT_VERSION));
-  writer.set_attribute("/", "step", progress.step);
-  writer.set_attribute("/", "tokens_seen", progress.tokens_seen);
-  if (progress.loss_scale > 0) writer.set_attribute("/", "loss_scale", progress.loss_scale);
-  writer.set_attribute("/", "world_size", static_cast<int64_t>(run.world_size));
-  writer.set_attribute("/", "mesh", run.mesh);
-  writer.set_attribute("/", "engine", run.engine);
-  writer.set_attribute("/", "config", run.config_text);
-  if (!run.config_file.empty()) writer.set_attribute("/", "config_file", run.config_file);
-  writer.set_attribute("/", "global_batch", run.global_batch);
-  writer.set_attribute("/", "seed", run.seed);
-  if (run.finetuning_type != "full") {
-    writer.set_attribute("/", "finetuning_type", run.finetuning_type);
-    writer.set_attribute("/", "base_model", run.base_model);
-    writer.set_attribute("/", "base_model_hash", run.base_model_hash);
-  }
-  if (run.finetuning_type == "lora") {
-    writer.set_attribute("/", "lora_rank", run.lora_rank);
-    writer.set_attribute("/", "lora_alpha", run.lora_alpha);
-    writer.set_attribute("/", "lora_scaling", run.lora_scaling);
-    writer.set_attribute("/", "lora_dropout", run.lora_dropout);
-    writer.set_attribute("/", "use_rslora", static_cast<int64_t>(run.use_rslora));
-    writer.set_attribute("/", "lora_target", run.lora_target);
-    writer.set_attribute("/", "additional_target", run.additional_target);
-  }
-  writer.set_attribute("/optim", "step", optimizer.steps());
-  for (const auto& [key, value] : optimizer.hyperparameters()) writer.set_attribute("/optim", key, value);
-  writer.set_attribute("/", "data_epoch", progress.sampler.epoch);
-  writer.set_attribute("/", "data_step_in_epoch", progress.sampler.step_in_epoch);
-  writer.set_attribute("/", "data_seed", static_cast<int64_t>(progress.sampler.seed));
-  writer.set_attribute("/", "data_num_samples", progress.sampler.num_samples);
-  writer.set_attribute("/", "data_global_batch", progress.sampler.global_batch);
-  if (progress.sampler.order_dp > 0) writer.set_attribute("/", "data_order_dp", progress.sampler.order_dp);
+  Manifest manifest;
+  manifest.run = run;
+  manifest.progress = progress;
+  manifest.optimizer_steps = optimizer.steps();
+  manifest.optimizer_hyperparameters = optimizer.hyperparameters();
+  write_manifest(writer, manifest);
   writer.close();
   inject_publish_freeze_if_requested();
 
@@ -234,7 +193,7 @@ std::optional<std::string> find_checkpoint(MPI_Comm world, const std::string& ou
         if (!is_complete(spec))
           throw UsageError("checkpoint error: resume_from_checkpoint = \"" + spec +
                            "\" is not a complete checkpoint (no COMPLETE file in it)");
-        check_format(StoreReader(MPI_COMM_SELF, state_path(spec)), spec);
+        read_manifest(StoreReader(MPI_COMM_SELF, state_path(spec)), spec);
         return spec;
       }
       for (const std::string& folder : checkpoints_newest_first(output_dir)) {
@@ -244,7 +203,7 @@ std::optional<std::string> find_checkpoint(MPI_Comm world, const std::string& ou
           continue;
         }
         try {
-          check_format(StoreReader(MPI_COMM_SELF, state_path(folder)), folder);
+          read_manifest(StoreReader(MPI_COMM_SELF, state_path(folder)), folder);
           return folder;
         } catch (const CheckpointMismatch&) {
           throw;
@@ -270,24 +229,23 @@ Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInf
                          const std::vector<HeldTensor>& params, optim::Optimizer& optimizer) {
   Watchdog::Scope scope("loading " + folder, Watchdog::setup_timeout(), "setup_timeout");
   StoreReader store(world, state_path(folder));
-  check_format(store, folder);
-  const int64_t batch = store.int_attribute("/", "global_batch");
-  if (batch != run.global_batch)
+  const Manifest manifest = read_manifest(store, folder);
+  const RunInfo& saved = manifest.run;
+  if (saved.global_batch != run.global_batch)
     throw CheckpointMismatch(
         "checkpoint error: " + folder + " was trained with a global batch of " +
-        std::to_string(batch) + " sequences, this run has " + std::to_string(run.global_batch) +
+        std::to_string(saved.global_batch) + " sequences, this run has " + std::to_string(run.global_batch) +
         " (per_device_train_batch_size x gradient_accumulation_steps x data-parallel ranks): "
         "resume with the same global batch");
-  const std::string type = store.has_attribute("/", "finetuning_type") ? store.string_attribute("/", "finetuning_type") : "full";
+  const std::string& type = saved.finetuning_type;
   if (type != run.finetuning_type)
     throw CheckpointMismatch("checkpoint error: " + folder + " was trained with finetuning_type = \"" + type +
                              "\", this run has \"" + run.finetuning_type + "\": resume with the same finetuning_type");
   const auto base_name = [](const std::string& folder) { return folder.empty() ? "the inline [model]" : folder; };
   const auto base_text = [](const std::string& hash) { return hash.rfind("seed ", 0) == 0 ? hash : "hash " + hash; };
-  if (type != "full" && store.string_attribute("/", "base_model_hash") != run.base_model_hash)
+  if (type != "full" && saved.base_model_hash != run.base_model_hash)
     throw CheckpointMismatch("checkpoint error: " + folder + " was trained on base model " +
-                             base_name(store.string_attribute("/", "base_model")) + " (" +
-                             base_text(store.string_attribute("/", "base_model_hash")) + "); this run's base " +
+                             base_name(saved.base_model) + " (" + base_text(saved.base_model_hash) + "); this run's base " +
                              base_name(run.base_model) + " is " + base_text(run.base_model_hash) +
                              ": its frozen weights differ, so resume on the base the checkpoint was trained on");
   const auto stored = store.tensors("model");
@@ -312,18 +270,8 @@ Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInf
     for (std::size_t k = 0; k < states.size(); ++k)
       optimizer.load_state(i, k, store.read("optim/" + t.name + "/" + states[k], t.box.offset, box));
   }
-  optimizer.set_steps(store.int_attribute("/optim", "step"));
-  Progress p;
-  p.step = store.int_attribute("/", "step");
-  p.tokens_seen = store.int_attribute("/", "tokens_seen");
-  if (store.has_attribute("/", "loss_scale")) p.loss_scale = store.double_attribute("/", "loss_scale");
-  p.sampler.epoch = store.int_attribute("/", "data_epoch");
-  p.sampler.step_in_epoch = store.int_attribute("/", "data_step_in_epoch");
-  p.sampler.seed = static_cast<std::uint64_t>(store.int_attribute("/", "data_seed"));
-  p.sampler.num_samples = store.int_attribute("/", "data_num_samples");
-  p.sampler.global_batch = store.int_attribute("/", "data_global_batch");
-  if (store.has_attribute("/", "data_order_dp")) p.sampler.order_dp = store.int_attribute("/", "data_order_dp");
-  return p;
+  optimizer.set_steps(manifest.optimizer_steps);
+  return manifest.progress;
 }
 
 }  // namespace lft::ckpt

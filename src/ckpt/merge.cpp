@@ -229,7 +229,7 @@ MergeReport merge_checkpoint(const MergeOptions& o) {
 
   std::ostringstream text;
   const std::string what = "checkpoint " + o.checkpoint + " (step " +
-                           (src.attribute("step") ? src.attribute("step")->text() : "?") + ")";
+                           (src.manifest ? std::to_string(src.manifest->progress.step) : "?") + ")";
   text << (o.dry_run ? "lfmerge: dry run, nothing written. Would export " : "lfmerge: exported ")
        << what << " to " << dir << " (" << format_flag(o.format) << ", " << dtype_flag(o.dtype)
        << "):\n";
@@ -297,12 +297,13 @@ MergeReport merge_checkpoint(const MergeOptions& o) {
 std::string inspect_checkpoint(const std::string& path) {
   const Source src = open_checkpoint(path, /*allow_incomplete=*/true);
   std::ostringstream os;
-  auto attr = [&](const char* key) {
-    const Attribute* a = src.attribute(key);
-    return a != nullptr ? a->text() : std::string("-");
-  };
   auto row = [&](const char* label, const std::string& value) {
     os << std::left << std::setw(16) << label << value << "\n";
+  };
+  auto number = [](double v) {
+    std::ostringstream text;
+    text << v;
+    return text.str();
   };
   std::string status;
   if (!src.folder.empty())
@@ -310,49 +311,52 @@ std::string inspect_checkpoint(const std::string& path) {
                           : " (INCOMPLETE: no COMPLETE file; its save was cut short, so it is "
                             "neither resumed from nor merged)";
   row("checkpoint", path + status);
-  row("format", attr("format") + ", version " + attr("format_version"));
-  row("lftrain version", attr("lftrain_version"));
-  row("step", attr("step"));
-  row("tokens seen", attr("tokens_seen"));
-  row("engine", attr("engine"));
-  const Attribute* mesh = src.attribute("mesh");
-  // 4 sizes before context parallelism (pp, dp_replicate, dp_shard, tp), 5 since (cp before tp).
-  if (mesh != nullptr && mesh->kind == Attribute::Kind::IntVector && (mesh->v.size() == 4 || mesh->v.size() == 5))
-    row("mesh", "pp=" + std::to_string(mesh->v[0]) + " dp_replicate=" + std::to_string(mesh->v[1]) +
-                    " dp_shard=" + std::to_string(mesh->v[2]) +
-                    (mesh->v.size() == 5 ? " cp=" + std::to_string(mesh->v[3]) : std::string()) +
-                    " tp=" + std::to_string(mesh->v.back()));
-  else
-    row("mesh", attr("mesh"));
-  row("world size", attr("world_size"));
-  row("global batch", attr("global_batch"));
-  row("seed", attr("seed"));
-  if (src.attribute("finetuning_type") != nullptr) {
-    row("finetuning", attr("finetuning_type"));
-    row("base model", attr("base_model").empty()
-                          ? "the inline [model], initialised with the seed"
-                          : attr("base_model") + " (hash " + attr("base_model_hash") + ")");
-  }
-  if (attr("finetuning_type") == "lora") {
-    row("lora", "rank " + attr("lora_rank") + ", alpha " + attr("lora_alpha") + ", scaling " +
-                    attr("lora_scaling") + ", dropout " + attr("lora_dropout") + ", rslora " +
-                    attr("use_rslora"));
-    row("lora target", attr("lora_target"));
-    row("additional", attr("additional_target").empty() ? "-" : attr("additional_target"));
+  if (src.manifest) {
+    const Manifest& m = *src.manifest;
+    const RunInfo& run = m.run;
+    row("format", std::string(kFormatName) + ", version " + std::to_string(m.format_version));
+    row("lftrain version", m.lftrain_version);
+    row("step", std::to_string(m.progress.step));
+    row("tokens seen", std::to_string(m.progress.tokens_seen));
+    row("engine", run.engine);
+    const std::vector<std::int64_t>& mesh = run.mesh;
+    // 4 sizes before context parallelism (pp, dp_replicate, dp_shard, tp), 5 since (cp before tp).
+    if (mesh.size() == 4 || mesh.size() == 5)
+      row("mesh", "pp=" + std::to_string(mesh[0]) + " dp_replicate=" + std::to_string(mesh[1]) +
+                      " dp_shard=" + std::to_string(mesh[2]) +
+                      (mesh.size() == 5 ? " cp=" + std::to_string(mesh[3]) : std::string()) +
+                      " tp=" + std::to_string(mesh.back()));
+    else
+      row("mesh", shape_text(mesh));
+    row("world size", std::to_string(run.world_size));
+    row("global batch", std::to_string(run.global_batch));
+    row("seed", std::to_string(run.seed));
+    if (run.finetuning_type != "full") {
+      row("finetuning", run.finetuning_type);
+      row("base model", run.base_model.empty() ? "the inline [model], initialised with the seed"
+                                               : run.base_model + " (hash " + run.base_model_hash + ")");
+    }
+    if (run.finetuning_type == "lora") {
+      row("lora", "rank " + std::to_string(run.lora_rank) + ", alpha " + number(run.lora_alpha) + ", scaling " +
+                      number(run.lora_scaling) + ", dropout " + number(run.lora_dropout) + ", rslora " +
+                      std::to_string(static_cast<int>(run.use_rslora)));
+      row("lora target", run.lora_target);
+      row("additional", run.additional_target.empty() ? "-" : run.additional_target);
+    }
+  } else {
+    row("manifest", "(not readable: " + src.manifest_error + ")");
   }
   const bool shared = src.reader.mode() == StoreMode::SharedFile;
   row("store", std::string(shared ? "shared file " : "per-rank files in ") + src.state +
                    ", written by " + std::to_string(src.reader.store_world_size()) + " rank" +
                    (src.reader.store_world_size() == 1 ? "" : "s"));
-  if (src.reader.has_attribute("optim", "step")) {
+  if (src.manifest) {
     std::ostringstream opt;
-    opt << "step " << src.reader.int_attribute("optim", "step");
-    for (const char* k : {"beta1", "beta2", "eps", "weight_decay"})
-      if (src.reader.has_attribute("optim", k))
-        opt << ", " << k << " " << src.reader.double_attribute("optim", k);
+    opt << "step " << src.manifest->optimizer_steps;
+    for (const auto& [key, value] : src.manifest->optimizer_hyperparameters) opt << ", " << key << " " << value;
     row("optimizer", opt.str());
   }
-  if (!src.folder.empty() && src.attribute("config") != nullptr) {
+  if (!src.folder.empty() && src.manifest) {
     try {
       row("model", rebuild_model(src).config.summary());
     } catch (const std::exception& e) {

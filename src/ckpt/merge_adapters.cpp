@@ -21,30 +21,6 @@
 namespace lft::ckpt::merge_detail {
 namespace {
 
-const char* kind_name(Attribute::Kind kind) {
-  switch (kind) {
-    case Attribute::Kind::String:
-      return "string";
-    case Attribute::Kind::Int:
-      return "integer";
-    case Attribute::Kind::Double:
-      return "floating-point";
-    case Attribute::Kind::IntVector:
-      return "integer vector";
-  }
-  return "";
-}
-
-const Attribute& required(const Source& source, const std::string& type, const std::string& key,
-                          Attribute::Kind kind) {
-  const Attribute* a = source.attribute(key);
-  if (a == nullptr || a->kind != kind)
-    throw UsageError(source.state + " has finetuning_type = \"" + type + "\" but no " +
-                     kind_name(kind) + " root attribute '" + key +
-                     "': use the lfmerge of the lftrain that wrote it");
-  return *a;
-}
-
 std::vector<std::string> split_names(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream in(text);
@@ -259,23 +235,18 @@ ExportTensors peft_tensors(const Source& source, const Finetuning& ft,
 
 Finetuning read_finetuning(const Source& source) {
   Finetuning ft;
-  const Attribute* type = source.attribute("finetuning_type");
-  if (type == nullptr) return ft;
-  if (type->kind != Attribute::Kind::String || (type->s != "freeze" && type->s != "lora"))
-    throw UsageError(source.state + " has finetuning_type = " + type->text() +
-                     "; this lfmerge exports full, freeze and lora checkpoints: use the lfmerge "
-                     "of the lftrain that wrote it");
-  using Kind = Attribute::Kind;
-  ft.type = type->s;
-  ft.base_model = required(source, ft.type, "base_model", Kind::String).s;
-  ft.base_model_hash = required(source, ft.type, "base_model_hash", Kind::String).s;
-  if (ft.base_model.empty()) ft.seed = required(source, ft.type, "seed", Kind::Int).i;
+  const RunInfo& run = source.manifest->run;
+  if (run.finetuning_type == "full") return ft;
+  ft.type = run.finetuning_type;
+  ft.base_model = run.base_model;
+  ft.base_model_hash = run.base_model_hash;
+  if (ft.base_model.empty()) ft.seed = run.seed;
   if (ft.type != "lora") return ft;
-  ft.lora_rank = required(source, ft.type, "lora_rank", Kind::Int).i;
-  ft.lora_scaling = required(source, ft.type, "lora_scaling", Kind::Double).d;
-  ft.lora_dropout = required(source, ft.type, "lora_dropout", Kind::Double).d;
-  ft.use_rslora = required(source, ft.type, "use_rslora", Kind::Int).i != 0;
-  ft.lora_target = split_names(required(source, ft.type, "lora_target", Kind::String).s);
+  ft.lora_rank = run.lora_rank;
+  ft.lora_scaling = run.lora_scaling;
+  ft.lora_dropout = run.lora_dropout;
+  ft.use_rslora = run.use_rslora;
+  ft.lora_target = split_names(run.lora_target);
   if (ft.lora_rank < 1 || !std::isfinite(ft.lora_scaling))
     throw UsageError(source.state + " has lora_rank " + std::to_string(ft.lora_rank) +
                      " and lora_scaling " + number_text(ft.lora_scaling) +

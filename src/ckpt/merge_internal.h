@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "lft/ckpt/manifest.h"
 #include "lft/ckpt/merge.h"
 #include "lft/ckpt/tensor_store.h"
 #include "lft/model/model_config.h"
@@ -38,7 +39,9 @@ struct Source {
   std::string main_file;  // the store's file holding the root attributes
   bool complete = false;
   StoreReader reader;
-  std::vector<Attribute> attributes;  // the root attributes, "store_*" excluded, by name
+  std::vector<Attribute> attributes;  // the root attributes, "store_*" excluded, by name (copied into an export)
+  std::optional<Manifest> manifest;   // read from them; absent only for a bare store given to --inspect
+  std::string manifest_error;         // why it is absent
 
   const Attribute* attribute(const std::string& key) const;
 };

@@ -213,34 +213,24 @@ Source open_checkpoint(const std::string& path, bool allow_incomplete) {
     throw UsageError("checkpoint " + path +
                      " is incomplete (no COMPLETE file: its save was cut short): merge a complete "
                      "checkpoint instead; output_dir/latest names the newest one");
-  Source source{folder, state, "", complete, StoreReader(MPI_COMM_SELF, state), {}};
+  Source source{folder, state, "", complete, StoreReader(MPI_COMM_SELF, state), {}, std::nullopt, ""};
   source.main_file =
       source.reader.mode() == StoreMode::PerRank ? state + "/" + detail::rank_file_name(0) : state;
   source.attributes = read_root_attributes(source.main_file);
-  if (!folder.empty()) {
-    const Attribute* format = source.attribute("format");
-    const Attribute* version = source.attribute("format_version");
-    if (format == nullptr || format->kind != Attribute::Kind::String || format->s != kFormatName)
-      throw UsageError(state +
-                       " is not an lftrain checkpoint (its root attribute 'format' is not \"" +
-                       std::string(kFormatName) + "\"): " + what);
-    if (version == nullptr || version->kind != Attribute::Kind::Int)
-      throw UsageError(state + " has no integer root attribute 'format_version': " + what);
-    if (version->i > kFormatVersion)
-      throw UsageError(state + " has checkpoint format version " + std::to_string(version->i) +
-                       "; this lfmerge reads versions up to " + std::to_string(kFormatVersion) +
-                       ": use the lfmerge of the lftrain that wrote it");
+  try {
+    source.manifest = read_manifest(source.reader, state);
+  } catch (const UsageError& e) {
+    if (!folder.empty() && !allow_incomplete) throw;
+    source.manifest_error = e.what();
   }
   return source;
 }
 
 RunModel rebuild_model(const Source& source) {
-  const Attribute* attr = source.attribute("config");
-  if (attr == nullptr || attr->kind != Attribute::Kind::String)
-    throw UsageError(source.state +
-                     " has no root attribute 'config' (the run's TOML): lfmerge cannot tell which "
-                     "model it holds; was it written by lftrain?");
-  const std::string& text = attr->s;
+  if (!source.manifest)
+    throw UsageError(source.state + " has no readable manifest (" + source.manifest_error +
+                     "): lfmerge cannot tell which model it holds; was it written by lftrain?");
+  const std::string& text = source.manifest->run.config_text;
   std::vector<std::string> overrides;
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
@@ -249,9 +239,8 @@ RunModel rebuild_model(const Source& source) {
       overrides.push_back(line.substr(std::strlen(kOverridePrefix)));
   }
   // A run configured by a LlamaFactory YAML file saved YAML (root attribute config_file).
-  const Attribute* file = source.attribute("config_file");
-  const bool yaml = file != nullptr && file->kind == Attribute::Kind::String &&
-                    (ends_with(file->s, ".yaml") || ends_with(file->s, ".yml"));
+  const std::string& file = source.manifest->run.config_file;
+  const bool yaml = ends_with(file, ".yaml") || ends_with(file, ".yml");
   // The data (and DeepSpeed) files of the run do not matter for an export, and relative paths
   // would only resolve in the directory the run started in: point them at files that exist.
   try {

@@ -17,6 +17,7 @@
 
 #include "lft/ckpt/checkpoint.h"
 #include "lft/ckpt/checkpoint_files.h"
+#include "lft/ckpt/manifest.h"
 #include "lft/ckpt/merge.h"
 #include "lft/ckpt/tensor_store.h"
 #include "lft/model/init.h"
@@ -115,21 +116,22 @@ void write_checkpoint(MPI_Comm comm, const std::string& folder, const WriteSpec&
     add("optim/" + name + "/exp_avg_sq", t * t);
   }
   w.write(slices);
-  w.set_attribute("/", "format", kFormatName);
-  w.set_attribute("/", "format_version", kFormatVersion);
-  w.set_attribute("/", "lftrain_version", "0.1.0");
-  w.set_attribute("/", "step", 7);
-  w.set_attribute("/", "tokens_seen", 7 * 1024);
-  w.set_attribute("/", "world_size", size);
-  w.set_attribute("/", "mesh", std::vector<int64_t>{1, 1, size, 1});
-  w.set_attribute("/", "engine", "ddp");
-  w.set_attribute("/", "config", spec.config_text);
-  w.set_attribute("/", "global_batch", 8);
-  w.set_attribute("/", "seed", 1234);
-  w.set_attribute("/", "data_epoch", 0);
-  w.set_attribute("optim", "step", 7);
-  w.set_attribute("optim", "beta1", 0.9);
-  w.set_attribute("optim", "beta2", 0.999);
+  Manifest m;
+  m.lftrain_version = "0.1.0";
+  m.progress.step = 7;
+  m.progress.tokens_seen = 7 * 1024;
+  m.progress.sampler.seed = 42;
+  m.progress.sampler.num_samples = 64;
+  m.progress.sampler.global_batch = 8;
+  m.run.world_size = size;
+  m.run.mesh = {1, 1, size, 1};
+  m.run.engine = "ddp";
+  m.run.config_text = spec.config_text;
+  m.run.global_batch = 8;
+  m.run.seed = 1234;
+  m.optimizer_steps = 7;
+  m.optimizer_hyperparameters = {{"beta1", 0.9}, {"beta2", 0.999}};
+  write_manifest(w, m);
   w.close();
   if (rank == 0 && spec.complete) std::ofstream(folder + "/COMPLETE") << "step 7\n";
   MPI_Barrier(comm);
