@@ -2,6 +2,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cstdio>
+#include <string>
 
 #include "lft/comm/mpi_communicator.h"
 #include "lft/runtime/device.h"
@@ -24,6 +28,15 @@ inline DeviceChoice this_ranks_device(bool share_one_gpu = false) {
   MPI_Comm_size(node, &local_size);
   MPI_Comm_free(&node);
   return select_device(local_rank, local_size, false, share_one_gpu ? local_size : 1);
+}
+
+// A fresh folder /tmp/<prefix>-XXXXXX, made by rank 0 and known to every rank (left in place).
+inline std::string shared_temp_dir(const std::string& prefix) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/tmp/%.40s-XXXXXX", prefix.c_str());
+  if (world().rank() == 0 && mkdtemp(path) == nullptr) ADD_FAILURE() << "mkdtemp failed";
+  MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, MPI_COMM_WORLD);
+  return path;
 }
 
 }  // namespace lft::test

@@ -16,12 +16,7 @@ namespace {
 
 using test::world;
 
-std::string shared_temp_dir() {
-  char path[64] = "/tmp/lft-manifest-XXXXXX";
-  if (world().rank() == 0 && mkdtemp(path) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-  MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, MPI_COMM_WORLD);
-  return path;
-}
+std::string shared_temp_dir() { return test::shared_temp_dir("lft-manifest"); }
 
 Manifest lora_run() {
   Manifest m;

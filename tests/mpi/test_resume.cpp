@@ -18,13 +18,7 @@ namespace {
 using test::tiny_run;
 using test::world;
 
-// A fresh folder, made by rank 0 and known to every rank.
-std::string shared_temp_dir() {
-  char path[64] = "/tmp/lft-resume-XXXXXX";
-  if (world().rank() == 0 && mkdtemp(path) == nullptr) ADD_FAILURE() << "mkdtemp failed";
-  MPI_Bcast(path, sizeof(path), MPI_CHAR, 0, MPI_COMM_WORLD);
-  return path;
-}
+std::string shared_temp_dir() { return test::shared_temp_dir("lft-resume"); }
 
 struct Run {
   std::vector<double> losses;
