@@ -29,8 +29,6 @@ struct Attribute {
   std::int64_t i = 0;
   double d = 0;
   std::vector<std::int64_t> v;
-
-  std::string text() const;  // the value as lfmerge prints it
 };
 
 struct Source {
@@ -43,7 +41,6 @@ struct Source {
   std::optional<Manifest> manifest;   // read from them; absent only for a bare store given to --inspect
   std::string manifest_error;         // why it is absent
 
-  const Attribute* attribute(const std::string& key) const;
 };
 
 // Opens a checkpoint folder. UsageError (naming the path and what to do) when it is missing, not

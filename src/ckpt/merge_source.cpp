@@ -168,29 +168,6 @@ bool is_set_in(const toml::value& root, const std::vector<std::string>& override
 
 }  // namespace
 
-std::string Attribute::text() const {
-  switch (kind) {
-    case Kind::String:
-      return s;
-    case Kind::Int:
-      return std::to_string(i);
-    case Kind::Double: {
-      std::ostringstream os;
-      os << d;
-      return os.str();
-    }
-    case Kind::IntVector:
-      return shape_text(v);
-  }
-  return "";
-}
-
-const Attribute* Source::attribute(const std::string& key) const {
-  for (const Attribute& a : attributes)
-    if (a.key == key) return &a;
-  return nullptr;
-}
-
 Source open_checkpoint(const std::string& path, bool allow_incomplete) {
   const std::string what =
       "pass a checkpoint folder (output_dir/checkpoint-<step>, holding COMPLETE and state.h5 or "
