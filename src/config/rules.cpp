@@ -81,9 +81,10 @@ void required_keys(const Input& in) {
 
 void contradictions(const Input& in) {
   const std::string engine = std::get<std::string>(value(in, "distributed"));
-  if (engine == "deepspeed" && get(in, "deepspeed") == nullptr) {
+  const EngineCapabilities& can = capabilities_of(engine);
+  if (can.deepspeed_config && get(in, "deepspeed") == nullptr) {
     fail(in.file, &get(in, "distributed")->loc,
-         "distributed = \"deepspeed\" needs key 'deepspeed' (a DeepSpeed JSON config file)",
+         "distributed = \"" + engine + "\" needs key 'deepspeed' (a DeepSpeed JSON config file)",
          "add deepspeed = \"path/to/ds_config.json\"");
   }
   const Checked* bf16 = get(in, "bf16");
@@ -94,10 +95,10 @@ void contradictions(const Input& in) {
              "choose one mixed-precision mode: remove bf16 or fp16");
   }
   const Checked* fp8 = get(in, "fp8");
-  if (fp8 && std::get<bool>(fp8->value) && engine != "none" && engine != "ddp" && engine != "fsdp2" &&
-      engine != "megatron") {
+  if (fp8 && std::get<bool>(fp8->value) && !can.float8) {
     fail_two(in, fp8->loc, "key 'fp8'", get(in, "distributed")->loc, "distributed",
-             "fp8 = true applies to distributed = none, ddp, fsdp2 and megatron, not \"" + engine + "\"",
+             "fp8 = true applies to distributed = " + engines_with(&EngineCapabilities::float8) + ", not \"" +
+                 engine + "\"",
              "use fsdp2 for sharded float8 training (as torchtitan), or remove fp8");
   }
   const Checked* ratio = get(in, "warmup_ratio");

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -21,9 +22,38 @@ const KeySpec* find_key(const std::string& path) {
   return nullptr;
 }
 
+const std::vector<EngineCapabilities>& engine_capabilities() {
+  // name, float8, float8_all_gather, offload, deepspeed_config, sequence_parallel
+  static const std::vector<EngineCapabilities> engines = {
+      {"none", true, false, false, false, false},       {"ddp", true, false, false, false, false},
+      {"fsdp", false, false, false, false, false},      {"fsdp2", true, true, true, false, false},
+      {"deepspeed", false, false, true, true, false},   {"megatron", true, false, false, false, true},
+  };
+  return engines;
+}
+
+const EngineCapabilities& capabilities_of(const std::string& engine) {
+  for (const EngineCapabilities& e : engine_capabilities())
+    if (e.name == engine) return e;
+  throw std::logic_error("no capabilities declared for engine '" + engine + "'");
+}
+
+std::string engines_with(bool EngineCapabilities::*capability) {
+  std::vector<std::string> names;
+  for (const EngineCapabilities& e : engine_capabilities())
+    if (e.*capability) names.push_back(e.name);
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return out;
+}
+
 const std::vector<std::string>& engine_names() {
-  static const std::vector<std::string> names = {"none",  "ddp",       "fsdp",
-                                                 "fsdp2", "deepspeed", "megatron"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const EngineCapabilities& e : engine_capabilities()) out.push_back(e.name);
+    return out;
+  }();
   return names;
 }
 

@@ -66,9 +66,15 @@ std::string list_engines_text() {
   for (const auto& e : registry()) {
     std::string dims;
     for (MeshDim d : e.mesh_dims) dims += (dims.empty() ? "" : ", ") + std::string(mesh_dim_name(d));
+    const config::EngineCapabilities& can = config::capabilities_of(e.name);
+    std::string supports;
+    for (const auto& [has, what] : {std::pair{can.float8, "fp8"}, {can.float8_all_gather, "float8 all-gather"},
+                                    {can.offload, "offload"}, {can.deepspeed_config, "DeepSpeed JSON"},
+                                    {can.sequence_parallel, "sequence parallel"}})
+      if (has) supports += (supports.empty() ? "" : ", ") + std::string(what);
     out += "  " + e.name + std::string(std::max<size_t>(1, 10 - e.name.size()), ' ') + e.summary +
            "\n" + std::string(12, ' ') + "mesh dims: " + (dims.empty() ? "none (one rank)" : dims) +
-           "; needs: " + e.needs + "\n";
+           "; needs: " + e.needs + (supports.empty() ? "" : "; supports: " + supports) + "\n";
   }
   std::string missing;
   for (const auto& name : config::engine_names()) {

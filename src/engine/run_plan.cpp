@@ -161,7 +161,7 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh) {
   const std::shared_ptr<model::CausalLM> shape = create_run_model(cfg, p, at::TensorOptions().device(at::kMeta));
   if (p.fp8) check_float8_widths(cfg, *shape, mesh[MeshDim::TP]);
   check_context_parallel(cfg, p.model, mesh[MeshDim::CP], mesh[MeshDim::TP]);
-  if (cfg.string("distributed") == "deepspeed") p.deepspeed = config::read_deepspeed_config(cfg, mesh.dp_size());
+  if (config::capabilities_of(cfg.string("distributed")).deepspeed_config) p.deepspeed = config::read_deepspeed_config(cfg, mesh.dp_size());
   p.memory = engine_for(cfg).estimate_memory(cfg, p);
   if (cfg.boolean("async_checkpoint") && cfg.string("save_strategy") != "no")
     p.memory.checkpoint_staging = p.memory.weights + p.memory.optimizer;

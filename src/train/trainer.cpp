@@ -105,7 +105,8 @@ namespace {
 // parallelism also of tp (each rank takes an equal slice of every sequence).
 std::int64_t pad_multiple(const config::Config& cfg, const engine::RunPlan& plan) {
   const std::int64_t multiple = cfg.integer("pad_to_multiple_of");
-  if (multiple == 0 || cfg.string("distributed") != "megatron" || !cfg.boolean("dist_config.sequence_parallel"))
+  if (multiple == 0 || !config::capabilities_of(cfg.string("distributed")).sequence_parallel ||
+      !cfg.boolean("dist_config.sequence_parallel"))
     return multiple;
   return std::lcm(multiple, static_cast<std::int64_t>(plan.mesh[MeshDim::TP]));
 }

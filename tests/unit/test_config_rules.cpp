@@ -46,6 +46,20 @@ std::string temp_dir(const std::string& name) {
   return dir.string();
 }
 
+TEST(EngineCapabilities, EveryEngineDeclaresItsAndTheRulesReadThem) {
+  EXPECT_EQ(engine_names().size(), engine_capabilities().size());
+  for (const std::string& name : engine_names()) EXPECT_EQ(capabilities_of(name).name, name);
+  EXPECT_THROW(capabilities_of("zero"), std::logic_error);
+  EXPECT_EQ(engines_with(&EngineCapabilities::float8), "none, ddp, fsdp2 and megatron");
+  EXPECT_EQ(engines_with(&EngineCapabilities::deepspeed_config), "deepspeed");
+  // The run plan reads a DeepSpeed file for the engine that declares one, whatever its name.
+  EXPECT_TRUE(capabilities_of("deepspeed").deepspeed_config);
+  EXPECT_FALSE(capabilities_of("fsdp").float8);
+  const std::string m = error_of(data_line() + "distributed = \"fsdp\"\nfp8 = true\n" + model_table());
+  EXPECT_NE(m.find("fp8 = true applies to distributed = " + engines_with(&EngineCapabilities::float8)),
+            std::string::npos) << m;
+}
+
 TEST(ConfigRules, Bf16AndFp16Contradict) {
   const std::string m = error_of(data_line() + "bf16 = true\nfp16 = true\n" + model_table());
   EXPECT_CONTAINS(m,

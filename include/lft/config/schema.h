@@ -42,6 +42,23 @@ const std::vector<KeySpec>& schema();
 // The spec for a dotted path, or nullptr.
 const KeySpec* find_key(const std::string& path);
 
+// What an engine supports, declared once per `distributed` name (schema.cpp): the config's rules,
+// the run plan, the trainer and `lftrain --list-engines` read these, not engine names. (Which
+// keys apply to which engine is each key's `engines`.)
+struct EngineCapabilities {
+  std::string name;
+  bool float8 = false;             // fp8 = true: float8 linears
+  bool float8_all_gather = false;  // dist_config.fp8_enable_fsdp_float8_all_gather
+  bool offload = false;            // shards, gradients and AdamW state in host memory
+  bool deepspeed_config = false;   // configured by a DeepSpeed JSON file (key `deepspeed`)
+  bool sequence_parallel = false;  // dist_config.sequence_parallel (activations split over tp)
+};
+const std::vector<EngineCapabilities>& engine_capabilities();
+// std::logic_error for a name not in the table (`distributed` is checked against it first).
+const EngineCapabilities& capabilities_of(const std::string& engine);
+// The engines that have `capability`, in documentation order: "none, ddp, fsdp2 and megatron".
+std::string engines_with(bool EngineCapabilities::*capability);
+
 // Every engine name `distributed` may take, in documentation order.
 const std::vector<std::string>& engine_names();
 
