@@ -12,11 +12,11 @@
 #include <set>
 #include <stdexcept>
 
+#include "lft/ckpt/box_checksum.h"
 #include "lft/ckpt/tensor_store.h"
 #include "lft/comm/watchdog.h"
 #include "lft/runtime/check.h"
 #include "lft/runtime/error.h"
-#include "lft/ckpt/box_checksum.h"
 #include "store_util.h"
 
 namespace lft::ckpt {
