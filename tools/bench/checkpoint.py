@@ -16,16 +16,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 
 
-def disk_write_rate(folder, mib=512):
-    path = os.path.join(folder, "ddtest")
-    start = time.perf_counter()
-    subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mib}", "conv=fsync"],
-                   check=True, capture_output=True)
-    seconds = time.perf_counter() - start
-    os.unlink(path)
-    return mib / 1024 / seconds
-
-
 def _write_stream(path, nbytes, block):
     with open(path, "wb", buffering=0) as f:
         written = 0
@@ -115,9 +105,9 @@ def size_of(path):
 
 def main(build="build"):
     with tempfile.TemporaryDirectory(dir=os.path.join(ROOT, "build")) as tmp:
-        disk = disk_write_rate(tmp)
+        disk = disk_rate_gbps(tmp, 512 << 20, 1) * 1e9 / 2**30
         print(f"\ncheckpoints of the benchmark model (weights + AdamW state); disk sequential write "
-              f"(dd, fsync) {disk:.2f} GB/s")
+              f"(one file of random bytes, fsync) {disk:.2f} GiB/s")
         print(f"{'ranks':>5} {'format':9} {'size GB':>8} {'save s':>7} {'save GB/s':>9} {'load s':>7} "
               f"{'load GB/s':>9} {'save / step':>11} {'async blocked s':>15} {'blocked / save':>14}")
         for ranks in (2, 4):
