@@ -23,7 +23,8 @@ those are written (each keeps its seed, which depends on its place in FIXTURES, 
 selection).
   .venv/bin/python tools/make-model-fixture.py [output_root [name ...]]
       output_root  default tests/fixtures
-      name         llama-tiny, llama-tiny-tied, qwen2-tiny, mistral-tiny, qwen3-tiny, rope-llama3;
+      name         llama-tiny, llama-tiny-tied, qwen2-tiny, mistral-tiny, qwen3-tiny, gemma2-tiny,
+                   rope-llama3;
                    default all of them
   e.g. .venv/bin/python tools/make-model-fixture.py tests/fixtures qwen3-tiny
 """
@@ -33,8 +34,9 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM,
+                          MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 PAD_ID = 0
 
@@ -63,21 +65,46 @@ FIXTURES = {
     "qwen3-tiny": (Qwen3ForCausalLM, lambda: Qwen3Config(
         **COMMON, head_dim=16, num_hidden_layers=2, rope_theta=1000000.0,
         tie_word_embeddings=False, attention_bias=False, use_sliding_window=False)),
+    # Gemma2's hooks, each made to matter (make() checks that removing it changes the logits):
+    # scores scaled by 1/sqrt(24) (not head_dim 16) and soft-capped at 2, final logits capped at 3,
+    # layers 0 and 2 sliding (window 4 < 9 tokens), layer 1 full; GELU-tanh MLP; (1 + w) norms;
+    # embeddings times sqrt(32); tied head.
+    "gemma2-tiny": (Gemma2ForCausalLM, lambda: Gemma2Config(
+        **{k: v for k, v in COMMON.items() if k != "hidden_act"}, hidden_activation="gelu_pytorch_tanh",
+        head_dim=16, num_hidden_layers=3, query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
+        final_logit_softcapping=3.0, sliding_window=4, tie_word_embeddings=True)),
+}
+
+# What each fixture's special features are; make() checks that each changes the logits. name:
+# [(feature, a change of the config that removes it)].
+def _no_window(c):
+    if getattr(c, "layer_types", None) and "sliding_attention" in c.layer_types:
+        c.layer_types = ["full_attention"] * c.num_hidden_layers
+    else:
+        c.sliding_window = None
+
+
+FEATURES = {
+    "mistral-tiny": [("sliding_window", _no_window)],
+    "gemma2-tiny": [("sliding_window", _no_window),
+                    ("attn_logit_softcapping", lambda c: setattr(c, "attn_logit_softcapping", None)),
+                    ("final_logit_softcapping", lambda c: setattr(c, "final_logit_softcapping", None)),
+                    ("query_pre_attn_scalar", lambda c: setattr(c, "query_pre_attn_scalar", 16))],
 }
 
 
-def randomize(model, seed):
+def randomize(model, seed, norm_centre=1.0):
     """O(1) activations (not HF's 0.02 init), so that attention is far from uniform and every
     nonlinearity matters: linear weights ~ N(0, 1/fan_in), embeddings ~ N(0, 0.09), norm weights
-    ~ 1 + N(0, 0.2), biases ~ N(0, 0.1). Norm weights are the parameters whose names end in
-    "norm.weight": input_layernorm, post_attention_layernorm, model.norm and Qwen3's per-head
-    self_attn.q_norm / self_attn.k_norm. Parameters are filled in name order from one generator."""
+    ~ norm_centre + N(0, 0.2), biases ~ N(0, 0.1). Norm weights are the parameters whose names
+    end in "norm.weight": input_layernorm, post_attention_layernorm, model.norm, Qwen3's per-head
+    self_attn.q_norm / self_attn.k_norm and Gemma2's pre_/post_feedforward_layernorm. Parameters are filled in name order from one generator."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
             noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
             if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.2 * noise)
+                p.copy_(norm_centre + 0.2 * noise)
             elif name.endswith(".bias"):
                 p.copy_(0.1 * noise)
             elif "embed_tokens" in name:
@@ -100,7 +127,8 @@ def make(name, root, seed):
     torch.manual_seed(seed)
     model = cls(config).to(torch.float32)
     model.eval()  # no dropout (attention_dropout is 0 anyway)
-    randomize(model, seed)
+    # Gemma's norms scale by (1 + weight): weights around 0 are scales around 1.
+    randomize(model, seed, norm_centre=0.0 if "gemma" in name else 1.0)
 
     ids = input_batch(config.vocab_size, seed + 1)
     logits = model(input_ids=ids).logits  # [2, 9, V]
@@ -111,20 +139,20 @@ def make(name, root, seed):
     loss = (ce * (targets != PAD_ID)).sum()
     model.zero_grad()
     loss.backward()
-    if getattr(config, "sliding_window", None) is not None:
-        # The window must matter: the same weights with full causal attention give other logits.
-        full_config = make_config()
-        full_config.sliding_window = None
-        full_config._attn_implementation = "eager"
-        full = cls(full_config).to(torch.float32).eval()
-        full.load_state_dict(model.state_dict())
+    for feature, remove in FEATURES.get(name, []):
+        # The feature must matter: the same weights without it give other logits.
+        other_config = make_config()
+        remove(other_config)
+        other_config._attn_implementation = "eager"
+        other = cls(other_config).to(torch.float32).eval()
+        other.load_state_dict(model.state_dict())
         with torch.no_grad():
-            full_logits = full(input_ids=ids).logits
-        windowed = (logits.detach() - full_logits).abs()
-        assert windowed[:, :config.sliding_window].max() == 0, "window changed the first rows"
-        assert windowed.max() > 1e-2, f"sliding_window changes nothing ({windowed.max()})"
-        print(f"{name}: sliding_window {config.sliding_window} vs full attention: logits "
-              f"max|diff| {windowed.max().item():.3g}")
+            other_logits = other(input_ids=ids).logits
+        diff = (logits.detach() - other_logits).abs()
+        if feature == "sliding_window":
+            assert diff[:, :config.sliding_window].max() == 0, "window changed the first rows"
+        assert diff.max() > 1e-2, f"{feature} changes nothing ({diff.max()})"
+        print(f"{name}: without {feature}: logits max|diff| {diff.max().item():.3g}")
 
     out = os.path.join(root, name)
     os.makedirs(out, exist_ok=True)

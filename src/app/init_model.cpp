@@ -25,7 +25,7 @@ void copy_file(const std::string& from, const std::string& to) {
 void write_initial_model(const config::Config& cfg, const model::ModelConfig& model_config,
                          const std::string& dir, const std::string& tokenizer_dir) {
   const auto model = model::create_causal_lm(model_config);
-  model::init_weights(*model, static_cast<std::uint64_t>(cfg.integer("seed")));
+  model::init_weights(*model, static_cast<std::uint64_t>(cfg.integer("seed")), model_config.initial_norm_weight());
   std::map<std::string, at::Tensor> tensors;
   for (const auto& item : model->named_parameters()) tensors[item.key()] = item.value().detach();
   ckpt::make_directories(dir);

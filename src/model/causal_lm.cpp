@@ -39,7 +39,7 @@ CausalLM::CausalLM(const ModelConfig& config, const c10::TensorOptions& options,
     model->layers->push_back(block);
     model->blocks.push_back(std::move(block));
   }
-  model->norm = model->register_module("norm", RMSNorm(config_.hidden_size, config_.rms_norm_eps, options));
+  model->norm = model->register_module("norm", RMSNorm(config_.hidden_size, config_, options));
   if (!config_.tie_word_embeddings)
     lm_head = register_module("lm_head", Linear(config_.hidden_size, config_.vocab_size, false, options));
 }
@@ -165,7 +165,7 @@ at::Tensor CausalLM::forward_units(std::int64_t begin, std::int64_t end, const a
   TORCH_CHECK(input_ids.dim() == 2, "CausalLM: input_ids must be [batch, seq], got ", input_ids.sizes());
   TORCH_CHECK(0 <= begin && begin < end && end <= num_units(), "CausalLM: no units [", begin, ", ", end, ")");
   if (cp_ != nullptr) return forward_chunk_units(begin, end, input_ids, segment_ids, hidden);
-  at::Tensor h = begin == 0 ? ops_->embed(model->embed_tokens->weight, input_ids) : hidden;
+  at::Tensor h = begin == 0 ? embed(input_ids) : hidden;
   const std::int64_t first = std::max<std::int64_t>(begin, 1) - 1;
   const std::int64_t last = std::min(end, head_unit()) - 1;
   if (first < last) {
@@ -179,7 +179,7 @@ at::Tensor CausalLM::forward_units(std::int64_t begin, std::int64_t end, const a
 at::Tensor CausalLM::forward_chunk_units(std::int64_t begin, std::int64_t end, const at::Tensor& input_ids,
                                          const at::Tensor& segment_ids, const at::Tensor& hidden) {
   const SequenceChunk c = sequence_chunk(*cp_, input_ids, segment_ids, ops_->sequence_multiple());
-  at::Tensor h = begin == 0 ? ops_->embed(model->embed_tokens->weight, c.local_ids()) : hidden;
+  at::Tensor h = begin == 0 ? embed(c.local_ids()) : hidden;
   const std::int64_t first = std::max<std::int64_t>(begin, 1) - 1;
   const std::int64_t last = std::min(end, head_unit()) - 1;
   if (first < last) {
@@ -207,9 +207,17 @@ at::Tensor CausalLM::forward_chunk_units(std::int64_t begin, std::int64_t end, c
   return gather_sequence(*cp_, local, c).narrow(1, 0, std::max<std::int64_t>(c.length - 1, 0));
 }
 
+at::Tensor CausalLM::embed(const at::Tensor& input_ids) {
+  const at::Tensor h = ops_->embed(model->embed_tokens->weight, input_ids);
+  if (config_.embedding_multiplier == 1.0) return h;
+  // transformers: a float32 scalar tensor cast to the weights' dtype, then multiplied.
+  return h * at::scalar_tensor(config_.embedding_multiplier, h.options().dtype(at::kFloat)).to(h.scalar_type());
+}
+
 at::Tensor CausalLM::logits(const at::Tensor& hidden) {
-  if (lm_head) return lm_head->forward(hidden);
-  return at::linear(hidden, model->embed_tokens->weight);
+  const at::Tensor l = lm_head ? lm_head->forward(hidden) : at::linear(hidden, model->embed_tokens->weight);
+  const double cap = config_.final_logit_softcapping;
+  return cap > 0 ? at::tanh(l / cap) * cap : l;
 }
 
 at::Tensor CausalLM::forward(const at::Tensor& input_ids, const at::Tensor& segment_ids) {

@@ -1,42 +1,39 @@
+// The list of model families: one line each.
 #include "lft/model/families.h"
 
-#include <functional>
 #include <stdexcept>
 
-#include "lft/model/llama.h"
+#include "lft/model/gemma2.h"
+#include "lft/model/llama_family.h"
 #include "lft/model/qwen3.h"
 
 namespace lft::model {
-namespace {
 
-using Create = std::function<std::shared_ptr<CausalLM>(const ModelConfig&, const c10::TensorOptions&)>;
-
-template <class Impl>
-std::shared_ptr<CausalLM> make(const ModelConfig& config, const c10::TensorOptions& options) {
-  return std::make_shared<Impl>(config, options);
-}
-
-struct Family {
-  std::string model_type;
-  Create create;
-};
-
-const std::vector<Family>& families() {
-  static const std::vector<Family> all = {
-      {"llama", make<LlamaForCausalLMImpl>},
-      {"qwen2", make<LlamaForCausalLMImpl>},
-      {"mistral", make<LlamaForCausalLMImpl>},
-      {"qwen3", make<Qwen3ForCausalLMImpl>},
+const std::vector<FamilySpec>& families() {
+  static const std::vector<FamilySpec> all = {
+      llama_family(), qwen2_family(), mistral_family(), qwen3_family(), gemma2_family(),
   };
   return all;
 }
 
-}  // namespace
+const FamilySpec* find_family(const std::string& model_type) {
+  for (const FamilySpec& f : families())
+    if (f.model_type == model_type) return &f;
+  return nullptr;
+}
+
+std::string family_names() {
+  std::string names;
+  for (const FamilySpec& f : families()) names += (names.empty() ? "" : ", ") + f.model_type;
+  return names;
+}
 
 std::shared_ptr<CausalLM> create_causal_lm(const ModelConfig& config, const c10::TensorOptions& options) {
-  for (const Family& f : families())
-    if (f.model_type == config.model_type) return f.create(config, options);
-  throw std::invalid_argument("no model family for model_type '" + config.model_type + "'");
+  const FamilySpec* family = find_family(config.model_type);
+  if (family == nullptr)
+    throw std::invalid_argument("no model family for model_type '" + config.model_type + "' (this build has " +
+                                family_names() + ")");
+  return family->create(config, options);
 }
 
 }  // namespace lft::model

@@ -109,16 +109,18 @@ EmbeddingImpl::EmbeddingImpl(std::int64_t num_embeddings, std::int64_t dim,
 
 at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) { return at::embedding(weight, ids); }
 
-RMSNormImpl::RMSNormImpl(std::int64_t dim, double epsilon, const c10::TensorOptions& options)
-    : eps(epsilon) {
-  weight = register_parameter("weight", new_parameter({dim}, options, 1.0));
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double epsilon, const c10::TensorOptions& options, bool offset)
+    : eps(epsilon), unit_offset(offset) {
+  weight = register_parameter("weight", new_parameter({dim}, options, offset ? 0.0 : 1.0));
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
-  if (at::Tensor y = fused_rms_norm(x, weight, eps); y.defined()) return y;
+  if (!unit_offset)
+    if (at::Tensor y = fused_rms_norm(x, weight, eps); y.defined()) return y;
   const at::Tensor x32 = x.to(at::kFloat);
   const at::Tensor variance = x32.pow(2).mean(-1, /*keepdim=*/true);
   const at::Tensor y = x32 * at::rsqrt(variance + eps);
+  if (unit_offset) return (y * (weight.to(at::kFloat) + 1.0)).to(x.scalar_type());
   return weight * y.to(x.scalar_type());
 }
 

@@ -1,11 +1,13 @@
 // The Llama family: attention, MLP, the pre-norm decoder block and LlamaForCausalLM.
 #include "lft/model/llama.h"
 
+#include <cmath>
 #include <optional>
 #include <string>
 
 #include <ATen/ATen.h>
 
+#include "lft/model/eager_attention.h"
 #include "lft/model/fused.h"
 
 namespace lft::model {
@@ -38,6 +40,7 @@ LlamaAttentionImpl::LlamaAttentionImpl(const ModelConfig& config, std::int64_t l
     : config_(config),
       head_dim_(config.head_dim()),
       sliding_window_(config.uses_sliding_window(layer_index) ? config.sliding_window : 0) {
+  if (config.query_pre_attn_scalar > 0) scale_ = 1.0 / std::sqrt(config.query_pre_attn_scalar);
   const std::int64_t h = config.hidden_size, heads = config.num_attention_heads,
                      kv_heads = config.num_key_value_heads;
   q_proj = register_module("q_proj", Linear(h, heads * head_dim_, config.attention_bias, options));
@@ -89,6 +92,8 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
     v = v.repeat_interleave(heads / kv_heads, 1);
   };
   if (split.group != nullptr && split.group->ring()) {
+    TORCH_CHECK(!scale_ && config_.attn_logit_softcapping == 0,
+                "ring attention has no query_pre_attn_scalar or attention soft-capping (use cp_mode ulysses)");
     if (kv_heads != heads) repeat_kv();
     const at::Tensor o = ring_attention(split, q, k, v, sliding_window_);
     return o_proj(o.transpose(1, 2).reshape({b, t, heads * head_dim_}));
@@ -122,9 +127,12 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   }
   // GQA: kv head g serves query heads g*r .. g*r+r-1 (HF repeat_kv, i.e. repeat_interleave),
   // which is what enable_gqa does.
-  at::Tensor o = at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, causal,
-                                                  /*scale=*/std::nullopt,
-                                                  /*enable_gqa=*/kv_here != heads_here);
+  const double softcap = config_.attn_logit_softcapping;
+  at::Tensor o = softcap > 0
+                     ? softcapped_attention(q, k, v, mask, causal, scale_.value_or(1.0 / std::sqrt(double(head_dim_))),
+                                            softcap)
+                     : at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, causal, scale_,
+                                                        /*enable_gqa=*/kv_here != heads_here);
   o = o.transpose(1, 2);  // [B, T, heads, d]
   if (cp != nullptr) o = heads_to_sequence(*cp, o);
   return o_proj(o.reshape({b, t, heads * head_dim_}));
@@ -133,7 +141,7 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
 // ---- MLP ----
 
 LlamaMLPImpl::LlamaMLPImpl(const ModelConfig& config, const c10::TensorOptions& options)
-    : intermediate_size_(config.intermediate_size) {
+    : intermediate_size_(config.intermediate_size), gelu_tanh_(config.hidden_activation == "gelu_pytorch_tanh") {
   const std::int64_t h = config.hidden_size, f = config.intermediate_size;
   gate_proj = register_module("gate_proj", Linear(h, f, config.mlp_bias, options));
   up_proj = register_module("up_proj", Linear(h, f, config.mlp_bias, options));
@@ -142,6 +150,7 @@ LlamaMLPImpl::LlamaMLPImpl(const ModelConfig& config, const c10::TensorOptions& 
 
 at::Tensor LlamaMLPImpl::forward(const at::Tensor& x) {
   const at::Tensor gate = gate_proj(x), up = up_proj(x);
+  if (gelu_tanh_) return down_proj(at::gelu(gate, "tanh") * up);
   const at::Tensor fused = fused_swiglu(gate, up);
   return down_proj(fused.defined() ? fused : at::silu(gate) * up);
 }
@@ -164,10 +173,10 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const ModelConfig& config, std::int
                                              const c10::TensorOptions& options,
                                              std::shared_ptr<LlamaAttentionImpl> attention) {
   if (!attention) attention = std::make_shared<LlamaAttentionImpl>(config, layer_index, options);
-  input_layernorm = register_module("input_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
+  input_layernorm = register_module("input_layernorm", RMSNorm(config.hidden_size, config, options));
   self_attn = register_module("self_attn", LlamaAttention(std::move(attention)));
   post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(config.hidden_size, config.rms_norm_eps, options));
+      register_module("post_attention_layernorm", RMSNorm(config.hidden_size, config, options));
   mlp = register_module("mlp", LlamaMLP(config, options));
 }
 

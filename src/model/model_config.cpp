@@ -1,7 +1,6 @@
 // ModelConfig: from the [model] table or a Hugging Face config.json (hf-formats notes, section 2).
 #include "lft/model/model_config.h"
 
-#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -10,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "lft/config/config.h"
+#include "lft/model/families.h"
+#include "lft/model/hf_config_reader.h"
 #include "lft/runtime/json_nesting.h"
 
 namespace lft::model {
@@ -20,90 +21,8 @@ using Json = nlohmann::json;
 using lft::config::ConfigError;
 
 [[noreturn]] void fail(const std::string& file, const std::string& field, const std::string& what) {
-  throw ConfigError(file + ": field '" + field + "': " + what);
+  config_field_error(file, field, what);
 }
-
-std::string type_of(const Json& j) {
-  if (j.is_null()) return "null";
-  if (j.is_boolean()) return "a boolean";
-  if (j.is_number_integer() || j.is_number_unsigned()) return "an integer";
-  if (j.is_number_float()) return "a number";
-  if (j.is_string()) return "a string";
-  if (j.is_array()) return "a list";
-  return "an object";
-}
-
-// A field that may be absent or null (then `fallback`), and otherwise must be of the right type.
-struct Reader {
-  const Json& root;
-  std::string file;
-
-  const Json* find(const Json& obj, const std::string& key) const {
-    auto it = obj.find(key);
-    if (it == obj.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-
-  std::int64_t integer(const Json& obj, const std::string& key, const std::string& shown,
-                       const std::int64_t* fallback) const {
-    const Json* j = find(obj, key);
-    if (j == nullptr) {
-      if (fallback == nullptr) fail(file, shown, "missing (an integer is required)");
-      return *fallback;
-    }
-    if (j->is_number_unsigned()) {
-      if (j->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
-        fail(file, shown, "too large: " + j->dump());
-      }
-      return static_cast<std::int64_t>(j->get<std::uint64_t>());
-    }
-    if (j->is_number_integer()) return j->get<std::int64_t>();
-    if (j->is_number_float()) {
-      const double d = j->get<double>();
-      if (std::floor(d) == d && std::fabs(d) < 9.0e15) return static_cast<std::int64_t>(d);
-    }
-    fail(file, shown, "expected an integer, got " + type_of(*j) + " " + j->dump());
-  }
-  std::int64_t integer(const std::string& key) const { return integer(root, key, key, nullptr); }
-  std::int64_t integer(const std::string& key, std::int64_t fallback) const {
-    return integer(root, key, key, &fallback);
-  }
-
-  double real(const Json& obj, const std::string& key, const std::string& shown,
-              double fallback) const {
-    const Json* j = find(obj, key);
-    if (j == nullptr) return fallback;
-    if (!j->is_number()) {
-      fail(file, shown, "expected a number, got " + type_of(*j) + " " + j->dump());
-    }
-    return j->get<double>();
-  }
-  double real(const std::string& key, double fallback) const {
-    return real(root, key, key, fallback);
-  }
-
-  bool boolean(const std::string& key, bool fallback) const {
-    const Json* j = find(root, key);
-    if (j == nullptr) return fallback;
-    if (!j->is_boolean()) {
-      fail(file, key, "expected true or false, got " + type_of(*j) + " " + j->dump());
-    }
-    return j->get<bool>();
-  }
-
-  std::string string(const Json& obj, const std::string& key, const std::string& shown,
-                     const std::string& fallback) const {
-    const Json* j = find(obj, key);
-    if (j == nullptr) return fallback;
-    if (!j->is_string()) {
-      fail(file, shown, "expected a string, got " + type_of(*j) + " " + j->dump());
-    }
-    return j->get<std::string>();
-  }
-  std::string string(const std::string& key, const std::string& fallback) const {
-    return string(root, key, key, fallback);
-  }
-};
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -136,25 +55,22 @@ ModelConfig ModelConfig::from_hf_json(const std::string& json_text, const std::s
   }
   if (!root.is_object()) {
     throw ConfigError(file_name + ": expected a JSON object (a Hugging Face config.json), got " +
-                      type_of(root));
+                      json_type_name(root));
   }
-  const Reader r{root, file_name};
+  const HfConfigReader r{root, file_name};
 
   ModelConfig c;
-  const Json* type = r.find(root, "model_type");
-  if (type == nullptr) fail(file_name, "model_type", "missing (llama, qwen2, qwen3 or mistral)");
+  if (r.find("model_type") == nullptr) fail(file_name, "model_type", "missing (" + family_names() + ")");
   c.model_type = r.string("model_type", "");
-  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
-      c.model_type != "mistral") {
+  const FamilySpec* family = find_family(c.model_type);
+  if (family == nullptr) {
     fail(file_name, "model_type",
-         "'" + c.model_type + "' is not supported; lftrain trains llama, qwen2, qwen3 and mistral models");
+         "'" + c.model_type + "' is not supported; lftrain trains " + family_names() + " models");
   }
-  if (r.find(root, "quantization_config") != nullptr) {
+  if (r.find("quantization_config") != nullptr) {
     fail(file_name, "quantization_config",
          "quantized checkpoints are not supported; use the unquantized model");
   }
-  const std::string act = r.string("hidden_act", "silu");
-  if (act != "silu") fail(file_name, "hidden_act", "'" + act + "' is not supported (silu)");
 
   c.vocab_size = r.integer("vocab_size");
   c.hidden_size = r.integer("hidden_size");
@@ -162,25 +78,11 @@ ModelConfig ModelConfig::from_hf_json(const std::string& json_text, const std::s
   c.num_hidden_layers = r.integer("num_hidden_layers");
   c.num_attention_heads = r.integer("num_attention_heads");
   c.num_key_value_heads = r.integer("num_key_value_heads", c.num_attention_heads);
-  const std::int64_t default_positions =
-      c.model_type == "llama" ? 2048 : c.model_type == "qwen2" ? 32768 : c.model_type == "qwen3" ? 40960 : 131072;
-  c.max_position_embeddings = r.integer("max_position_embeddings", default_positions);
+  c.max_position_embeddings = r.integer("max_position_embeddings", family->default_max_positions);
   c.rms_norm_eps = r.real("rms_norm_eps", 1e-6);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
-  c.explicit_head_dim = r.integer("head_dim", c.model_type == "qwen3" ? 128 : 0);
+  c.explicit_head_dim = r.integer("head_dim", 0);
   c.dtype = r.string("dtype", r.string("torch_dtype", ""));
-
-  if (c.model_type == "llama") {
-    c.attention_bias = r.boolean("attention_bias", false);
-    c.attention_out_bias = c.attention_bias;
-    c.mlp_bias = r.boolean("mlp_bias", false);
-  } else if (c.model_type == "qwen2") {
-    c.attention_bias = true;
-  } else if (c.model_type == "qwen3") {
-    c.attention_bias = r.boolean("attention_bias", false);
-    c.attention_out_bias = c.attention_bias;
-    c.qk_norm = true;
-  }
 
   // RoPE: transformers 5 writes one `rope_parameters` object; 4.x wrote `rope_theta` plus
   // `rope_scaling` (null or an object whose kind is in `rope_type` or the older `type`).
@@ -192,7 +94,7 @@ ModelConfig ModelConfig::from_hf_json(const std::string& json_text, const std::s
     rope_field = "rope_scaling";
   }
   if (rope != nullptr) {
-    if (!rope->is_object()) fail(file_name, rope_field, "expected an object, got " + type_of(*rope));
+    if (!rope->is_object()) fail(file_name, rope_field, "expected an object, got " + json_type_name(*rope));
     c.rope_theta = r.real(*rope, "rope_theta", rope_field + ".rope_theta", c.rope_theta);
     std::string kind = r.string(*rope, "type", rope_field + ".type", "default");
     kind = r.string(*rope, "rope_type", rope_field + ".rope_type", kind);
@@ -218,13 +120,7 @@ ModelConfig ModelConfig::from_hf_json(const std::string& json_text, const std::s
     }
   }
 
-  if (c.model_type == "mistral") {
-    c.sliding_window = r.integer("sliding_window", 0);
-    c.sliding_window_first_layer = 0;
-  } else if ((c.model_type == "qwen2" || c.model_type == "qwen3") && r.boolean("use_sliding_window", false)) {
-    c.sliding_window = r.integer("sliding_window", 4096);
-    c.sliding_window_first_layer = r.integer("max_window_layers", 28);
-  }
+  family->read(r, c);
   // A window at least as long as every sequence the model may see changes nothing.
   if (c.sliding_window >= c.max_position_embeddings) c.sliding_window = 0;
   if (c.sliding_window == 0) c.sliding_window_first_layer = 0;
@@ -309,15 +205,20 @@ void ModelConfig::validate(const std::string& where) const {
     fail(where, "high_freq_factor", "must be larger than low_freq_factor");
   }
   if (sliding_window < 0) fail(where, "sliding_window", "must not be negative");
+  if (!sliding_layers.empty() && static_cast<std::int64_t>(sliding_layers.size()) != num_hidden_layers)
+    fail(where, "layer_types",
+         "has " + std::to_string(sliding_layers.size()) + " entries for " + std::to_string(num_hidden_layers) +
+             " layers");
+  if (query_pre_attn_scalar < 0) fail(where, "query_pre_attn_scalar", "must be positive");
+  if (attn_logit_softcapping < 0) fail(where, "attn_logit_softcapping", "must be positive or null");
+  if (final_logit_softcapping < 0) fail(where, "final_logit_softcapping", "must be positive or null");
 }
 
 std::string ModelConfig::to_hf_json() const {
   nlohmann::ordered_json j;
-  const char* arch = model_type == "qwen2"     ? "Qwen2ForCausalLM"
-                     : model_type == "qwen3"   ? "Qwen3ForCausalLM"
-                     : model_type == "mistral" ? "MistralForCausalLM"
-                                               : "LlamaForCausalLM";
-  j["architectures"] = {arch};
+  const FamilySpec* family = find_family(model_type);
+  if (family == nullptr) throw ConfigError("no model family for model_type '" + model_type + "'");
+  j["architectures"] = {family->architecture};
   j["model_type"] = model_type;
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;
@@ -326,16 +227,9 @@ std::string ModelConfig::to_hf_json() const {
   j["num_attention_heads"] = num_attention_heads;
   j["num_key_value_heads"] = num_key_value_heads;
   j["head_dim"] = head_dim();
-  j["hidden_act"] = "silu";
   j["max_position_embeddings"] = max_position_embeddings;
   j["rms_norm_eps"] = rms_norm_eps;
   j["tie_word_embeddings"] = tie_word_embeddings;
-  if (model_type == "llama") {
-    j["attention_bias"] = attention_bias;
-    j["mlp_bias"] = mlp_bias;
-  } else if (model_type == "qwen3") {
-    j["attention_bias"] = attention_bias;
-  }
   nlohmann::ordered_json rope;
   rope["rope_theta"] = rope_theta;
   rope["rope_type"] = rope_type;
@@ -354,13 +248,7 @@ std::string ModelConfig::to_hf_json() const {
   } else {
     j["rope_scaling"] = rope;
   }
-  if (model_type == "mistral") {
-    j["sliding_window"] = sliding_window > 0 ? nlohmann::ordered_json(sliding_window) : nullptr;
-  } else if (model_type == "qwen2" || model_type == "qwen3") {
-    j["use_sliding_window"] = sliding_window > 0;
-    j["sliding_window"] = sliding_window > 0 ? nlohmann::ordered_json(sliding_window) : nullptr;
-    j["max_window_layers"] = sliding_window > 0 ? sliding_window_first_layer : num_hidden_layers;
-  }
+  family->write(*this, j);
   if (!dtype.empty()) j["dtype"] = dtype;
   return j.dump(2) + "\n";
 }
@@ -373,7 +261,7 @@ std::int64_t ModelConfig::num_parameters() const {
 std::int64_t ModelConfig::num_non_embedding_parameters() const {
   const std::int64_t h = hidden_size, q = num_attention_heads * head_dim(),
                      kv = num_key_value_heads * head_dim(), ffn = intermediate_size;
-  std::int64_t layer = 2 * h                                // input/post-attention norms
+  std::int64_t layer = norms_per_layer * h                  // RMSNorms
                        + h * q + 2 * h * kv + q * h         // q, k, v, o
                        + 3 * h * ffn;                       // gate, up, down
   if (attention_bias) layer += q + 2 * kv;

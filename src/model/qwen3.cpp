@@ -3,13 +3,15 @@
 
 #include <memory>
 
+#include "lft/model/llama_family.h"
+
 namespace lft::model {
 
 Qwen3AttentionImpl::Qwen3AttentionImpl(const ModelConfig& config, std::int64_t layer_index,
                                        const c10::TensorOptions& options)
     : LlamaAttentionImpl(config, layer_index, options) {
-  q_norm = register_module("q_norm", RMSNorm(config.head_dim(), config.rms_norm_eps, options));
-  k_norm = register_module("k_norm", RMSNorm(config.head_dim(), config.rms_norm_eps, options));
+  q_norm = register_module("q_norm", RMSNorm(config.head_dim(), config, options));
+  k_norm = register_module("k_norm", RMSNorm(config.head_dim(), config, options));
 }
 
 void Qwen3AttentionImpl::normalize_qk(at::Tensor& q, at::Tensor& k) {
@@ -35,5 +37,32 @@ Qwen3ForCausalLMImpl::Qwen3ForCausalLMImpl(const ModelConfig& config, const c10:
         auto attention = std::make_shared<Qwen3AttentionImpl>(config, layer, options);
         return std::make_shared<LlamaDecoderLayerImpl>(config, layer, options, attention);
       }) {}
+
+namespace {
+
+void read_qwen3(const HfConfigReader& r, ModelConfig& c) {
+  read_silu_activation(r, c);
+  c.explicit_head_dim = r.integer("head_dim", 128);
+  c.attention_bias = r.boolean("attention_bias", false);
+  c.attention_out_bias = c.attention_bias;
+  c.qk_norm = true;
+  read_qwen_sliding_window(r, c);
+}
+
+void write_qwen3(const ModelConfig& c, nlohmann::ordered_json& j) {
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = c.attention_bias;
+  write_qwen_sliding_window(c, j);
+}
+
+std::shared_ptr<CausalLM> create_qwen3(const ModelConfig& c, const c10::TensorOptions& options) {
+  return std::make_shared<Qwen3ForCausalLMImpl>(c, options);
+}
+
+}  // namespace
+
+FamilySpec qwen3_family() {
+  return {"qwen3", "Qwen3ForCausalLM", 40960, read_qwen3, write_qwen3, create_qwen3, "qwen3"};
+}
 
 }  // namespace lft::model

@@ -116,17 +116,18 @@ std::int64_t pad_multiple(const config::Config& cfg, const engine::RunPlan& plan
 std::unique_ptr<model::WeightSource> starting_weights(const config::Config& cfg, const engine::RunPlan& plan,
                                                       model::CausalLM& model, const std::string& folder) {
   const auto seed = static_cast<std::uint64_t>(cfg.integer("seed"));
+  const double norm = plan.model.initial_norm_weight();
   if (folder.empty()) {
-    if (plan.adapter_folder.empty()) return std::make_unique<model::InitWeights>(model, seed);
+    if (plan.adapter_folder.empty()) return std::make_unique<model::InitWeights>(model, seed, norm);
     auto adapter = std::make_shared<const model::PeftAdapter>(plan.adapter_folder);
     adapter->check_shapes(model);
-    return std::make_unique<model::FinetuningWeights>(std::make_unique<model::InitWeights>(model, seed),
+    return std::make_unique<model::FinetuningWeights>(std::make_unique<model::InitWeights>(model, seed, norm),
                                                       std::make_unique<model::PeftAdapterWeights>(adapter), adapter);
   }
   auto base = std::make_unique<model::HfWeights>(folder, model, model::is_lora_parameter);
   if (plan.finetuning.type != "lora") return base;
   if (plan.adapter_folder.empty())
-    return std::make_unique<model::FinetuningWeights>(std::move(base), std::make_unique<model::InitWeights>(model, seed));
+    return std::make_unique<model::FinetuningWeights>(std::move(base), std::make_unique<model::InitWeights>(model, seed, norm));
   auto adapter = std::make_shared<const model::PeftAdapter>(plan.adapter_folder);
   adapter->check_shapes(model);
   return std::make_unique<model::FinetuningWeights>(std::move(base), std::make_unique<model::PeftAdapterWeights>(adapter),

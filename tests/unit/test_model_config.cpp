@@ -199,6 +199,54 @@ TEST(ModelConfig, HfJsonRoundTrip) {
   EXPECT_TRUE(qwen_back.attention_bias);
   EXPECT_TRUE(qwen_back.tie_word_embeddings);
   EXPECT_EQ(qwen_back.num_parameters(), qwen.num_parameters());
+  // Each family writes back what it reads (its FamilySpec's read and write).
+  for (const char* fixture : {"llama-tiny", "mistral-tiny", "qwen3-tiny", "gemma2-tiny"}) {
+    const ModelConfig f = ModelConfig::from_hf_folder(fixture_dir(fixture));
+    const ModelConfig f_back = ModelConfig::from_hf_json(f.to_hf_json(), "f.json");
+    EXPECT_EQ(f_back.to_hf_json(), f.to_hf_json()) << fixture;
+    EXPECT_EQ(f_back.num_parameters(), f.num_parameters()) << fixture;
+    EXPECT_EQ(f_back.sliding_window, f.sliding_window) << fixture;
+    EXPECT_EQ(f_back.sliding_layers, f.sliding_layers) << fixture;
+  }
+}
+
+// Gemma2: transformers' defaults where a field is absent, and its null meaning "none".
+TEST(ModelConfig, Gemma2DefaultsAndNulls) {
+  const std::string sizes =
+      R"({"model_type":"gemma2","vocab_size":100,"hidden_size":64,"intermediate_size":96,)"
+      R"("num_hidden_layers":3,"num_attention_heads":4,"num_key_value_heads":2)";
+  const ModelConfig d = ModelConfig::from_hf_json(sizes + "}", "g.json");
+  EXPECT_EQ(d.head_dim(), 256);
+  EXPECT_TRUE(d.tie_word_embeddings);
+  EXPECT_EQ(d.query_pre_attn_scalar, 256);
+  EXPECT_EQ(d.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(d.final_logit_softcapping, 30.0);
+  EXPECT_EQ(d.hidden_activation, "gelu_pytorch_tanh");
+  EXPECT_EQ(d.max_position_embeddings, 8192);
+  EXPECT_EQ(d.sliding_layers, (std::vector<bool>{true, false, true}));  // even layers slide
+  EXPECT_EQ(d.sliding_window, 4096);
+  EXPECT_DOUBLE_EQ(d.embedding_multiplier, 8.0);
+  EXPECT_EQ(d.initial_norm_weight(), 0.0);
+  const ModelConfig n = ModelConfig::from_hf_json(
+      sizes + R"(,"attn_logit_softcapping":null,"final_logit_softcapping":null,"sliding_window":null})", "g.json");
+  EXPECT_EQ(n.attn_logit_softcapping, 0.0);
+  EXPECT_EQ(n.final_logit_softcapping, 0.0);
+  EXPECT_EQ(n.sliding_window, 0);
+  EXPECT_FALSE(n.uses_sliding_window(0));
+  auto error = [&](const std::string& extra) {
+    try {
+      ModelConfig::from_hf_json(sizes + extra + "}", "g.json");
+    } catch (const lft::config::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(R"(,"layer_types":["sliding_attention","full_attention"])").find("'layer_types': has 2 entries for 3 layers"),
+            std::string::npos);
+  EXPECT_NE(error(R"(,"layer_types":["sliding_attention","global",1])").find("g.json: field 'layer_types'"),
+            std::string::npos);
+  EXPECT_NE(error(R"(,"hidden_activation":"relu")").find("'relu' is not supported"), std::string::npos);
+  EXPECT_NE(error(R"(,"use_bidirectional_attention":true)").find("use_bidirectional_attention"), std::string::npos);
 }
 
 // The run configuration: an inline [model] table, or model_name_or_path.

@@ -1,6 +1,8 @@
 // The main proof that the C++ Llama is the Hugging Face model: tiny models made by transformers
 // (tools/make-model-fixture.py: Llama untied, Llama tied, Qwen2 with q/k/v biases, Mistral with
-// a sliding window of 4 over 9 tokens, Qwen3 with per-head q/k norms and an explicit head_dim),
+// a sliding window of 4 over 9 tokens, Qwen3 with per-head q/k norms and an explicit head_dim,
+// Gemma2 with every hook of its family: scaled embeddings, (1 + w) norms, four norms a layer,
+// GELU-tanh, query_pre_attn_scalar, soft-capped scores and logits, alternating windows, tied head),
 // built through the family registry (model::create_causal_lm) and loaded by name from their model.safetensors, must
 // reproduce transformers' logits and the gradient of the summed next-token loss for every
 // parameter. No Python or network at test time.
@@ -55,7 +57,22 @@ TEST_P(ModelVsTransformers, LogitsAndGradientsMatch) {
     EXPECT_TRUE(config.qk_norm);
     EXPECT_EQ(config.head_dim(), 16);  // not hidden_size / heads = 8
   }
+  if (name == "gemma2-tiny") {
+    EXPECT_EQ(config.model_type, "gemma2");
+    EXPECT_TRUE(config.uses_sliding_window(0));
+    EXPECT_FALSE(config.uses_sliding_window(1));
+    EXPECT_TRUE(config.uses_sliding_window(2));
+    EXPECT_EQ(config.attn_logit_softcapping, 2.0);
+    EXPECT_EQ(config.final_logit_softcapping, 3.0);
+    EXPECT_TRUE(config.unit_offset_norms);
+    EXPECT_TRUE(config.tie_word_embeddings);
+  }
   const std::shared_ptr<CausalLM> model = create_causal_lm(config);
+  EXPECT_EQ(config.num_parameters(), [&] {
+    std::int64_t n = 0;
+    for (const auto& p : model->parameters()) n += p.numel();
+    return n;
+  }()) << "ModelConfig::num_parameters disagrees with the model";
   // Every HF tensor matches a C++ parameter of the same shape, and vice versa.
   const auto weights = read_safetensors(dir + "/model.safetensors");
   auto params = model->named_parameters();
@@ -113,7 +130,8 @@ TEST_P(ModelVsTransformers, LogitsAndGradientsMatch) {
 
 INSTANTIATE_TEST_SUITE_P(ModelFixtures, ModelVsTransformers,
                          ::testing::Combine(::testing::Values("llama-tiny", "llama-tiny-tied",
-                                                              "qwen2-tiny", "mistral-tiny", "qwen3-tiny"),
+                                                              "qwen2-tiny", "mistral-tiny", "qwen3-tiny",
+                                                              "gemma2-tiny"),
                                             ::testing::Bool()),
                          [](const auto& info) {
                            std::string n = std::get<0>(info.param);

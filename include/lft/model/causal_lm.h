@@ -160,7 +160,8 @@ class CausalLM : public torch::nn::Module {
   }
   // input_ids [B, T] int64 -> logits [B, T, vocab] in the parameters' dtype.
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& segment_ids = {});
-  // Final hidden states [B, T, hidden] -> logits (lm_head, or the embedding when tied).
+  // Final hidden states [B, T, hidden] -> logits (lm_head, or the embedding when tied), soft-capped
+  // when config.final_logit_softcapping > 0 (this rank's vocabulary rows under tensor parallelism).
   at::Tensor logits(const at::Tensor& hidden);
   // The attention inputs of input_ids (segment_ids as above), in `options`' dtype and device;
   // with_mask false: the segments' RoPE positions without their mask (ring attention).
@@ -187,6 +188,8 @@ class CausalLM : public torch::nn::Module {
   Linear lm_head{nullptr};  // null (and no lm_head.weight parameter) when tie_word_embeddings
 
  private:
+  // Token embeddings of input_ids (ops' lookup), times config.embedding_multiplier.
+  at::Tensor embed(const at::Tensor& input_ids);
   at::Tensor run_layers(std::int64_t first, std::int64_t last, at::Tensor h, const AttentionInputs& in);
   at::Tensor head_losses(const at::Tensor& hidden, const at::Tensor& input_ids);
   // forward_units under context parallelism.

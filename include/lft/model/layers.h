@@ -65,13 +65,18 @@ class EmbeddingImpl : public torch::nn::Module {
 TORCH_MODULE(Embedding);
 
 // HF LlamaRMSNorm: x32 = x.float(); y = x32 * rsqrt(mean(x32^2, -1) + eps); weight * y.to(x's
-// dtype). Parameter "weight" [dim].
+// dtype). With unit_offset (HF Gemma2RMSNorm): (y * (1 + weight.float())).to(x's dtype), the
+// weight created as zeros. Parameter "weight" [dim].
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(std::int64_t dim, double eps, const c10::TensorOptions& options = {});
+  RMSNormImpl(std::int64_t dim, double eps, const c10::TensorOptions& options = {}, bool unit_offset = false);
+  // A norm of the model's kind: config.rms_norm_eps and config.unit_offset_norms.
+  RMSNormImpl(std::int64_t dim, const ModelConfig& config, const c10::TensorOptions& options = {})
+      : RMSNormImpl(dim, config.rms_norm_eps, options, config.unit_offset_norms) {}
   at::Tensor forward(const at::Tensor& x);
 
   double eps;
+  bool unit_offset;
   at::Tensor weight;
 };
 TORCH_MODULE(RMSNorm);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -21,8 +22,9 @@ namespace lft::model {
 // Grouped-query causal self-attention: q_proj, k_proj, v_proj (biases when
 // config.attention_bias), o_proj (bias when config.attention_out_bias), RoPE on q and k, then
 // at::scaled_dot_product_attention (causal; enable_gqa when there are fewer kv heads; an explicit
-// mask for a sliding-window layer). Head counts are read from the weights, so a tensor-parallel
-// rank that holds some of the heads runs the same code.
+// mask for a sliding-window layer; scores scaled by 1/sqrt(query_pre_attn_scalar) when that is
+// set), or softcapped_attention when config.attn_logit_softcapping > 0. Head counts are read
+// from the weights, so a tensor-parallel rank that holds some of the heads runs the same code.
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
   LlamaAttentionImpl(const ModelConfig& config, std::int64_t layer_index,
@@ -51,10 +53,12 @@ class LlamaAttentionImpl : public torch::nn::Module {
 
   ModelConfig config_;
   std::int64_t head_dim_, sliding_window_;
+  std::optional<double> scale_;  // of the scores; none: 1/sqrt(head_dim)
 };
 TORCH_MODULE(LlamaAttention);
 
-// SwiGLU: down_proj(silu(gate_proj(x)) * up_proj(x)).
+// Gated MLP: down_proj(act(gate_proj(x)) * up_proj(x)), act silu (SwiGLU) or, with
+// hidden_activation gelu_pytorch_tanh, GELU's tanh approximation (GeGLU, Gemma).
 class LlamaMLPImpl : public torch::nn::Module {
  public:
   explicit LlamaMLPImpl(const ModelConfig& config, const c10::TensorOptions& options = {});
@@ -67,6 +71,7 @@ class LlamaMLPImpl : public torch::nn::Module {
 
  private:
   std::int64_t intermediate_size_;
+  bool gelu_tanh_;
 };
 TORCH_MODULE(LlamaMLP);
 

@@ -1,11 +1,12 @@
-// The shape of a decoder model (Llama, Qwen2, Qwen3, Mistral), with the Hugging Face config.json
-// field names. Built from the run configuration: an inline [model] table (training from scratch)
+// The shape of a decoder model (Llama, Qwen2, Qwen3, Mistral, Gemma2), with the Hugging Face
+// config.json field names; the fields a family reads are set by its FamilySpec (families.h). Built from the run configuration: an inline [model] table (training from scratch)
 // or <model_name_or_path>/config.json (fine-tuning). Pure: every rank reads the same file and
 // reaches the same verdict, so a bad field is a lft::config::ConfigError (an every-rank error).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lft::config {
 class Config;
@@ -14,7 +15,7 @@ class Config;
 namespace lft::model {
 
 struct ModelConfig {
-  std::string model_type = "llama";  // llama, qwen2, qwen3 or mistral
+  std::string model_type = "llama";  // a family of families.h
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
@@ -52,6 +53,25 @@ struct ModelConfig {
   // from layer `max_window_layers` on.
   std::int64_t sliding_window = 0;
   std::int64_t sliding_window_first_layer = 0;
+  // Gemma2's `layer_types`: true where a layer is "sliding_attention". Non-empty: it decides which
+  // layers use the window (sliding_window_first_layer unused).
+  std::vector<bool> sliding_layers;
+
+  // The MLP's activation on gate_proj: "silu" (Llama) or "gelu_pytorch_tanh" (Gemma).
+  std::string hidden_activation = "silu";
+  // Attention scores are scaled by 1/sqrt(query_pre_attn_scalar) (Gemma2); 0: 1/sqrt(head_dim).
+  double query_pre_attn_scalar = 0;
+  // Soft-capping cap * tanh(x / cap) of the attention scores and of the final logits (Gemma2);
+  // 0: none.
+  double attn_logit_softcapping = 0;
+  double final_logit_softcapping = 0;
+  // The token embedding's output is multiplied by this (Gemma: sqrt(hidden_size), rounded to the
+  // compute dtype as transformers does).
+  double embedding_multiplier = 1.0;
+  // RMSNorms scale by (1 + weight) in fp32 and their weights start at 0 (Gemma).
+  bool unit_offset_norms = false;
+  // RMSNorms per decoder layer: 2 (Llama), 4 (Gemma2's pre/post feed-forward norms beside them).
+  std::int64_t norms_per_layer = 2;
 
   // config.json `dtype` (or legacy `torch_dtype`), e.g. "bfloat16"; empty when not given. Kept
   // for export; the trainer chooses its own compute dtype.
@@ -61,15 +81,20 @@ struct ModelConfig {
     return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads;
   }
   bool uses_sliding_window(std::int64_t layer) const {
+    if (!sliding_layers.empty())
+      return sliding_window > 0 && layer < static_cast<std::int64_t>(sliding_layers.size()) &&
+             sliding_layers[static_cast<std::size_t>(layer)];
     return sliding_window > 0 && layer >= sliding_window_first_layer;
   }
+  // A norm weight's initial value (the identity scale).
+  double initial_norm_weight() const { return unit_offset_norms ? 0.0 : 1.0; }
 
   // From the run configuration: the [model] table when cfg.has_table("model") (a Llama without
   // biases; model.num_key_value_heads unset means num_attention_heads), otherwise
   // <model_name_or_path>/config.json. Throws lft::config::ConfigError.
   static ModelConfig from_run_config(const lft::config::Config& cfg);
   // From the text of a Hugging Face config.json; file_name is used in error messages. Accepts
-  // model_type llama, qwen2, qwen3 and mistral. Throws lft::config::ConfigError naming the file and the
+  // the model_types of families(). Throws lft::config::ConfigError naming the file and the
   // field for a missing or wrong field or an unsupported model type / RoPE scaling.
   static ModelConfig from_hf_json(const std::string& json_text, const std::string& file_name);
   // Reads <folder>/config.json (POSIX path; no std::filesystem).

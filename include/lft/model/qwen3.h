@@ -7,6 +7,7 @@
 #include <string>
 
 #include "lft/model/causal_lm.h"
+#include "lft/model/families.h"
 #include "lft/model/llama.h"
 
 namespace lft::model {
@@ -30,5 +31,7 @@ class Qwen3ForCausalLMImpl : public CausalLM {
   explicit Qwen3ForCausalLMImpl(const ModelConfig& config, const c10::TensorOptions& options = {});
 };
 TORCH_MODULE(Qwen3ForCausalLM);
+
+FamilySpec qwen3_family();
 
 }  // namespace lft::model

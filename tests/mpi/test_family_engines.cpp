@@ -1,10 +1,12 @@
-// Proof of the model seam: Qwen3 (its own files, model/qwen3.cpp; no engine knows it) trains
-// under every engine exactly as the one-rank run of the same folder, computed in the same test
-// run (each rank alone over MPI_COMM_SELF): the same global batch of 24 sequences, 8 steps, from
-// the same Hugging Face folder written by rank 0 (explicit head_dim 16 != hidden / heads = 8,
-// per-head q/k norms, 2 kv heads, vocabulary 259 and intermediate size 66 that do not divide by
-// 4). fp32; reductions add in another order across ranks, so losses and gradient norms agree
-// within 1e-5 relative.
+// Proof of the model seam: families with their own files (Qwen3, model/qwen3.cpp; Gemma2,
+// model/gemma2.cpp; no engine knows them) train under every engine exactly as the one-rank run of
+// the same folder, computed in the same test run (each rank alone over MPI_COMM_SELF): the same
+// global batch of 24 sequences, 8 steps, from the same Hugging Face folder written by rank 0
+// (explicit head_dim 16 != hidden / heads = 8, 2 kv heads, vocabulary 259 and intermediate size
+// 66 that do not divide by 4). Qwen3: per-head q/k norms. Gemma2: four (1 + w) norms a layer,
+// scaled embeddings, a tied head, scores scaled by query_pre_attn_scalar and soft-capped (eager
+// attention), windows of 8 tokens on layers 0 and 2, final logits soft-capped. fp32; reductions
+// add in another order across ranks, so losses and gradient norms agree within 1e-5 relative.
 // Under megatron the q/k norms are replicated but act on each rank's heads: their gradients are
 // summed over the tensor-parallel ranks (TpRole::ReplicatedInsideTp), which tp 2 and tp 4 (kv
 // heads replicated) check.
@@ -31,9 +33,9 @@ using test::world;
 
 constexpr int kSteps = 8;
 
-model::ModelConfig qwen3_config() {
+model::ModelConfig family_config(const std::string& family) {
   model::ModelConfig c;
-  c.model_type = "qwen3";
+  c.model_type = family;
   c.vocab_size = 259;
   c.hidden_size = 32;
   c.intermediate_size = 66;
@@ -41,23 +43,36 @@ model::ModelConfig qwen3_config() {
   c.num_attention_heads = 4;
   c.num_key_value_heads = 2;
   c.explicit_head_dim = 16;
-  c.qk_norm = true;
   c.rope_theta = 1000000.0;
+  if (family == "qwen3") c.qk_norm = true;
+  if (family == "gemma2") {  // as a Gemma2 config.json reads (the spec's read sets the hooks)
+    c.tie_word_embeddings = true;
+    c.hidden_activation = "gelu_pytorch_tanh";
+    c.query_pre_attn_scalar = 24;
+    c.attn_logit_softcapping = 0.05;  // scores are ~0.01-0.1 with the 0.02 init: the cap bites
+    c.final_logit_softcapping = 0.5;
+    c.sliding_window = 8;
+    c.sliding_layers = {true, false, true, false};
+    c.embedding_multiplier = std::sqrt(32.0);
+    c.unit_offset_norms = true;
+    c.norms_per_layer = 4;
+  }
   return c;
 }
 
-// Rank 0 writes the folder (config.json, model.safetensors; no tokenizer: bytes) once per world
-// size; every rank gets its path.
-std::string qwen3_folder() {
-  const std::string dir = "/tmp/lft_qwen3_np" + std::to_string(world().size());
+// Rank 0 writes the folder (config.json, model.safetensors; no tokenizer: bytes) once per family
+// and world size; every rank gets its path.
+std::string family_folder(const std::string& family) {
+  const std::string dir = "/tmp/lft_" + family + "_np" + std::to_string(world().size());
   if (world().rank() == 0) {
     ::mkdir(dir.c_str(), 0755);
-    const auto m = model::create_causal_lm(qwen3_config());
-    model::init_weights(*m, 5);
+    const model::ModelConfig config = family_config(family);
+    const auto m = model::create_causal_lm(config);
+    model::init_weights(*m, 5, config.initial_norm_weight());
     std::map<std::string, at::Tensor> tensors;
     for (const auto& item : m->named_parameters()) tensors[item.key()] = item.value().detach();
     model::write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-    std::ofstream(dir + "/config.json") << qwen3_config().to_hf_json();
+    std::ofstream(dir + "/config.json") << config.to_hf_json();
   }
   MPI_Barrier(MPI_COMM_WORLD);
   return dir;
@@ -99,11 +114,10 @@ std::vector<Case> cases() {
   };
 }
 
-TEST(Qwen3Engines, EveryEngineMatchesTheOneRankRun) {
+void every_engine_matches_the_one_rank_run(const std::string& family) {
   const int n = world().size();
-  if (n == 1 || 24 % (2 * n) != 0) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
   at::set_num_threads(1);
-  const std::string folder = qwen3_folder();
+  const std::string folder = family_folder(family);
   MpiCommunicator self(MPI_COMM_SELF, "self", false);
   const auto reference = steps_of(run_toml(folder, "none", 2, 12, ""), self);
   for (const Case& c : cases()) {
@@ -113,11 +127,22 @@ TEST(Qwen3Engines, EveryEngineMatchesTheOneRankRun) {
     const auto got = steps_of(run_toml(folder, c.engine, 2, 24 / (2 * dp), c.extra), world());
     for (std::size_t i = 0; i < got.size(); ++i) {
       const auto& [loss, norm] = got[i];
-      EXPECT_NEAR(loss, reference[i].first, 1e-5 * std::abs(reference[i].first)) << c.label << " step " << i + 1;
+      EXPECT_NEAR(loss, reference[i].first, 1e-5 * std::abs(reference[i].first)) << family << ", " << c.label << " step " << i + 1;
       EXPECT_NEAR(norm, reference[i].second, 1e-5 * std::abs(reference[i].second))
-          << c.label << " gradient norm, step " << i + 1;
+          << family << ", " << c.label << " gradient norm, step " << i + 1;
     }
   }
+}
+
+
+TEST(FamilyEngines, Qwen3MatchesTheOneRankRunUnderEveryEngine) {
+  if (world().size() == 1 || 24 % (2 * world().size()) != 0) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
+  every_engine_matches_the_one_rank_run("qwen3");
+}
+
+TEST(FamilyEngines, Gemma2MatchesTheOneRankRunUnderEveryEngine) {
+  if (world().size() == 1 || 24 % (2 * world().size()) != 0) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
+  every_engine_matches_the_one_rank_run("gemma2");
 }
 
 }  // namespace
