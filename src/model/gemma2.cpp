@@ -94,6 +94,7 @@ std::shared_ptr<CausalLM> create_gemma2(const ModelConfig& c, const c10::TensorO
 }  // namespace
 
 FamilySpec gemma2_family() {
+  // LlamaFactory's gemma2 template is not in this build (chat_template.cpp): no template here.
   return {"gemma2", "Gemma2ForCausalLM", 8192, read_gemma2, write_gemma2, create_gemma2, ""};
 }
 

@@ -69,7 +69,8 @@ void write_qwen_sliding_window(const ModelConfig& c, nlohmann::ordered_json& j) 
 }
 
 FamilySpec llama_family() {
-  return {"llama", "LlamaForCausalLM", 2048, read_llama, write_llama, create_llama, "llama3"};
+  // No chat template: model_type llama is Llama 2's (llama2 template) and Llama 3's (llama3) alike.
+  return {"llama", "LlamaForCausalLM", 2048, read_llama, write_llama, create_llama, ""};
 }
 
 FamilySpec qwen2_family() {

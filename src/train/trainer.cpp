@@ -16,6 +16,7 @@
 #include "lft/data/tokenizer.h"
 #include "lft/engine/registry.h"
 #include "lft/model/adapter_weights.h"
+#include "lft/model/families.h"
 #include "lft/model/finetuning.h"
 #include "lft/model/hf_checkpoint.h"
 #include "lft/model/init.h"
@@ -167,6 +168,16 @@ std::string weight_files_summary(const std::string& folder) {
   return text;
 }
 
+// The classic trainer's `template` defaults to "default", which a family's chat models were not
+// trained with: say so when a conversation run leaves it unset.
+void note_family_template(const config::Config& cfg, const model::ModelConfig& model) {
+  if (cfg.string("stage") == "pt" || cfg.is_set("template")) return;
+  const model::FamilySpec* family = model::find_family(model.model_type);
+  if (family == nullptr || family->chat_template.empty() || family->chat_template == cfg.string("template")) return;
+  log0("note: `template` is not set, so conversations are rendered with template = \"" + cfg.string("template") +
+       "\"; " + model.model_type + " chat models use template = \"" + family->chat_template + "\"");
+}
+
 }  // namespace
 
 Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceMesh& mesh,
@@ -185,6 +196,7 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
   s.data->set_pad_to_multiple_of(pad_multiple(cfg, plan));
   if (cfg.boolean("async_checkpoint")) s.async_saver = std::make_unique<ckpt::AsyncSaver>(mesh.world());
   check_vocabulary(cfg, plan.model, s.data->tokenizer());
+  note_family_template(cfg, plan.model);
   // LlamaFactory prints the first training example once the data is ready.
   if (world_rank_or_minus_one() == 0 && s.data->num_sequences() > 0) {
     try {
