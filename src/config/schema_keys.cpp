@@ -338,10 +338,12 @@ std::vector<KeySpec> build() {
         "LibTorch threads per rank; 0: cores on the node / ranks on the node")
           .def(0)
           .min(0),
-      K("ddp_bucket_cap_mb", F, "Gradient all-reduce bucket size in MiB")
+      K("ddp_bucket_cap_mb", F,
+        "Gradient all-reduce bucket size in MiB: ddp's, and megatron's data parallelism's (without "
+        "use_distributed_optimizer)")
           .def(25.0)
           .min(0)
-          .engines({"ddp"}),
+          .engines({"ddp", "megatron"}),
 
       // ---- [mesh]: sizes of the device mesh, the one place every engine reads them from ----
       K("mesh.pp", I, "Pipeline-parallel size").min(-1),

@@ -33,7 +33,8 @@ MegatronEngine::MegatronEngine(const EngineContext& ctx)
       pp_host_(ctx.mesh.comm(MeshDim::PP)),
       stage_(ctx.mesh.coord(MeshDim::PP)),
       // Impossible settings end the job here, before the model is built or loaded.
-      plan_(plan_for(ctx)) {}
+      plan_(plan_for(ctx)),
+      bucket_bytes_(ctx.cfg.real("ddp_bucket_cap_mb") * 1024.0 * 1024.0) {}
 
 MegatronEngine::~MegatronEngine() = default;
 
@@ -44,7 +45,13 @@ void MegatronEngine::prepare(model::CausalLM& model) {
   model.set_parallel_ops(this);
   place_parameters();
   share_float8_scales();
-  if (plan_.distributed_optimizer) build_optimizer_shards();
+  if (plan_.distributed_optimizer) {
+    build_optimizer_shards();
+  } else if (dp_.size() > 1 && !params_.empty()) {
+    std::vector<at::Tensor> trained;
+    for (const Param& p : params_) trained.push_back(p.tensor);
+    dp_buckets_ = std::make_unique<GradientBuckets>(dp_, trained, bucket_bytes_, at::kFloat);
+  }
 }
 
 void MegatronEngine::prepare_from(model::CausalLM& model, const model::WeightSource& weights) {
@@ -214,14 +221,11 @@ void MegatronEngine::sync_replicated_gradients() {
 }
 
 void MegatronEngine::finish_gradients() {
+  // The sums over dp and over tp / the tied stages are linear: in either order the same sum.
+  if (dp_buckets_) dp_buckets_->finish();
   sync_replicated_gradients();
   c10::NoGradGuard no_grad;
-  if (!plan_.distributed_optimizer) {
-    std::vector<at::Tensor*> all;
-    for (Param& p : params_) all.push_back(&p.tensor);
-    all_reduce_grads(all, dp_);
-    return;
-  }
+  if (!plan_.distributed_optimizer) return;
   if (params_.empty()) return;  // a stage that trains nothing (fine-tuning)
   // Reduce-scatter: rank r receives the summed rows it updates.
   const std::int64_t k = shard_layout_.shard_numel;

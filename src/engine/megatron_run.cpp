@@ -89,6 +89,8 @@ at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector
                      " virtual stages exceed the point-to-point tags MPI guarantees; use fewer micro-batches");
   const int prev = (stage_ + pp - 1) % pp, next = (stage_ + 1) % pp;
   std::vector<PipelineAction> actions;
+  // Each parameter's gradient is final at its chunk's backward of the last micro-batch.
+  if (o.backward && dp_buckets_) dp_buckets_->expect_backwards(static_cast<int>(m));
   if (o.backward) {
     actions = pipeline_actions(plan_.schedule, pp, stage_, m, v);
   } else {

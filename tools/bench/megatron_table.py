@@ -1,10 +1,12 @@
 """The megatron rows of `make bench` (tools/bench/run.py --only megatron): the benchmark model at
 global batch 8 = 2 sequences x 4 micro-batches, fp32, 1 thread per rank, beside ddp at 2 ranks:
-tp 2 (sequence parallel), pp 2 (1f1b), tp 2 x pp 2 (4 ranks on this machine's cores: the
-row's rate shows oversubscription, its bytes and bubble do not). Per row: tokens/s and the ratio
+dp 2 (megatron's data parallelism alone: its gradient all-reduce), tp 2 (sequence parallel),
+pp 2 (1f1b), tp 2 x pp 2 (4 ranks on this machine's cores: the row's rate shows
+oversubscription, its bytes and bubble do not). Per row: tokens/s and the ratio
 to ddp, the pipeline bubble measured (stages' receive waits / step time) beside the schedule's
 idle-slot fraction, payload bytes per step on rank 0's tp and pp communicators against the
-volume computed from the shapes, peak CPU tensor memory and RSS per rank."""
+volume computed from the shapes, the communication time per step that the step waited for
+(exposed) of the time collectives were in flight, peak CPU tensor memory and RSS per rank."""
 import re
 
 from run import lftrain, per_rank_text
@@ -36,6 +38,7 @@ def theory(cfg, tp, pp, sp):
 ROWS = (
     # name, ranks, engine, overrides, tp, pp, sp
     ("ddp", 2, "ddp", (), 1, 1, False),
+    ("megatron dp2", 2, "megatron", (), 1, 1, False),
     ("megatron tp2 sp", 2, "megatron", ("mesh.tp=2", "dist_config.sequence_parallel=true"), 2, 1, True),
     ("megatron pp2 1f1b", 2, "megatron", ("mesh.pp=2",), 1, 2, False),
     ("megatron tp2 x pp2 sp", 4, "megatron", ("mesh.tp=2", "mesh.pp=2", "dist_config.sequence_parallel=true"),
@@ -58,7 +61,7 @@ def megatron_table(args, cfg):
           f"megatron), {steps} steps (the first {steps // 3} excluded). Bytes: payload per step and rank "
           f"(nccl-tests' size), measured / computed from the shapes.")
     head = (f"{'run':24} {'ranks':>5} {'tok/s':>7} {'/ddp':>5} {'bubble':>15}  {'tp MiB/step':>17} "
-            f"{'pp MiB/step':>15}  {'tensors MiB/rank':>16} {'RSS MiB/rank':>14}")
+            f"{'pp MiB/step':>15}  {'exposed/in flight ms':>20}  {'tensors MiB/rank':>16} {'RSS MiB/rank':>14}")
     print(head)
     print("-" * len(head))
     for name, ranks, engine, extra, tp, pp, sp in ROWS:
@@ -69,7 +72,8 @@ def megatron_table(args, cfg):
         bubble = f"{r['bubble'][0]:.2f} ({r['bubble'][1]:.2f})" if r.get("bubble") else "-"
         tp_text = f"{tp_moved / 2**20:.1f} / {tp_theory / 2**20:.1f}" if tp > 1 else "-"
         pp_text = f"{pp_moved / 2**20:.2f} / {pp_theory / 2**20:.2f}" if pp > 1 else "-"
+        exposed = (f"{r['exposed_ms']:.0f} / {r['in_flight_ms']:.0f}" if r.get("exposed_ms") is not None else "-")
         print(f"{name:24} {ranks:5d} {r['tokens_per_s']:7.1f} {r['tokens_per_s'] / rows['ddp']['tokens_per_s']:5.2f} "
-              f"{bubble:>15}  {tp_text:>17} {pp_text:>15}  {per_rank_text(r['tensor_mib']):>16} "
+              f"{bubble:>15}  {tp_text:>17} {pp_text:>15}  {exposed:>20}  {per_rank_text(r['tensor_mib']):>16} "
               f"{per_rank_text(r['rss_mib']):>14}", flush=True)
     return rows

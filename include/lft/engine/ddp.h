@@ -4,9 +4,11 @@
 // micro-batch of an accumulation (no_sync for the others).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "lft/engine/engine.h"
+#include "lft/engine/gradient_buckets.h"
 
 namespace lft::engine {
 
@@ -16,7 +18,7 @@ class DdpEngine final : public Engine {
   explicit DdpEngine(const EngineContext& ctx, std::string name = "ddp");
   const char* name() const override { return name_.c_str(); }
   void prepare(model::CausalLM& model) override;
-  void begin_micro_batch(bool sync) override { sync_ = sync; }
+  void begin_micro_batch(bool sync) override;
   void finish_gradients() override;
   std::vector<at::Tensor> parameters() override { return params_; }
   std::vector<std::string> parameter_names() override { return names_; }
@@ -24,28 +26,16 @@ class DdpEngine final : public Engine {
   // Gradients are identical on every rank after the all-reduce: the local norm is the norm.
   at::Tensor grad_norm_squared() override { return local_grad_norm_squared(params_, comm_.device()); }
   std::vector<Communicator*> communicators() const override { return {&comm_}; }
-  std::size_t bucket_count() const { return buckets_.size(); }
+  std::size_t bucket_count() const { return buckets_->bucket_count(); }
 
  private:
   std::string name_;
-  struct Bucket {
-    at::Tensor buffer;                // flat fp32/params' dtype, the gradients being reduced
-    std::vector<std::size_t> params;  // indices into params_
-    std::size_t pending = 0;          // gradients still to arrive this step
-    WorkPtr work;                     // the in-flight all-reduce
-  };
-  void on_gradient(std::size_t param, const at::Tensor& grad);
-  void launch(Bucket& bucket);
-  void drive_progress();
-
   Communicator& comm_;
   double bucket_bytes_;
   bool sync_ = true;
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
-  std::vector<std::size_t> bucket_of_;  // per parameter
-  std::vector<int64_t> offset_of_;      // per parameter, in its bucket
-  std::vector<Bucket> buckets_;
+  std::unique_ptr<GradientBuckets> buckets_;
 };
 
 }  // namespace lft::engine

@@ -10,9 +10,10 @@
 //   pipeline          stage s runs chunks c = 0..v-1, global virtual stage c * pp + s; the step's
 //                     micro-batches run in the order pipeline_actions() gives, activations and
 //                     their gradients sent point to point ([B, T(/tp), hidden] fp32).
-//   data parallel     gradients all-reduced over dp_replicate after the last backward, or, with
-//                     use_distributed_optimizer, reduce-scattered so each dp rank updates a
-//                     shard and all-gathers the updated parameters.
+//   data parallel     gradients all-reduced over dp_replicate in buckets (GradientBuckets, as
+//                     ddp) while each parameter's last backward of the step runs, or, with
+//                     use_distributed_optimizer, reduce-scattered after the last backward so
+//                     each dp rank updates a shard and all-gathers the updated parameters.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "lft/engine/engine.h"
+#include "lft/engine/gradient_buckets.h"
 #include "lft/engine/megatron_plan.h"
 #include "lft/engine/shard_layout.h"
 #include "lft/model/causal_lm.h"
@@ -96,6 +98,9 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   // Distributed optimizer: per parameter, the rows of dim 0 this dp rank updates, as views.
   UnitLayout shard_layout_;
   std::vector<at::Tensor> shards_;
+  // Without it, over dp > 1: the gradients all-reduced in buckets during the last backward.
+  double bucket_bytes_;
+  std::unique_ptr<GradientBuckets> dp_buckets_;
 };
 
 std::unique_ptr<Engine> create_megatron(const EngineContext& ctx);
