@@ -195,8 +195,11 @@ MemoryEstimate estimate_megatron(const config::Config& cfg, const RunPlan& run) 
     e.gradients = 4 * trained;
     e.optimizer = 8 * trained / (plan.distributed_optimizer ? dp : 1);
     if (run.compute != at::kFloat) e.gathered = 2 * local;
-    // The data-parallel reduction flattens every gradient (and receives its share back).
-    if (dp > 1) e.buffers = 4 * trained * (1.0 + (plan.distributed_optimizer ? 1.0 / dp : 1.0));
+    // The data-parallel reduction: GradientBuckets' fp32 copy of every gradient, held through the
+    // step (as ddp's); or the distributed optimizer's reduce-scatter input and its share back,
+    // after backward.
+    if (dp > 1 && !plan.distributed_optimizer) e.gathered += 4 * trained;
+    if (dp > 1 && plan.distributed_optimizer) e.buffers = 4 * trained * (1.0 + 1.0 / dp);
     const bool first = stage == 0, last = stage == plan.pp - 1;
     const int in_flight = live[static_cast<std::size_t>(stage)];
     e.activations = in_flight * activation_bytes(run, layers / plan.virtual_stages, widths, first, last);

@@ -74,6 +74,8 @@ std::vector<Case> cases() {
       {"megatron pp 2", "megatron", "[mesh]\npp = 2\n", 2},
       {"megatron pp 2, 4 micro-batches", "megatron", "[mesh]\npp = 2\n", 2, 4},
       {"megatron tp 2 x pp 2", "megatron", "[mesh]\ntp = 2\npp = 2\n", 4},
+      {"megatron dp 2 (gradient buckets)", "megatron", "", 2},
+      {"megatron tp 2 x dp 2", "megatron", "[mesh]\ntp = 2\n", 4},
       {"megatron tp 2 x dp 2, distributed optimizer", "megatron",
        "[mesh]\ntp = 2\n[dist_config]\nuse_distributed_optimizer = true\n", 4},
   };

@@ -270,7 +270,7 @@ TEST(Config, KeyNotForEngine) {
   m = error_of(data_line() + "ddp_bucket_cap_mb = 10\n" + model_table(), {"distributed=fsdp"});
   EXPECT_CONTAINS(m,
                   "run.toml:2:1: key 'ddp_bucket_cap_mb' applies only to distributed = "
-                  "\"ddp\" (this run has distributed = \"fsdp\")");
+                  "\"ddp\" or \"megatron\" (this run has distributed = \"fsdp\")");
   // The same key is fine with its engine, and an empty table is fine with any engine.
   EXPECT_NO_THROW(
       parse_config(data_line() + "ddp_bucket_cap_mb = 10\n[dist_config]\n" + model_table(),

@@ -266,7 +266,7 @@ TEST(ConfigReference, MarkdownHasEveryKey) {
   EXPECT_CONTAINS(md, "exit status 2");
   EXPECT_CONTAINS(md, "| key | type | default | allowed | engines | description |");
   EXPECT_CONTAINS(md, "## [mesh]");
-  EXPECT_CONTAINS(md, "| `ddp_bucket_cap_mb` | float | `25.0` | > 0 | `ddp` |");
+  EXPECT_CONTAINS(md, "| `ddp_bucket_cap_mb` | float | `25.0` | > 0 | `ddp`, `megatron` |");
   EXPECT_EQ(md, reference_markdown());
 }
 
