@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # export_roundtrip.sh BUILD_DIR: train with lftrain, merge the checkpoint with lfmerge, load the
 # export in Hugging Face transformers and compare its logits with lftrain's model on the same ids.
-# Twice: the bundled Llama example under ddp, and a Qwen3 folder made by transformers, fine-tuned
-# under fsdp2.
+# Three times: the bundled Llama example under ddp, and folders made by transformers fine-tuned:
+# Qwen3 under fsdp2, Gemma2 under megatron tp 2.
 set -u
 build=$1
 out=$(mktemp -d /tmp/lft-export-XXXXXX)
@@ -20,25 +20,38 @@ ls -la "$out/hf"
 .venv/bin/python tools/check-export.py "$out/hf" "$out/ids.safetensors" "$out/logits.safetensors" \
   || fail "transformers' logits differ from lftrain's"
 
-# Qwen3: transformers writes a tiny folder (explicit head_dim, q/k norms); lftrain trains it.
-.venv/bin/python - "$out/qwen3" <<'PY' || fail "writing the Qwen3 folder"
+# A family folder made by transformers, trained by lftrain, exported, loaded back by transformers.
+# family_leg NAME ENGINE EXTRA_TOML CLASS PYTHON_CONFIG
+family_leg() {
+  local name=$1 engine=$2 extra=$3 cls=$4 config=$5
+  .venv/bin/python - "$out/$name" <<PY || fail "writing the $name folder"
 import sys, torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import ${cls}Config, ${cls}ForCausalLM
 torch.manual_seed(0)
-config = Qwen3Config(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                     max_position_embeddings=128, tie_word_embeddings=False)
-Qwen3ForCausalLM(config).save_pretrained(sys.argv[1])
+${cls}ForCausalLM(${cls}Config($config)).save_pretrained(sys.argv[1])
 PY
-printf '%s\n' 'distributed = "fsdp2"' "model_name_or_path = \"$out/qwen3\"" 'tokenizer = "bytes"' \
-  'train_dataset = "inputs/data/arithmetic.txt"' "output_dir = \"$out/qwen3-run\"" \
-  'per_device_train_batch_size = 2' 'cutoff_len = 64' 'learning_rate = 1e-3' 'max_steps = 4' \
-  'save_steps = 4' > "$out/qwen3.toml"
-mpirun --oversubscribe --bind-to none -np 2 "$build/lftrain" "$out/qwen3.toml" \
-  > "$out/qwen3-train.log" 2>&1 || { cat "$out/qwen3-train.log"; fail "training Qwen3"; }
-"$build/lfmerge" "$out/qwen3-run/checkpoint-4" --out "$out/qwen3-hf" || fail "lfmerge (Qwen3)"
-grep -q '"Qwen3ForCausalLM"' "$out/qwen3-hf/config.json" || fail "the Qwen3 export's config.json"
-"$build/tests/export_logits" "$out/qwen3-hf" "$out" || fail "export_logits (Qwen3)"
-.venv/bin/python tools/check-export.py "$out/qwen3-hf" "$out/ids.safetensors" "$out/logits.safetensors" \
-  || fail "transformers' logits differ from lftrain's (Qwen3)"
+  printf '%s\n' "distributed = \"$engine\"" "model_name_or_path = \"$out/$name\"" 'tokenizer = "bytes"' \
+    'train_dataset = "inputs/data/arithmetic.txt"' "output_dir = \"$out/$name-run\"" \
+    'per_device_train_batch_size = 2' 'cutoff_len = 64' 'learning_rate = 1e-3' 'max_steps = 4' \
+    'save_steps = 4' "$extra" > "$out/$name.toml"
+  mpirun --oversubscribe --bind-to none -np 2 "$build/lftrain" "$out/$name.toml" \
+    > "$out/$name-train.log" 2>&1 || { cat "$out/$name-train.log"; fail "training $name"; }
+  "$build/lfmerge" "$out/$name-run/checkpoint-4" --out "$out/$name-hf" || fail "lfmerge ($name)"
+  grep -q "\"${cls}ForCausalLM\"" "$out/$name-hf/config.json" || fail "the $name export's config.json"
+  "$build/tests/export_logits" "$out/$name-hf" "$out" || fail "export_logits ($name)"
+  .venv/bin/python tools/check-export.py "$out/$name-hf" "$out/ids.safetensors" "$out/logits.safetensors" \
+    || fail "transformers' logits differ from lftrain's ($name)"
+}
+
+# Qwen3 under fsdp2: explicit head_dim, q/k norms.
+family_leg qwen3 fsdp2 "" Qwen3 "vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+    tie_word_embeddings=False"
+# Gemma2 under megatron tp 2 (the tied head split by vocabulary rows): scaled embeddings, (1 + w)
+# norms, soft-capped scores and logits, query_pre_attn_scalar, a window on layers 0 and 2.
+family_leg gemma2 megatron "[mesh]
+tp = 2" Gemma2 "vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+    query_pre_attn_scalar=24, attn_logit_softcapping=5.0, final_logit_softcapping=3.0,
+    sliding_window=8"
 echo "export_roundtrip: ok"
