@@ -9,7 +9,7 @@
 
 #include "lft/engine/megatron_internal.h"
 #include "lft/engine/run_plan.h"
-#include "lft/engine/shard_layout.h"
+#include "lft/engine/shard_copy.h"
 #include "lft/model/families.h"
 #include "lft/model/float8.h"
 #include "lft/model/parameter_storage.h"
@@ -231,18 +231,13 @@ void MegatronEngine::finish_gradients() {
   const std::int64_t k = shard_layout_.shard_numel;
   const int dp = dp_.size();
   at::Tensor in = at::zeros({k * dp}, params_.front().tensor.options().dtype(at::kFloat));
-  for (int r = 0; r < dp; ++r)
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      const ShardPiece& piece = shard_layout_.pieces[static_cast<std::size_t>(r)][i];
-      if (piece.rows == 0) continue;
-      const at::Tensor g = grad_or_zeros(params_[i].tensor).narrow(0, piece.row_begin, piece.rows);
-      in.narrow(0, r * k + piece.local_offset, g.numel()).copy_(g.reshape({-1}));
-    }
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    scatter_rows(shard_layout_, i, params_[i].tensor.sizes().vec(), grad_or_zeros(params_[i].tensor), in);
   at::Tensor out = at::empty({k}, in.options());
   dp_.reduce_scatter(in, out);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const ShardPiece& piece = shard_layout_.pieces[static_cast<std::size_t>(dp_.rank())][i];
-    set_grad(shards_[i], out.narrow(0, piece.local_offset, shards_[i].numel()).view(shards_[i].sizes()));
+    set_grad(shards_[i], piece_in(out, 0, piece, params_[i].tensor.sizes().vec()));
     params_[i].tensor.mutable_grad().reset();
   }
 }
@@ -279,17 +274,12 @@ void MegatronEngine::parameters_updated() {
   at::Tensor in = at::zeros({k}, params_.front().tensor.options().dtype(at::kFloat));
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const ShardPiece& piece = shard_layout_.pieces[static_cast<std::size_t>(dp_.rank())][i];
-    in.narrow(0, piece.local_offset, shards_[i].numel()).copy_(shards_[i].reshape({-1}));
+    piece_in(in, 0, piece, params_[i].tensor.sizes().vec()).copy_(shards_[i]);
   }
   at::Tensor out = at::empty({k * dp}, in.options());
   dp_.all_gather(in, out);
-  for (int r = 0; r < dp; ++r)
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      const ShardPiece& piece = shard_layout_.pieces[static_cast<std::size_t>(r)][i];
-      if (piece.rows == 0 || r == dp_.rank()) continue;
-      at::Tensor rows = params_[i].tensor.detach().narrow(0, piece.row_begin, piece.rows);
-      rows.copy_(out.narrow(0, r * k + piece.local_offset, rows.numel()).view(rows.sizes()));
-    }
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    gather_rows(shard_layout_, i, params_[i].tensor.sizes().vec(), out, params_[i].tensor.detach(), dp_.rank());
 }
 
 std::vector<at::Tensor> MegatronEngine::parameters() {

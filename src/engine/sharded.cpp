@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 
+#include "lft/engine/shard_copy.h"
 #include "lft/model/float8.h"
 #include "lft/model/parameter_storage.h"
 #include "lft/model/weight_source.h"
@@ -19,13 +20,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::int64_t rows_of(const Shape& s) { return s.empty() ? 1 : s[0]; }
-
-Shape piece_shape(const Shape& global, std::int64_t rows) {
-  Shape s = global;
-  if (s.empty()) return {rows};
-  s[0] = rows;
-  return s;
-}
 
 }  // namespace
 
@@ -153,8 +147,7 @@ void ShardedEngine::build_units(model::CausalLM& model) {
     for (std::size_t i = 0; i < u->params.size(); ++i) {
       const std::size_t k = u->params[i];
       const ShardPiece& piece = u->layout.pieces[static_cast<std::size_t>(me)][i];
-      const Shape shape = piece_shape(shapes_[k], piece.rows);
-      at::Tensor view = u->master.narrow(0, piece.local_offset, piece.rows * row_numel(shapes_[k])).view(shape);
+      at::Tensor view = piece_in(u->master, 0, piece, shapes_[k]);
       if (weights_ != nullptr) weights_->read_rows(param_names[k], piece.row_begin, piece.rows, view);
       else view.copy_(params_[k].narrow(0, piece.row_begin, piece.rows));
       if (!params_[k].requires_grad()) continue;
@@ -192,9 +185,7 @@ at::Tensor storage_alias(const at::Tensor& param) {
 }  // namespace
 
 at::Tensor ShardedEngine::master_view(const Unit& u, std::size_t i) const {
-  const Shape& shape = shapes_[u.params[i]];
-  const ShardPiece& piece = u.layout.pieces[static_cast<std::size_t>(shard_comm_.rank())][i];
-  return u.master.narrow(0, piece.local_offset, piece.rows * row_numel(shape)).view(piece_shape(shape, piece.rows));
+  return piece_in(u.master, 0, u.layout.pieces[static_cast<std::size_t>(shard_comm_.rank())][i], shapes_[u.params[i]]);
 }
 
 at::Tensor ShardedEngine::to_device(const at::Tensor& host, at::ScalarType dtype) const {
@@ -220,10 +211,8 @@ void ShardedEngine::launch_gather(Unit& u) {
   c10::NoGradGuard no_grad;
   const std::size_t me = static_cast<std::size_t>(shard_comm_.rank());
   u.gather_in = at::zeros({u.rest_layout.shard_numel}, u.master.options().dtype(dtype));
-  for (std::size_t j = 0; j < u.rest.size(); ++j) {
-    const ShardPiece& to = u.rest_layout.pieces[me][j];
-    u.gather_in.narrow(0, to.local_offset, master_view(u, u.rest[j]).numel()).copy_(master_view(u, u.rest[j]).reshape({-1}));
-  }
+  for (std::size_t j = 0; j < u.rest.size(); ++j)
+    piece_in(u.gather_in, 0, u.rest_layout.pieces[me][j], shapes_[u.params[u.rest[j]]]).copy_(master_view(u, u.rest[j]));
   u.gather_out = at::empty({u.rest_layout.shard_numel * shard_comm_.size()}, u.gather_in.options());
   u.gather = shard_comm_.all_gather_async(u.gather_in, u.gather_out);
   // Each weight's amax over every rank's shard: the scale the whole weight gets.
@@ -252,35 +241,17 @@ void ShardedEngine::finish_gather(Unit& u) {
   c10::NoGradGuard no_grad;
   const bool split = !u.f8.empty();
   const UnitLayout& layout = split ? u.rest_layout : u.layout;
-  const std::int64_t k = layout.shard_numel;
   for (std::size_t j = 0; j < (split ? u.rest.size() : u.params.size()); ++j) {
     const std::size_t i = split ? u.rest[j] : j;
     at::Tensor& param = params_[u.params[i]];
-    const Shape& shape = shapes_[u.params[i]];
     if (plan_.shard_parameters) model::allocate_storage(param);
-    const at::Tensor whole = storage_alias(param);
-    for (std::size_t r = 0; r < layout.pieces.size(); ++r) {
-      const ShardPiece& piece = layout.pieces[r][j];
-      if (piece.rows == 0) continue;
-      whole.narrow(0, piece.row_begin, piece.rows)
-          .copy_(u.gather_out
-                     .narrow(0, static_cast<std::int64_t>(r) * k + piece.local_offset,
-                             piece.rows * row_numel(shape))
-                     .view(piece_shape(shape, piece.rows)));
-    }
+    gather_rows(layout, j, shapes_[u.params[i]], u.gather_out, storage_alias(param));
   }
   // float8 weights: assembled as e4m3 and handed to their linear; the parameter holds no memory.
-  const std::int64_t k8 = u.f8_layout.shard_numel;
   for (std::size_t j = 0; j < u.f8.size(); ++j) {
     const Shape& shape = shapes_[u.params[u.f8[j]]];
     at::Tensor whole = at::empty(shape, u.gather8_out.options());
-    for (std::size_t r = 0; r < u.f8_layout.pieces.size(); ++r) {
-      const ShardPiece& piece = u.f8_layout.pieces[r][j];
-      if (piece.rows == 0) continue;
-      whole.narrow(0, piece.row_begin, piece.rows)
-          .copy_(u.gather8_out.narrow(0, static_cast<std::int64_t>(r) * k8 + piece.local_offset, piece.rows * row_numel(shape))
-                     .view(piece_shape(shape, piece.rows)));
-    }
+    gather_rows(u.f8_layout, j, shape, u.gather8_out, whole);
     model::LinearImpl* linear = float8_linear_[u.params[u.f8[j]]];
     linear->float8_weight = whole.view(at::kFloat8_e4m3fn);
     linear->float8_weight_inv_scale = u.f8_inv_scale[j];
@@ -357,16 +328,8 @@ void ShardedEngine::launch_reduce(Unit& u) {
   u.reduce_in = at::zeros({k * shard_comm_.size()}, f32);
   for (std::size_t j = 0; j < u.trained.size(); ++j) {
     at::Tensor& param = params_[u.params[u.trained[j]]];
-    const Shape& shape = shapes_[u.params[u.trained[j]]];
     if (!param.grad().defined()) continue;  // no gradient this micro-batch: zeros
-    for (std::size_t r = 0; r < u.grad_layout.pieces.size(); ++r) {
-      const ShardPiece& piece = u.grad_layout.pieces[r][j];
-      if (piece.rows == 0) continue;
-      u.reduce_in
-          .narrow(0, static_cast<std::int64_t>(r) * k + piece.local_offset, piece.rows * row_numel(shape))
-          .view(piece_shape(shape, piece.rows))
-          .copy_(param.grad().narrow(0, piece.row_begin, piece.rows));
-    }
+    scatter_rows(u.grad_layout, j, shapes_[u.params[u.trained[j]]], param.grad(), u.reduce_in);
     param.mutable_grad().reset();
   }
   u.reduce_out = at::empty({k}, f32);
