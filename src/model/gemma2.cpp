@@ -87,15 +87,11 @@ void write_gemma2(const ModelConfig& c, nlohmann::ordered_json& j) {
   j["layer_types"] = types;
 }
 
-std::shared_ptr<CausalLM> create_gemma2(const ModelConfig& c, const c10::TensorOptions& options) {
-  return std::make_shared<Gemma2ForCausalLMImpl>(c, options);
-}
-
 }  // namespace
 
 FamilySpec gemma2_family() {
   // LlamaFactory's gemma2 template is not in this build (chat_template.cpp): no template here.
-  return {"gemma2", "Gemma2ForCausalLM", 8192, read_gemma2, write_gemma2, create_gemma2, ""};
+  return {"gemma2", "Gemma2ForCausalLM", 8192, read_gemma2, write_gemma2, create_model<Gemma2ForCausalLMImpl>, ""};
 }
 
 }  // namespace lft::model

@@ -9,10 +9,6 @@ namespace lft::model {
 
 namespace {
 
-std::shared_ptr<CausalLM> create_llama(const ModelConfig& c, const c10::TensorOptions& options) {
-  return std::make_shared<LlamaForCausalLMImpl>(c, options);
-}
-
 void read_llama(const HfConfigReader& r, ModelConfig& c) {
   read_silu_activation(r, c);
   c.attention_bias = r.boolean("attention_bias", false);
@@ -70,15 +66,15 @@ void write_qwen_sliding_window(const ModelConfig& c, nlohmann::ordered_json& j) 
 
 FamilySpec llama_family() {
   // No chat template: model_type llama is Llama 2's (llama2 template) and Llama 3's (llama3) alike.
-  return {"llama", "LlamaForCausalLM", 2048, read_llama, write_llama, create_llama, ""};
+  return {"llama", "LlamaForCausalLM", 2048, read_llama, write_llama, create_model<LlamaForCausalLMImpl>, ""};
 }
 
 FamilySpec qwen2_family() {
-  return {"qwen2", "Qwen2ForCausalLM", 32768, read_qwen2, write_qwen2, create_llama, "qwen"};
+  return {"qwen2", "Qwen2ForCausalLM", 32768, read_qwen2, write_qwen2, create_model<LlamaForCausalLMImpl>, "qwen"};
 }
 
 FamilySpec mistral_family() {
-  return {"mistral", "MistralForCausalLM", 131072, read_mistral, write_mistral, create_llama, "mistral"};
+  return {"mistral", "MistralForCausalLM", 131072, read_mistral, write_mistral, create_model<LlamaForCausalLMImpl>, "mistral"};
 }
 
 }  // namespace lft::model

@@ -55,14 +55,10 @@ void write_qwen3(const ModelConfig& c, nlohmann::ordered_json& j) {
   write_qwen_sliding_window(c, j);
 }
 
-std::shared_ptr<CausalLM> create_qwen3(const ModelConfig& c, const c10::TensorOptions& options) {
-  return std::make_shared<Qwen3ForCausalLMImpl>(c, options);
-}
-
 }  // namespace
 
 FamilySpec qwen3_family() {
-  return {"qwen3", "Qwen3ForCausalLM", 40960, read_qwen3, write_qwen3, create_qwen3, "qwen3"};
+  return {"qwen3", "Qwen3ForCausalLM", 40960, read_qwen3, write_qwen3, create_model<Qwen3ForCausalLMImpl>, "qwen3"};
 }
 
 }  // namespace lft::model

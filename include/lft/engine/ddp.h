@@ -1,7 +1,7 @@
 // "ddp": data parallel. Every rank holds the whole model; gradients are summed over the dp group
 // in buckets of about `ddp_bucket_cap_mb`, launched from gradient hooks while backward is still
 // running (parameters in reverse order, as their gradients become ready), and only on the last
-// micro-batch of an accumulation (no_sync for the others).
+// micro-batch of an accumulation (no_sync for the others): GradientBuckets over dp x cp.
 #pragma once
 
 #include <memory>

@@ -36,6 +36,12 @@ struct FamilySpec {
   std::string chat_template;
 };
 
+// A FamilySpec's `create` for a CausalLM subclass constructed from (config, options).
+template <class Model>
+std::shared_ptr<CausalLM> create_model(const ModelConfig& c, const c10::TensorOptions& options) {
+  return std::make_shared<Model>(c, options);
+}
+
 const std::vector<FamilySpec>& families();
 // The family of `model_type`; null when this build has none.
 const FamilySpec* find_family(const std::string& model_type);
