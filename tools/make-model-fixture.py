@@ -24,7 +24,7 @@ selection).
   .venv/bin/python tools/make-model-fixture.py [output_root [name ...]]
       output_root  default tests/fixtures
       name         llama-tiny, llama-tiny-tied, qwen2-tiny, mistral-tiny, qwen3-tiny, gemma2-tiny,
-                   rope-llama3;
+                   gemma-tiny, rope-llama3;
                    default all of them
   e.g. .venv/bin/python tools/make-model-fixture.py tests/fixtures qwen3-tiny
 """
@@ -34,7 +34,8 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (Gemma2Config, Gemma2ForCausalLM, LlamaConfig, LlamaForCausalLM,
+from transformers import (Gemma2Config, Gemma2ForCausalLM, GemmaConfig, GemmaForCausalLM,
+                          LlamaConfig, LlamaForCausalLM,
                           MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
                           Qwen3Config, Qwen3ForCausalLM)
 
@@ -73,6 +74,11 @@ FIXTURES = {
         **{k: v for k, v in COMMON.items() if k != "hidden_act"}, hidden_activation="gelu_pytorch_tanh",
         head_dim=16, num_hidden_layers=3, query_pre_attn_scalar=24, attn_logit_softcapping=2.0,
         final_logit_softcapping=3.0, sliding_window=4, tie_word_embeddings=True)),
+    # Gemma: Llama's block with Gemma's hooks (scaled embeddings, (1 + w) norms, GELU-tanh, tied
+    # head); a family that is a spec only (src/model/gemma.cpp).
+    "gemma-tiny": (GemmaForCausalLM, lambda: GemmaConfig(
+        **{k: v for k, v in COMMON.items() if k != "hidden_act"}, hidden_act="gelu_pytorch_tanh",
+        head_dim=16, num_hidden_layers=2, tie_word_embeddings=True)),
 }
 
 # What each fixture's special features are; make() checks that each changes the logits. name:

@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 
+#include "lft/model/gemma.h"
 #include "lft/model/gemma2.h"
 #include "lft/model/llama_family.h"
 #include "lft/model/qwen3.h"
@@ -11,7 +12,7 @@ namespace lft::model {
 
 const std::vector<FamilySpec>& families() {
   static const std::vector<FamilySpec> all = {
-      llama_family(), qwen2_family(), mistral_family(), qwen3_family(), gemma2_family(),
+      llama_family(), qwen2_family(), mistral_family(), qwen3_family(), gemma2_family(), gemma_family(),
   };
   return all;
 }

@@ -1,10 +1,11 @@
 // Gemma2: the block with four norms, the model, and the family spec.
 #include "lft/model/gemma2.h"
 
-#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "lft/model/gemma.h"
 
 namespace lft::model {
 
@@ -44,15 +45,7 @@ double real_or_none(const HfConfigReader& r, const std::string& key, double fall
 }
 
 void read_gemma2(const HfConfigReader& r, ModelConfig& c) {
-  c.hidden_activation = r.string("hidden_activation", "gelu_pytorch_tanh");
-  if (c.hidden_activation != "gelu_pytorch_tanh")
-    config_field_error(r.file, "hidden_activation", "'" + c.hidden_activation + "' is not supported (gelu_pytorch_tanh)");
-  if (r.boolean("use_bidirectional_attention", false))
-    config_field_error(r.file, "use_bidirectional_attention", "bidirectional attention is not supported (a causal LM)");
-  c.explicit_head_dim = r.integer("head_dim", 256);
-  c.tie_word_embeddings = r.boolean("tie_word_embeddings", true);
-  c.attention_bias = r.boolean("attention_bias", false);
-  c.attention_out_bias = c.attention_bias;
+  read_gemma_common(r, c, "hidden_activation");
   c.query_pre_attn_scalar = r.real("query_pre_attn_scalar", 256);
   c.attn_logit_softcapping = real_or_none(r, "attn_logit_softcapping", 50.0);
   c.final_logit_softcapping = real_or_none(r, "final_logit_softcapping", 30.0);
@@ -68,8 +61,6 @@ void read_gemma2(const HfConfigReader& r, ModelConfig& c) {
   } else {
     for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) c.sliding_layers.push_back(i % 2 == 0);
   }
-  c.embedding_multiplier = std::sqrt(static_cast<double>(c.hidden_size));
-  c.unit_offset_norms = true;
   c.norms_per_layer = 4;
 }
 

@@ -200,7 +200,7 @@ TEST(ModelConfig, HfJsonRoundTrip) {
   EXPECT_TRUE(qwen_back.tie_word_embeddings);
   EXPECT_EQ(qwen_back.num_parameters(), qwen.num_parameters());
   // Each family writes back what it reads (its FamilySpec's read and write).
-  for (const char* fixture : {"llama-tiny", "mistral-tiny", "qwen3-tiny", "gemma2-tiny"}) {
+  for (const char* fixture : {"llama-tiny", "mistral-tiny", "qwen3-tiny", "gemma2-tiny", "gemma-tiny"}) {
     const ModelConfig f = ModelConfig::from_hf_folder(fixture_dir(fixture));
     const ModelConfig f_back = ModelConfig::from_hf_json(f.to_hf_json(), "f.json");
     EXPECT_EQ(f_back.to_hf_json(), f.to_hf_json()) << fixture;

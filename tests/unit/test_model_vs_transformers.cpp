@@ -2,7 +2,8 @@
 // (tools/make-model-fixture.py: Llama untied, Llama tied, Qwen2 with q/k/v biases, Mistral with
 // a sliding window of 4 over 9 tokens, Qwen3 with per-head q/k norms and an explicit head_dim,
 // Gemma2 with every hook of its family: scaled embeddings, (1 + w) norms, four norms a layer,
-// GELU-tanh, query_pre_attn_scalar, soft-capped scores and logits, alternating windows, tied head),
+// GELU-tanh, query_pre_attn_scalar, soft-capped scores and logits, alternating windows, tied head;
+// Gemma, a spec on Llama's model with Gemma's hooks),
 // built through the family registry (model::create_causal_lm) and loaded by name from their model.safetensors, must
 // reproduce transformers' logits and the gradient of the summed next-token loss for every
 // parameter. No Python or network at test time.
@@ -131,7 +132,7 @@ TEST_P(ModelVsTransformers, LogitsAndGradientsMatch) {
 INSTANTIATE_TEST_SUITE_P(ModelFixtures, ModelVsTransformers,
                          ::testing::Combine(::testing::Values("llama-tiny", "llama-tiny-tied",
                                                               "qwen2-tiny", "mistral-tiny", "qwen3-tiny",
-                                                              "gemma2-tiny"),
+                                                              "gemma2-tiny", "gemma-tiny"),
                                             ::testing::Bool()),
                          [](const auto& info) {
                            std::string n = std::get<0>(info.param);
