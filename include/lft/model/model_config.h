@@ -1,7 +1,9 @@
-// The shape of a decoder model (Llama, Qwen2, Qwen3, Mistral, Gemma, Gemma2), with the Hugging Face
-// config.json field names; the fields a family reads are set by its FamilySpec (families.h). Built from the run configuration: an inline [model] table (training from scratch)
-// or <model_name_or_path>/config.json (fine-tuning). Pure: every rank reads the same file and
-// reaches the same verdict, so a bad field is a lft::config::ConfigError (an every-rank error).
+// The shape of a decoder model (Llama, Qwen2, Qwen3, Mistral, Gemma, Gemma2), with the Hugging
+// Face config.json field names; the fields of a family's own are set by its FamilySpec
+// (families.h). Built from the run configuration: an inline [model] table (training from
+// scratch) or <model_name_or_path>/config.json (fine-tuning). Pure: every rank reads the same
+// file and reaches the same verdict, so a bad field is a lft::config::ConfigError (an every-rank
+// error).
 #pragma once
 
 #include <cstdint>
