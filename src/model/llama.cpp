@@ -40,7 +40,8 @@ LlamaAttentionImpl::LlamaAttentionImpl(const ModelConfig& config, std::int64_t l
     : config_(config),
       head_dim_(config.head_dim()),
       sliding_window_(config.uses_sliding_window(layer_index) ? config.sliding_window : 0) {
-  if (config.query_pre_attn_scalar > 0) scale_ = 1.0 / std::sqrt(config.query_pre_attn_scalar);
+  // Python's query_pre_attn_scalar**-0.5 (C's pow), for transformers' bits.
+  if (config.query_pre_attn_scalar > 0) scale_ = std::pow(config.query_pre_attn_scalar, -0.5);
   const std::int64_t h = config.hidden_size, heads = config.num_attention_heads,
                      kv_heads = config.num_key_value_heads;
   q_proj = register_module("q_proj", Linear(h, heads * head_dim_, config.attention_bias, options));
@@ -129,8 +130,8 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   // which is what enable_gqa does.
   const double softcap = config_.attn_logit_softcapping;
   at::Tensor o = softcap > 0
-                     ? softcapped_attention(q, k, v, mask, causal, scale_.value_or(1.0 / std::sqrt(double(head_dim_))),
-                                            softcap)
+                     ? softcapped_attention(q, k, v, mask, causal,
+                                            scale_.value_or(std::pow(static_cast<double>(head_dim_), -0.5)), softcap)
                      : at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, causal, scale_,
                                                         /*enable_gqa=*/kv_here != heads_here);
   o = o.transpose(1, 2);  // [B, T, heads, d]
