@@ -56,6 +56,12 @@ void GradientBuckets::on_gradient(std::size_t k, const at::Tensor& grad) {
 
 void GradientBuckets::launch(Bucket& b) { b.work = comm_.all_reduce_async(b.buffer, ReduceOp::Sum); }
 
+std::size_t GradientBuckets::buckets_in_flight() const {
+  std::size_t n = 0;
+  for (const auto& b : buckets_) n += b.work ? 1 : 0;
+  return n;
+}
+
 void GradientBuckets::drive_progress() {
   for (auto& b : buckets_)
     if (b.work) b.work->test();

@@ -34,6 +34,8 @@ class GradientBuckets {
   // has, or zeros), waits for all, and sets every parameter's gradient to the sum over `comm`.
   void finish();
   std::size_t bucket_count() const { return buckets_.size(); }
+  // Buckets whose all-reduce has been launched and not yet finished.
+  std::size_t buckets_in_flight() const;
 
  private:
   struct Bucket {
