@@ -114,6 +114,9 @@ std::vector<Case> cases() {
   };
 }
 
+// The global batch of 24 sequences splits into 2 per rank at 2, 3 and 4 ranks.
+bool batch_splits_here() { return world().size() > 1 && 24 % (2 * world().size()) == 0; }
+
 void every_engine_matches_the_one_rank_run(const std::string& family) {
   const int n = world().size();
   at::set_num_threads(1);
@@ -136,12 +139,12 @@ void every_engine_matches_the_one_rank_run(const std::string& family) {
 
 
 TEST(FamilyEngines, Qwen3MatchesTheOneRankRunUnderEveryEngine) {
-  if (world().size() == 1 || 24 % (2 * world().size()) != 0) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
+  if (!batch_splits_here()) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
   every_engine_matches_the_one_rank_run("qwen3");
 }
 
 TEST(FamilyEngines, Gemma2MatchesTheOneRankRunUnderEveryEngine) {
-  if (world().size() == 1 || 24 % (2 * world().size()) != 0) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
+  if (!batch_splits_here()) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
   every_engine_matches_the_one_rank_run("gemma2");
 }
 
