@@ -1,413 +1,46 @@
 #include "lft/engine/sharded.h"
 
-#include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
-#include <chrono>
-#include <map>
-
-#include "lft/engine/shard_copy.h"
-#include "lft/model/float8.h"
-#include "lft/model/parameter_storage.h"
-#include "lft/model/weight_source.h"
-#include "lft/runtime/side_stream.h"
+#include "lft/model/causal_lm.h"
 
 namespace lft::engine {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-std::int64_t rows_of(const Shape& s) { return s.empty() ? 1 : s[0]; }
-
-}  // namespace
-
-std::size_t sharded_unit_of(const model::CausalLM& model, const std::string& name) {
-  const std::int64_t unit = model.placement(name).units.front();
-  return model.is_layer_unit(unit) ? static_cast<std::size_t>(unit) : 0;
-}
-
-struct ShardedEngine::Unit {
-  std::vector<std::size_t> params;   // indices into params_
-  std::vector<std::size_t> trained;  // the positions in `params` of those that train
-  std::vector<std::size_t> pieces;   // per trained parameter: index into pieces_
-  UnitLayout layout;       // every parameter of the unit (what is gathered)
-  UnitLayout grad_layout;  // the trained ones (what is reduced)
-  at::Tensor master;  // [layout.shard_numel] fp32: this rank's shard
-  at::Tensor grad;    // [grad_layout.shard_numel] fp32: reduced gradient shard, summed over micro-batches
-  bool gathered = true;
-  at::Tensor gather_in, gather_out;
-  WorkPtr gather;
-  // float8 all-gather: the positions in `params` of float8 linears' weights and of the others,
-  // each with its layout; the e4m3 bytes in flight and each weight's inverse scale.
-  std::vector<std::size_t> f8, rest;
-  UnitLayout f8_layout, rest_layout;
-  at::Tensor gather8_in, gather8_out;
-  std::vector<at::Tensor> f8_inv_scale;
-  WorkPtr gather8;
-  at::Tensor reduce_in, reduce_out;
-  WorkPtr reduce;
-  std::size_t pending = 0;  // gradients still to arrive this micro-batch
-};
-
-class ShardedEngine::GradReadyHook final : public torch::autograd::PostAccumulateGradHook {
- public:
-  GradReadyHook(ShardedEngine* engine, std::size_t param) : engine_(engine), param_(param) {}
-  void operator()(const torch::autograd::Variable&) override { engine_->on_gradient_ready(param_); }
-
- private:
-  ShardedEngine* engine_;
-  std::size_t param_;
-};
 
 ShardedEngine::ShardedEngine(const EngineContext& ctx, ShardingPlan plan)
-    : plan_(std::move(plan)),
-      shard_comm_(ctx.mesh.device_shard_cp()),
+    : shard_comm_(ctx.mesh.device_shard_cp()),
       replicate_comm_(ctx.mesh.device_comm(MeshDim::DPReplicate)),
-      replica_(ctx.mesh.coord(MeshDim::DPReplicate)) {}
+      dp_(std::move(plan), shard_comm_, replicate_comm_) {}
 
 ShardedEngine::~ShardedEngine() = default;
 
-void ShardedEngine::prepare(model::CausalLM& model) {
-  build_units(model);
-  if (plan_.shard_parameters) {
-    c10::NoGradGuard no_grad;
-    for (auto& p : params_) {
-      if (p.scalar_type() == plan_.compute_dtype) continue;
-      const auto options = p.options().dtype(plan_.compute_dtype);
-      p.set_data(model::storage_allocated(p) ? p.to(options) : model::unallocated_tensor(p.sizes().vec(), options));
-    }
-    for (auto& u : units_) free_parameters(*u);
-  }
-  // ZeRO-1/2 too: the layer hooks wait for a unit's updated parameters just before its forward.
-  model.set_layer_hooks(this);
-  for (std::size_t k = 0; k < params_.size(); ++k)
-    if (params_[k].requires_grad())
-      torch::autograd::impl::set_post_acc_grad_hooks(params_[k], std::make_unique<GradReadyHook>(this, k));
-  after_forward_.assign(units_.size() - 1, 0);
-}
-
 void ShardedEngine::prepare_from(model::CausalLM& model, const model::WeightSource& weights) {
-  if (!plan_.shard_parameters) return Engine::prepare_from(model, weights);
-  weights_ = &weights;
-  prepare(model);
-  weights_ = nullptr;
-}
-
-void ShardedEngine::build_units(model::CausalLM& model) {
-  std::vector<std::string> param_names;
-  // Frozen parameters (fine-tuning) are sharded and gathered like the others when parameters are
-  // sharded, but never reduced or updated; otherwise they stay whole in the model.
-  for (const auto& item : model.named_parameters()) {
-    if (!item.value().requires_grad() && !plan_.shard_parameters) continue;
-    param_names.push_back(item.key());
-    params_.push_back(item.value());
-    shapes_.push_back(item.value().sizes().vec());
-    unit_of_.push_back(sharded_unit_of(model, item.key()));
-    while (units_.size() <= unit_of_.back()) units_.push_back(std::make_unique<Unit>());
-  }
-  if (plan_.float8_all_gather) {
-    std::map<std::string, model::LinearImpl*> float8_weights;
-    for (const auto& item : model.named_modules())
-      if (auto* linear = dynamic_cast<model::LinearImpl*>(item.value().get()); linear && linear->float8)
-        float8_weights[item.key() + ".weight"] = linear;
-    for (const std::string& name : param_names)
-      float8_linear_.push_back(float8_weights.count(name) ? float8_weights.at(name) : nullptr);
-  } else {
-    float8_linear_.assign(params_.size(), nullptr);
-  }
-  c10::NoGradGuard no_grad;
-  // Every rank starts from the same weights: equal by construction or read from the same files;
-  // the broadcast makes constructed ones so.
-  if (weights_ == nullptr) {
-    for (auto& p : params_) {
-      shard_comm_.broadcast(p, 0);
-      replicate_comm_.broadcast(p, 0);
-    }
-  }
-  for (std::size_t k = 0; k < params_.size(); ++k) units_[unit_of_[k]]->params.push_back(k);
-  const int ranks = shard_comm_.size(), me = shard_comm_.rank();
-  const auto f32 = params_.front().options().dtype(at::kFloat);
-  const bool pin = plan_.offload && plan_.pin_memory && shard_comm_.device().is_cuda();
-  const auto master_options = plan_.offload ? at::TensorOptions().dtype(at::kFloat).pinned_memory(pin) : f32;
-  for (auto& u : units_) {
-    std::vector<Shape> shapes;
-    for (std::size_t i = 0; i < u->params.size(); ++i) {
-      shapes.push_back(shapes_[u->params[i]]);
-      if (params_[u->params[i]].requires_grad()) u->trained.push_back(i);
-    }
-    u->layout = plan_.per_parameter_cut ? per_parameter_layout(shapes, ranks) : flat_layout(shapes, ranks);
-    u->grad_layout = sub_layout(u->layout, u->trained, shapes);
-    for (std::size_t i = 0; i < u->params.size(); ++i) (float8_linear_[u->params[i]] ? u->f8 : u->rest).push_back(i);
-    u->f8_layout = sub_layout(u->layout, u->f8, shapes);
-    u->rest_layout = sub_layout(u->layout, u->rest, shapes);
-    u->master = at::zeros({u->layout.shard_numel}, master_options);
-    u->grad = at::zeros({u->grad_layout.shard_numel}, master_options);
-    for (std::size_t i = 0; i < u->params.size(); ++i) {
-      const std::size_t k = u->params[i];
-      const ShardPiece& piece = u->layout.pieces[static_cast<std::size_t>(me)][i];
-      at::Tensor view = piece_in(u->master, 0, piece, shapes_[k]);
-      if (weights_ != nullptr) weights_->read_rows(param_names[k], piece.row_begin, piece.rows, view);
-      else view.copy_(params_[k].narrow(0, piece.row_begin, piece.rows));
-      if (!params_[k].requires_grad()) continue;
-      u->pieces.push_back(pieces_.size());
-      pieces_.push_back(view);
-      names_.push_back(param_names[k]);
-      TensorBox box;
-      box.global_shape = shapes_[k];
-      box.offset.assign(shapes_[k].size(), 0);
-      if (!box.offset.empty()) box.offset[0] = piece.row_begin;
-      box.replicas = replicate_comm_.size();
-      box.replica = replica_;
-      boxes_.push_back(box);
-    }
-  }
-}
-
-// ---- gathering whole parameters ----
-//
-// A parameter keeps its tensor and its storage object for the whole run; freeing releases the
-// storage's memory and gathering allocates it again. Autograd saves a layer's weights by
-// reference to that storage, so a freed layer holds no memory between its forward and its
-// backward, and the gathered values are what its backward reads (FSDP's storage resize).
-// Gathered values are written through an alias of the storage with its own version counter,
-// so autograd does not see an in-place change of a saved tensor.
-
-namespace {
-
-at::Tensor storage_alias(const at::Tensor& param) {
-  at::Tensor alias = at::empty({0}, param.options().requires_grad(false));
-  alias.set_(param.storage(), param.storage_offset(), param.sizes(), param.strides());
-  return alias;
-}
-
-}  // namespace
-
-at::Tensor ShardedEngine::master_view(const Unit& u, std::size_t i) const {
-  return piece_in(u.master, 0, u.layout.pieces[static_cast<std::size_t>(shard_comm_.rank())][i], shapes_[u.params[i]]);
-}
-
-at::Tensor ShardedEngine::to_device(const at::Tensor& host, at::ScalarType dtype) const {
-  if (!plan_.offload) return host.to(dtype).contiguous();
-  at::Tensor out = at::empty(host.sizes(), host.options().dtype(dtype).device(shard_comm_.device()).pinned_memory(false));
-  out.copy_(host, /*non_blocking=*/host.is_pinned());
-  return out;
-}
-
-void ShardedEngine::launch_gather(Unit& u) {
-  const at::ScalarType dtype = plan_.shard_parameters ? plan_.compute_dtype : at::kFloat;
-  if (u.f8.empty()) {
-    // Allocated for the compute stream, which reads it after the gather.
-    u.gather_out = at::empty({u.layout.shard_numel * shard_comm_.size()},
-                             u.master.options().dtype(dtype).device(shard_comm_.device()).pinned_memory(false));
-    // Offload on a GPU: the shard's copy to the device overlaps compute, and the all-gather
-    // waits for it (it is posted from the side stream).
-    const SideStreamScope side(plan_.offload ? shard_comm_.device() : at::Device(at::kCPU));
-    u.gather_in = to_device(u.master, dtype);
-    u.gather = shard_comm_.all_gather_async(u.gather_in, u.gather_out);
+  if (!dp_.plan().shard_parameters) {
+    Engine::prepare_from(model, weights);  // whole parameters read first, then prepare()
     return;
   }
-  c10::NoGradGuard no_grad;
-  const std::size_t me = static_cast<std::size_t>(shard_comm_.rank());
-  u.gather_in = at::zeros({u.rest_layout.shard_numel}, u.master.options().dtype(dtype));
-  for (std::size_t j = 0; j < u.rest.size(); ++j)
-    piece_in(u.gather_in, 0, u.rest_layout.pieces[me][j], shapes_[u.params[u.rest[j]]]).copy_(master_view(u, u.rest[j]));
-  u.gather_out = at::empty({u.rest_layout.shard_numel * shard_comm_.size()}, u.gather_in.options());
-  u.gather = shard_comm_.all_gather_async(u.gather_in, u.gather_out);
-  // Each weight's amax over every rank's shard: the scale the whole weight gets.
-  at::Tensor amax = at::zeros({static_cast<std::int64_t>(u.f8.size())}, u.master.options());
-  for (std::size_t j = 0; j < u.f8.size(); ++j) {
-    const at::Tensor piece = master_view(u, u.f8[j]);
-    if (piece.numel() > 0) amax[static_cast<std::int64_t>(j)] = piece.abs().max();
+  take_parameters(model, &weights);
+}
+
+void ShardedEngine::take_parameters(model::CausalLM& model, const model::WeightSource* weights) {
+  // Frozen parameters (fine-tuning) are sharded and gathered like the others when parameters are
+  // sharded, but never reduced or updated; otherwise they stay whole in the model.
+  std::vector<DataParallelParameter> params;
+  for (const auto& item : model.named_parameters()) {
+    if (!item.value().requires_grad() && !dp_.plan().shard_parameters) continue;
+    DataParallelParameter p;
+    p.name = item.key();
+    p.tensor = item.value();
+    p.unit = sharded_unit_of(model, item.key());
+    p.box.global_shape = item.value().sizes().vec();
+    p.box.offset.assign(p.box.global_shape.size(), 0);
+    params.push_back(std::move(p));
   }
-  shard_comm_.all_reduce(amax, ReduceOp::Max);
-  u.gather8_in = at::zeros({u.f8_layout.shard_numel}, u.master.options().dtype(at::kByte));
-  u.f8_inv_scale.clear();
-  for (std::size_t j = 0; j < u.f8.size(); ++j) {
-    const model::Float8Tensor q = model::to_float8(master_view(u, u.f8[j]), at::kFloat8_e4m3fn, amax[static_cast<std::int64_t>(j)]);
-    u.gather8_in.narrow(0, u.f8_layout.pieces[me][j].local_offset, q.data.numel()).copy_(q.data.reshape({-1}).view(at::kByte));
-    u.f8_inv_scale.push_back(q.inv_scale);
-  }
-  u.gather8_out = at::empty({u.f8_layout.shard_numel * shard_comm_.size()}, u.gather8_in.options());
-  u.gather8 = shard_comm_.all_gather_async(u.gather8_in, u.gather8_out);
-}
-
-void ShardedEngine::finish_gather(Unit& u) {
-  u.gather->wait();
-  if (u.gather8) u.gather8->wait();
-  u.gather.reset();
-  u.gather8.reset();
-  c10::NoGradGuard no_grad;
-  const bool split = !u.f8.empty();
-  const UnitLayout& layout = split ? u.rest_layout : u.layout;
-  for (std::size_t j = 0; j < (split ? u.rest.size() : u.params.size()); ++j) {
-    const std::size_t i = split ? u.rest[j] : j;
-    at::Tensor& param = params_[u.params[i]];
-    if (plan_.shard_parameters) model::allocate_storage(param);
-    gather_rows(layout, j, shapes_[u.params[i]], u.gather_out, storage_alias(param));
-  }
-  // float8 weights: assembled as e4m3 and handed to their linear; the parameter holds no memory.
-  for (std::size_t j = 0; j < u.f8.size(); ++j) {
-    const Shape& shape = shapes_[u.params[u.f8[j]]];
-    at::Tensor whole = at::empty(shape, u.gather8_out.options());
-    gather_rows(u.f8_layout, j, shape, u.gather8_out, whole);
-    model::LinearImpl* linear = float8_linear_[u.params[u.f8[j]]];
-    linear->float8_weight = whole.view(at::kFloat8_e4m3fn);
-    linear->float8_weight_inv_scale = u.f8_inv_scale[j];
-  }
-  u.gather_in.reset();
-  u.gather_out.reset();
-  u.gather8_in.reset();
-  u.gather8_out.reset();
-  u.gathered = true;
-}
-
-void ShardedEngine::ensure_gathered(Unit& u) {
-  if (u.gathered) return;
-  if (!u.gather) launch_gather(u);
-  finish_gather(u);
-}
-
-void ShardedEngine::prefetch(std::size_t unit) {
-  if (unit >= units_.size()) return;
-  Unit& u = *units_[unit];
-  if (!u.gathered && !u.gather) launch_gather(u);
-}
-
-void ShardedEngine::free_parameters(Unit& u) {
-  for (std::size_t k : u.params) model::release_storage(params_[k]);
-  for (std::size_t i : u.f8) {
-    model::LinearImpl* linear = float8_linear_[u.params[i]];
-    linear->float8_weight.reset();
-    linear->float8_weight_inv_scale.reset();
-  }
-  u.gathered = false;
-}
-
-void ShardedEngine::before_layer(std::int64_t index) {
-  const auto unit = static_cast<std::size_t>(model::CausalLM::layer_unit(index));
-  ensure_gathered(*units_[unit]);
-  prefetch(unit + 1);
-}
-
-void ShardedEngine::after_layer(std::int64_t index, const at::Tensor& output) {
-  const auto unit = static_cast<std::size_t>(model::CausalLM::layer_unit(index));
-  if (plan_.shard_parameters && plan_.reshard_after_forward) {
-    free_parameters(*units_[unit]);
-    // Before this layer's backward: gather it again, and prefetch the layer before it.
-    if (output.requires_grad())
-      output.register_hook([this, unit](const at::Tensor&) {
-        // The gradient of this layer's output is complete: the next layer's backward is done.
-        if (unit + 1 < units_.size() && units_[unit + 1]->gathered && !units_[unit + 1]->gather)
-          free_parameters(*units_[unit + 1]);
-        ensure_gathered(*units_[unit]);
-        prefetch(unit - 1);
-      });
-  }
-  std::int64_t held = 0;
-  for (std::size_t k : units_[unit]->params) held += static_cast<std::int64_t>(params_[k].storage().nbytes());
-  after_forward_[static_cast<std::size_t>(index)] = held;
-}
-
-// ---- reducing gradients ----
-
-void ShardedEngine::on_gradient_ready(std::size_t param) {
-  Unit& u = *units_[unit_of_[param]];
-  if (u.pending > 0 && --u.pending == 0) launch_reduce(u);
-}
-
-void ShardedEngine::launch_reduce(Unit& u) {
-  if (u.trained.empty()) return;
-  // At most one reduce-scatter in flight (it overlaps the next layer's backward): each holds a
-  // whole unit of fp32 gradients.
-  finish_all_reduces();
-  c10::NoGradGuard no_grad;
-  const std::int64_t k = u.grad_layout.shard_numel;
-  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(shard_comm_.device());
-  u.reduce_in = at::zeros({k * shard_comm_.size()}, f32);
-  for (std::size_t j = 0; j < u.trained.size(); ++j) {
-    at::Tensor& param = params_[u.params[u.trained[j]]];
-    if (!param.grad().defined()) continue;  // no gradient this micro-batch: zeros
-    scatter_rows(u.grad_layout, j, shapes_[u.params[u.trained[j]]], param.grad(), u.reduce_in);
-    param.mutable_grad().reset();
-  }
-  u.reduce_out = at::empty({k}, f32);
-  u.reduce = shard_comm_.reduce_scatter_async(u.reduce_in, u.reduce_out, ReduceOp::Sum);
-  u.pending = 0;
-  // With frozen parameters the last gradient may come before the unit's backward has used them
-  // all (a frozen norm after the adapters): such a unit is freed once backward has left it.
-  if (plan_.shard_parameters && u.trained.size() == u.params.size()) free_parameters(u);
-}
-
-void ShardedEngine::finish_reduce(Unit& u) {
-  if (!u.reduce) return;
-  u.reduce->wait();
-  u.reduce.reset();
-  u.grad.add_(plan_.offload ? u.reduce_out.to(u.grad.device()) : u.reduce_out);  // offload: back to the host
-  u.reduce_in.reset();
-  u.reduce_out.reset();
-}
-
-void ShardedEngine::finish_all_reduces() {
-  for (auto& u : units_) finish_reduce(*u);
-}
-
-void ShardedEngine::begin_micro_batch(bool sync) {
-  finish_all_reduces();
-  if (!step_open_) {
-    for (auto& u : units_) u->grad.zero_();
-    step_open_ = true;
-  }
-  // ZeRO-1 keeps whole gradients over the micro-batches, and reduces them during the last one's
-  // backward, as the others do in every one.
-  for (auto& u : units_) u->pending = plan_.reduce_during_backward || sync ? u->trained.size() : 0;
-  ensure_gathered(*units_[0]);
-  prefetch(1);
-}
-
-void ShardedEngine::finish_gradients() {
-  // Units whose reduce has not started: a unit with a parameter that got no gradient in the
-  // last micro-batch.
-  for (auto& u : units_)
-    if (u->pending > 0) launch_reduce(*u);
-  finish_all_reduces();
-  // Units with frozen parameters that backward left gathered (the first layers, the root).
-  if (plan_.shard_parameters)
-    for (auto& u : units_)
-      if (u->gathered) free_parameters(*u);
-  if (replicate_comm_.size() > 1) {
-    std::vector<WorkPtr> works;
-    std::vector<at::Tensor> grads;
-    for (auto& u : units_) grads.push_back(to_device(u->grad, at::kFloat));
-    for (auto& g : grads) works.push_back(replicate_comm_.all_reduce_async(g, ReduceOp::Sum));
-    for (auto& w : works) w->wait();
-    if (plan_.offload)
-      for (std::size_t i = 0; i < units_.size(); ++i) units_[i]->grad.copy_(grads[i]);
-  }
-  c10::NoGradGuard no_grad;
-  for (auto& u : units_)
-    for (std::size_t j = 0; j < u->trained.size(); ++j) {
-      at::Tensor& piece = pieces_[u->pieces[j]];
-      const ShardPiece& where = u->grad_layout.pieces[static_cast<std::size_t>(shard_comm_.rank())][j];
-      piece.mutable_grad() = u->grad.narrow(0, where.local_offset, piece.numel()).view(piece.sizes());
-    }
-  step_open_ = false;
-}
-
-void ShardedEngine::parameters_updated() {
-  if (plan_.shard_parameters) return;  // the next forward gathers the updated shards
-  // ZeRO-1/2: the updated shards are gathered into the whole parameters while the next forward
-  // runs, each unit waited for just before it (begin_micro_batch, before_layer), at most two in
-  // flight (each holds a whole unit). Until then the parameters keep their old values; nothing
-  // reads them outside a forward (checkpoints save the shards).
-  for (auto& u : units_) u->gathered = false;
-  prefetch(0);
-  prefetch(1);
+  // Every rank starts from the same weights: equal by construction or read from the same files;
+  // the broadcast makes constructed ones so.
+  dp_.prepare(model, std::move(params), weights, /*broadcast=*/true);
 }
 
 at::Tensor ShardedEngine::grad_norm_squared() {
-  at::Tensor t = local_grad_norm_squared(pieces_, pieces_.front().device()).to(shard_comm_.device());
+  const std::vector<at::Tensor>& pieces = dp_.pieces();
+  at::Tensor t = local_grad_norm_squared(pieces, pieces.front().device()).to(shard_comm_.device());
   shard_comm_.all_reduce(t, ReduceOp::Sum);
   return t;
 }
@@ -415,24 +48,6 @@ at::Tensor ShardedEngine::grad_norm_squared() {
 std::vector<Communicator*> ShardedEngine::communicators() const {
   if (replicate_comm_.size() > 1) return {&shard_comm_, &replicate_comm_};
   return {&shard_comm_};
-}
-
-std::int64_t ShardedEngine::gathered_bytes() const {
-  std::int64_t n = 0;
-  for (const auto& p : params_) n += static_cast<std::int64_t>(p.storage().nbytes());
-  return n;
-}
-
-std::int64_t ShardedEngine::largest_unit_bytes() const {
-  std::int64_t best = 0;
-  for (const auto& u : units_) {
-    std::int64_t n = 0;
-    for (std::size_t k : u->params)
-      n += static_cast<std::int64_t>(c10::elementSize(plan_.compute_dtype)) * rows_of(shapes_[k]) *
-           row_numel(shapes_[k]);
-    best = std::max(best, n);
-  }
-  return best;
 }
 
 }  // namespace lft::engine

@@ -115,8 +115,10 @@ TEST(ShardedParity, OffloadEqualsNoOffloadBitwise) {
 namespace lft {
 namespace {
 
-engine::ShardedEngine* sharded(train::Trainer& t) {
-  return dynamic_cast<engine::ShardedEngine*>(&t.engine());
+// The sharded data-parallel component of a sharded engine's run, or null.
+const engine::ShardedDataParallel* sharded(train::Trainer& t) {
+  const auto* e = dynamic_cast<engine::ShardedEngine*>(&t.engine());
+  return e ? &e->data_parallel() : nullptr;
 }
 
 // bf16: gathered bf16 parameters (fsdp, fsdp2, ZeRO-3) against the one-rank run's autocast over
@@ -226,7 +228,7 @@ TEST(ShardedMemory, ReshardAfterForwardFreesGatheredLayers) {
                  std::string("[dist_config]\nreshard_after_forward = ") + (reshard ? "true" : "false") + "\n"),
         world(), mesh);
     trainer->step();
-    engine::ShardedEngine* e = sharded(*trainer);
+    const engine::ShardedDataParallel* e = sharded(*trainer);
     ASSERT_NE(e, nullptr);
     EXPECT_EQ(e->gathered_bytes(), 0) << "after backward every unit is freed";
     for (std::size_t i = 0; i < e->bytes_after_layer_forward().size(); ++i) {

@@ -1,0 +1,164 @@
+// Sharded data parallelism as one component (ARCHITECTURE.md, "Engine"; docs/engines.md): the
+// engine behind fsdp2, fsdp and deepspeed ZeRO 1-3, and megatron's sharded data parallelism over
+// its dp group, applied to whatever the tensor- and pipeline-parallel layout leaves on a rank
+// (torchtitan applies FSDP after TP the same way).
+//
+// The parameters it is given are grouped in units: one per decoder layer (the model's layer
+// units), and a root unit for the rest (embedding, final norm, head). Each rank keeps an fp32
+// shard of every unit (shard_layout.h) and updates only that; the optimizer's tensors are views of
+// it. A parameter it is given may itself be a box of a larger one (megatron's tensor-parallel
+// slice): the shards are cut from that box, and their checkpoint boxes say where they lie.
+//
+//   shard_parameters (fsdp, fsdp2, ZeRO-3): a unit's parameters exist whole only while it runs:
+//     all-gathered (in the compute dtype) before its forward, the next unit's gather launched
+//     meanwhile; freed after its forward when reshard_after_forward, gathered again (with the
+//     previous unit prefetched) when its output's gradient arrives; freed after its backward.
+//   otherwise (ZeRO-1/2): every rank keeps whole fp32 parameters; after each optimizer step the
+//     updated shards are all-gathered into them, each unit's gather waited for just before its
+//     forward in the next step.
+//   reduce_during_backward (all but ZeRO-1): when the last gradient of a unit has been
+//     accumulated in a backward pass, the unit's gradients are reduce-scattered (fp32, sum) and
+//     the whole gradients freed; ZeRO-1 keeps whole gradients over the step's passes and does so
+//     in the last one.
+// With a replicate group of more than one rank (HSDP) the shards are all-reduced over the
+// replicas after the last backward pass.
+//   offload (fsdp2 offload_params, DeepSpeed offload_optimizer / offload_param): the fp32 shards,
+//     their gradients and so the optimizer's state live in host memory (pinned with pin_memory
+//     on a GPU); each gather copies the shard to the compute device first, each reduced gradient
+//     shard comes back to the host, and AdamW steps there. On a CPU run the same copies run
+//     host to host.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lft/comm/communicator.h"
+#include "lft/engine/shard_layout.h"
+#include "lft/mesh/tensor_box.h"
+#include "lft/model/causal_lm.h"
+#include "lft/model/layers.h"
+
+namespace lft::model {
+class WeightSource;
+}
+
+namespace lft::engine {
+
+struct ShardingPlan {
+  std::string name;  // the `distributed` value
+  bool per_parameter_cut = true;   // fsdp2: each parameter's dim 0; else one flat buffer per unit
+  bool shard_parameters = true;
+  bool reshard_after_forward = true;
+  bool reduce_during_backward = true;
+  at::ScalarType compute_dtype = at::kFloat;  // dtype of gathered parameters
+  // fsdp2's fp8_enable_fsdp_float8_all_gather: the weights of float8 linears are cast to e4m3 on
+  // each rank with the whole weight's scale (amax agreed over the shard group) and gathered as
+  // one byte an element; the matmul takes them without a second cast.
+  bool float8_all_gather = false;
+  bool offload = false;     // shards, gradients and optimizer state in host memory
+  bool pin_memory = false;  // page-locked host memory for them (GPU runs)
+  std::string description;                    // one line for the start-up log
+};
+
+// The unit parameter `name` of `model` belongs to: its decoder layer's unit, or the root unit 0
+// for everything else (embedding, final norm, head).
+std::size_t sharded_unit_of(const model::CausalLM& model, const std::string& name);
+
+// A parameter handed to the component: the module's tensor, its unit, and the box of the global
+// parameter it holds (whole under the sharded engines; a tensor-parallel slice under megatron).
+struct DataParallelParameter {
+  std::string name;
+  at::Tensor tensor;
+  std::size_t unit = 0;
+  TensorBox box;
+};
+
+class ShardedDataParallel final : public model::LayerHooks {
+ public:
+  // Shards over `shard`, replicates over `replicate` (both outlive this object).
+  ShardedDataParallel(ShardingPlan plan, Communicator& shard, Communicator& replicate);
+  ~ShardedDataParallel() override;
+  ShardedDataParallel(const ShardedDataParallel&) = delete;
+  ShardedDataParallel& operator=(const ShardedDataParallel&) = delete;
+
+  // Takes charge of `params` (at least one; trained ones, and with shard_parameters any frozen
+  // ones to shard too) and sets `model`'s layer hooks. Each shard is read from `weights` (whole
+  // parameters only) or else copied from the tensor, which is first broadcast from rank 0 of
+  // both groups when `broadcast` (parameters equal by construction made so). Collective.
+  void prepare(model::CausalLM& model, std::vector<DataParallelParameter> params,
+               const model::WeightSource* weights, bool broadcast);
+
+  // Before the first forward of a step's micro-batches run one after another: `sync` is true for
+  // the last, whose backward completes the step's gradients.
+  void begin_micro_batch(bool sync);
+  // A step whose backward passes interleave with other forwards (pipeline schedules): every
+  // parameter's gradient arrives in `passes` backward passes; the last completes the step.
+  void expect_backwards(int passes);
+  // Waits for (or gathers) the root unit's parameters and prefetches the first layer's: before
+  // a forward, and before a backward that other forwards may have preceded.
+  void gather_root();
+  // Reduces what is still unreduced, sums over the replicas, and sets each piece's gradient.
+  void finish_gradients();
+  // After the optimizer step: gathers the updated shards (ZeRO-1/2; with shard_parameters the
+  // next forward does).
+  void parameters_updated();
+
+  const ShardingPlan& plan() const { return plan_; }
+  // This rank's shards (views of the units' masters), their names and boxes, and for each the
+  // position of its parameter in prepare's `params`.
+  const std::vector<at::Tensor>& pieces() const { return pieces_; }
+  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<TensorBox>& boxes() const { return boxes_; }
+  const std::vector<std::size_t>& piece_params() const { return piece_params_; }
+  // Bytes of whole (gathered) parameter storage held now, and, per layer, right after that
+  // layer's forward (measured on the parameters' storage; for tests and the summary).
+  std::int64_t gathered_bytes() const;
+  const std::vector<std::int64_t>& bytes_after_layer_forward() const { return after_forward_; }
+  // Unsharded bytes of the largest unit in the compute dtype.
+  std::int64_t largest_unit_bytes() const;
+
+ private:
+  struct Unit;
+  class GradReadyHook;
+
+  void before_layer(std::int64_t index) override;
+  void after_layer(std::int64_t index, const at::Tensor& output) override;
+  void build_units(model::CausalLM& model, const std::vector<DataParallelParameter>& given, bool broadcast);
+  // This rank's shard of the unit's parameter at position `i`, a view of its master.
+  at::Tensor master_view(const Unit& u, std::size_t i) const;
+  void launch_gather(Unit& u);
+  void finish_gather(Unit& u);
+  void ensure_gathered(Unit& u);
+  void prefetch(std::size_t unit);
+  void free_parameters(Unit& u);
+  void on_gradient_ready(std::size_t param);
+  void launch_reduce(Unit& u);
+  void finish_reduce(Unit& u);
+  void finish_all_reduces();
+  void open_step();
+  // On the compute device: `host` itself, or with offload a copy of it (in `dtype`).
+  at::Tensor to_device(const at::Tensor& host, at::ScalarType dtype) const;
+
+  ShardingPlan plan_;
+  Communicator& shard_comm_;
+  Communicator& replicate_comm_;
+  std::vector<at::Tensor> params_;     // the parameters (whole boxes, or empty when freed)
+  const model::WeightSource* weights_ = nullptr;  // during prepare: where shards are read
+  std::vector<Shape> shapes_;          // the boxes' shapes
+  std::vector<std::size_t> unit_of_;   // per parameter
+  std::vector<std::unique_ptr<Unit>> units_;  // [0] root, [1 + i] layer i (empty when not here)
+  std::vector<at::Tensor> pieces_;
+  std::vector<std::string> names_;
+  std::vector<TensorBox> boxes_;
+  std::vector<std::size_t> piece_params_;
+  std::vector<std::int64_t> after_forward_;
+  std::vector<model::LinearImpl*> float8_linear_;  // per parameter: its float8 linear (all-gather in e4m3)
+  bool step_open_ = false;  // gradients of this step have started to arrive
+};
+
+}  // namespace lft::engine
