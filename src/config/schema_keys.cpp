@@ -440,6 +440,15 @@ std::vector<KeySpec> build() {
         "gradients are reduce-scattered and updated parameters all-gathered (ZeRO-1)")
           .def(false)
           .engines({"megatron"}),
+      K("dist_config.data_parallel_sharding_strategy", S,
+        "What megatron's data parallelism shards over [mesh] dp_shard (x cp), replicated over "
+        "dp_replicate (HSDP when both > 1): no_shard (gradients all-reduced), optim (optimizer "
+        "state, ZeRO-1), optim_grads (and gradients, ZeRO-2), optim_grads_params (and "
+        "parameters, gathered per layer: ZeRO-3 / FSDP); with a sharding strategy the default "
+        "mesh puts the data-parallel ranks on dp_shard")
+          .def("no_shard")
+          .allowed({"no_shard", "optim", "optim_grads", "optim_grads_params"})
+          .engines({"megatron"}),
       K("dist_config.decoder_first_pipeline_num_layers", I,
         "Decoder layers on the first pipeline stage; unset: the layers are balanced")
           .min(1)

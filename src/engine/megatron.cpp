@@ -9,7 +9,7 @@
 
 #include "lft/engine/megatron_internal.h"
 #include "lft/engine/run_plan.h"
-#include "lft/engine/shard_copy.h"
+#include "lft/comm/local_communicator.h"
 #include "lft/model/families.h"
 #include "lft/model/float8.h"
 #include "lft/model/parameter_storage.h"
@@ -27,13 +27,18 @@ MegatronPlan plan_for(const EngineContext& ctx) {
 }  // namespace
 
 MegatronEngine::MegatronEngine(const EngineContext& ctx)
-    : tp_(ctx.mesh.device_comm(MeshDim::TP)),
+    : no_replicas_(std::make_unique<LocalCommunicator>("dp_none", ctx.mesh.device())),
+      tp_(ctx.mesh.device_comm(MeshDim::TP)),
       pp_(ctx.mesh.device_comm(MeshDim::PP)),
-      dp_(ctx.mesh.device_dp_cp()),  // dp_replicate, and the cp ranks that share its parameters
+      dp_(ctx.mesh.device_dp_cp()),  // the dp ranks, and the cp ranks that share their parameters
+      shard_(ctx.cfg.boolean("dist_config.use_distributed_optimizer") ? dp_ : ctx.mesh.device_shard_cp()),
+      replicate_(ctx.cfg.boolean("dist_config.use_distributed_optimizer") ? *no_replicas_
+                                                                           : ctx.mesh.device_comm(MeshDim::DPReplicate)),
       pp_host_(ctx.mesh.comm(MeshDim::PP)),
       stage_(ctx.mesh.coord(MeshDim::PP)),
       // Impossible settings end the job here, before the model is built or loaded.
       plan_(plan_for(ctx)),
+      compute_dtype_(ctx.plan.compute),
       bucket_bytes_(ctx.cfg.real("ddp_bucket_cap_mb") * 1024.0 * 1024.0) {}
 
 MegatronEngine::~MegatronEngine() = default;
@@ -45,9 +50,10 @@ void MegatronEngine::prepare(model::CausalLM& model) {
   model.set_parallel_ops(this);
   place_parameters();
   share_float8_scales();
-  if (plan_.distributed_optimizer) {
-    build_optimizer_shards();
-  } else if (dp_.size() > 1 && !params_.empty()) {
+  if (params_.empty()) return;  // a stage that trains nothing (fine-tuning)
+  if (plan_.dp_sharding != DpSharding::NoShard) {
+    shard_data_parallel();
+  } else if (dp_.size() > 1) {
     std::vector<at::Tensor> trained;
     for (const Param& p : params_) trained.push_back(p.tensor);
     dp_buckets_ = std::make_unique<GradientBuckets>(dp_, trained, bucket_bytes_, at::kFloat);
@@ -163,6 +169,31 @@ void MegatronEngine::place_parameters() {
   }
 }
 
+// The sharded engines' component over this rank's boxes: units by the model's layers (a stage
+// holds only its own), the boxes cut again over the shard group.
+void MegatronEngine::shard_data_parallel() {
+  ShardingPlan plan;
+  plan.name = "megatron";
+  plan.per_parameter_cut = true;  // a box's shards are boxes of it, whatever the unit holds
+  plan.shard_parameters = plan_.dp_sharding == DpSharding::OptimGradsParams;
+  plan.reduce_during_backward = plan_.dp_sharding != DpSharding::Optim;
+  plan.reshard_after_forward = true;
+  plan.compute_dtype = plan.shard_parameters ? compute_dtype_ : at::kFloat;
+  std::vector<DataParallelParameter> given;
+  for (const Param& p : params_) {
+    DataParallelParameter d;
+    d.name = p.name;
+    d.tensor = p.tensor;
+    d.unit = sharded_unit_of(*model_, p.name);
+    d.box = p.box;
+    d.box.replicas = p.holders;  // the component adds its replicas
+    d.box.replica = p.holder;
+    given.push_back(std::move(d));
+  }
+  sharded_ = std::make_unique<ShardedDataParallel>(plan, shard_, replicate_);
+  sharded_->prepare(*model_, std::move(given), nullptr, /*broadcast=*/false);
+}
+
 // ---- gradients ----
 
 namespace {
@@ -171,143 +202,125 @@ at::Tensor grad_or_zeros(const at::Tensor& t) {
   return t.grad().defined() ? t.grad() : at::zeros_like(t);
 }
 
-void set_grad(at::Tensor& t, const at::Tensor& g) { t.mutable_grad() = g; }
+void set_grad(at::Tensor t, const at::Tensor& g) { t.mutable_grad() = g; }
 
 // All-reduces the gradients of `tensors` as one flat buffer over `comm`.
-void all_reduce_grads(std::vector<at::Tensor*> tensors, Communicator& comm) {
+void all_reduce_grads(const std::vector<at::Tensor>& tensors, Communicator& comm) {
   if (tensors.empty() || comm.size() == 1) return;
   std::vector<at::Tensor> flat;
-  for (at::Tensor* t : tensors) flat.push_back(grad_or_zeros(*t).reshape({-1}).to(at::kFloat));
+  for (const at::Tensor& t : tensors) flat.push_back(grad_or_zeros(t).reshape({-1}).to(at::kFloat));
   at::Tensor buffer = at::cat(flat);
   comm.all_reduce(buffer);
   std::int64_t at = 0;
-  for (at::Tensor* t : tensors) {
-    set_grad(*t, buffer.narrow(0, at, t->numel()).view(t->sizes()).to(t->scalar_type()));
-    at += t->numel();
+  for (const at::Tensor& t : tensors) {
+    set_grad(t, buffer.narrow(0, at, t.numel()).view(t.sizes()).to(t.scalar_type()));
+    at += t.numel();
   }
 }
 
 }  // namespace
 
-void MegatronEngine::sync_replicated_gradients() {
+void MegatronEngine::sync_replicated_gradients(const std::vector<at::Tensor>& grads,
+                                               const std::vector<std::int64_t>& rows) {
   c10::NoGradGuard no_grad;
   // Sequence-parallel norms: each tensor-parallel rank saw part of the sequence.
-  std::vector<at::Tensor*> partial;
-  for (Param& p : params_)
-    if (p.tp_partial_grad) partial.push_back(&p.tensor);
+  std::vector<at::Tensor> partial;
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].tp_partial_grad) partial.push_back(grads[i]);
   all_reduce_grads(partial, tp_);
   // A kv head replicated on tp / kv ranks: its gradient is the sum of theirs. Each rank adds its
   // gradient into its head's slot of the whole tensor, and one all-reduce sums the slots.
-  for (Param& p : params_) {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Param& p = params_[i];
     if (!p.kv_replica) continue;
-    at::Tensor whole = at::zeros(p.box.global_shape, p.tensor.options().dtype(at::kFloat));
-    whole.narrow(0, p.box.offset[0], p.tensor.size(0)).copy_(grad_or_zeros(p.tensor));
+    const at::Tensor& t = grads[i];
+    at::Tensor whole = at::zeros(p.box.global_shape, t.options().dtype(at::kFloat));
+    whole.narrow(0, p.box.offset[0] + rows[i], t.size(0)).copy_(grad_or_zeros(t));
     tp_.all_reduce(whole);
-    set_grad(p.tensor, whole.narrow(0, p.box.offset[0], p.tensor.size(0)).to(p.tensor.scalar_type()));
+    set_grad(t, whole.narrow(0, p.box.offset[0] + rows[i], t.size(0)).to(t.scalar_type()));
   }
   // Tied embeddings on the first and the last stage: both take the sum.
-  for (Param& p : params_) {
-    if (!p.tied_copy) continue;
-    const int other = p.other_stage;
-    const at::Tensor mine = grad_or_zeros(p.tensor).to(at::kFloat).contiguous();
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].tied_copy) continue;
+    const int other = params_[i].other_stage;
+    const at::Tensor& t = grads[i];
+    const at::Tensor mine = grad_or_zeros(t).to(at::kFloat).contiguous();
     at::Tensor theirs = at::empty_like(mine);
     // Posted as one grouped pair: on NCCL an ungrouped send and receive between the same two
     // ranks deadlock once the tensor is larger than the transport's buffers.
     Communicator::SendRecv both = pp_.send_recv_async(mine, other, kTiedEmbeddingTag, theirs, other, kTiedEmbeddingTag);
     both.recv->wait();
     both.send->wait();
-    set_grad(p.tensor, (mine + theirs).to(p.tensor.scalar_type()));
+    set_grad(t, (mine + theirs).to(t.scalar_type()));
   }
 }
 
 void MegatronEngine::finish_gradients() {
   // The sums over dp and over tp / the tied stages are linear: in either order the same sum.
-  if (dp_buckets_) dp_buckets_->finish();
-  sync_replicated_gradients();
-  c10::NoGradGuard no_grad;
-  if (!plan_.distributed_optimizer) return;
-  if (params_.empty()) return;  // a stage that trains nothing (fine-tuning)
-  // Reduce-scatter: rank r receives the summed rows it updates.
-  const std::int64_t k = shard_layout_.shard_numel;
-  const int dp = dp_.size();
-  at::Tensor in = at::zeros({k * dp}, params_.front().tensor.options().dtype(at::kFloat));
-  for (std::size_t i = 0; i < params_.size(); ++i)
-    scatter_rows(shard_layout_, i, params_[i].tensor.sizes().vec(), grad_or_zeros(params_[i].tensor), in);
-  at::Tensor out = at::empty({k}, in.options());
-  dp_.reduce_scatter(in, out);
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const ShardPiece& piece = shard_layout_.pieces[static_cast<std::size_t>(dp_.rank())][i];
-    set_grad(shards_[i], piece_in(out, 0, piece, params_[i].tensor.sizes().vec()));
-    params_[i].tensor.mutable_grad().reset();
+  if (!sharded_) {
+    if (dp_buckets_) dp_buckets_->finish();
+    std::vector<at::Tensor> grads;
+    for (const Param& p : params_) grads.push_back(p.tensor);
+    sync_replicated_gradients(grads, std::vector<std::int64_t>(params_.size(), 0));
+    return;
   }
+  // Sharded: every box's pieces are cut alike on the tp replicas and the tied stages, so their
+  // sums run on the pieces.
+  sharded_->finish_gradients();
+  std::vector<at::Tensor> grads(params_.size());
+  std::vector<std::int64_t> rows(params_.size(), 0);
+  for (std::size_t j = 0; j < sharded_->pieces().size(); ++j) {
+    const std::size_t i = sharded_->piece_params()[j];
+    grads[i] = sharded_->pieces()[j];
+    if (!params_[i].box.offset.empty()) rows[i] = sharded_->boxes()[j].offset[0] - params_[i].box.offset[0];
+  }
+  sync_replicated_gradients(grads, rows);
 }
 
 at::Tensor MegatronEngine::grad_norm_squared() {
-  const bool sharded = plan_.distributed_optimizer;
   std::vector<at::Tensor> counted;
-  for (std::size_t i = 0; i < params_.size(); ++i)
-    if (params_[i].counted) counted.push_back(sharded ? shards_[i] : params_[i].tensor);
+  if (sharded_) {
+    for (std::size_t j = 0; j < sharded_->pieces().size(); ++j)
+      if (params_[sharded_->piece_params()[j]].counted) counted.push_back(sharded_->pieces()[j]);
+  } else {
+    for (const Param& p : params_)
+      if (p.counted) counted.push_back(p.tensor);
+  }
   at::Tensor total = local_grad_norm_squared(counted, tp_.device());
   tp_.all_reduce(total);
   pp_.all_reduce(total);
-  if (sharded) dp_.all_reduce(total);
+  if (plan_.dp_sharding != DpSharding::NoShard) shard_.all_reduce(total);
   return total;
 }
 
-// ---- the distributed optimizer ----
-
-void MegatronEngine::build_optimizer_shards() {
-  std::vector<Shape> shapes;
-  for (const Param& p : params_) shapes.push_back(p.tensor.sizes().vec());
-  shard_layout_ = per_parameter_layout(shapes, dp_.size());
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const ShardPiece& piece = shard_layout_.pieces[static_cast<std::size_t>(dp_.rank())][i];
-    shards_.push_back(params_[i].tensor.detach().narrow(0, piece.row_begin, piece.rows));
-  }
-}
-
 void MegatronEngine::parameters_updated() {
-  if (!plan_.distributed_optimizer || dp_.size() == 1 || params_.empty()) return;
-  c10::NoGradGuard no_grad;
-  const std::int64_t k = shard_layout_.shard_numel;
-  const int dp = dp_.size();
-  at::Tensor in = at::zeros({k}, params_.front().tensor.options().dtype(at::kFloat));
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const ShardPiece& piece = shard_layout_.pieces[static_cast<std::size_t>(dp_.rank())][i];
-    piece_in(in, 0, piece, params_[i].tensor.sizes().vec()).copy_(shards_[i]);
-  }
-  at::Tensor out = at::empty({k * dp}, in.options());
-  dp_.all_gather(in, out);
-  for (std::size_t i = 0; i < params_.size(); ++i)
-    gather_rows(shard_layout_, i, params_[i].tensor.sizes().vec(), out, params_[i].tensor.detach(), dp_.rank());
+  if (sharded_) sharded_->parameters_updated();
 }
 
 std::vector<at::Tensor> MegatronEngine::parameters() {
-  if (plan_.distributed_optimizer) return shards_;
+  if (sharded_) return sharded_->pieces();
   std::vector<at::Tensor> out;
   for (const Param& p : params_) out.push_back(p.tensor);
   return out;
 }
 
 std::vector<std::string> MegatronEngine::parameter_names() {
+  if (sharded_) return sharded_->names();
   std::vector<std::string> out;
   for (const Param& p : params_) out.push_back(p.name);
   return out;
 }
 
 std::vector<TensorBox> MegatronEngine::parameter_boxes() {
+  if (sharded_) return sharded_->boxes();
   std::vector<TensorBox> out;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    TensorBox box = params_[i].box;
-    if (plan_.distributed_optimizer) {
-      const ShardPiece& piece = shard_layout_.pieces[static_cast<std::size_t>(dp_.rank())][i];
-      box.offset[0] += piece.row_begin;
-      box.replicas = params_[i].holders;
-      box.replica = params_[i].holder;
-    }
-    out.push_back(box);
-  }
+  for (const Param& p : params_) out.push_back(p.box);
   return out;
+}
+
+std::vector<Communicator*> MegatronEngine::communicators() const {
+  if (sharded_) return {&tp_, &pp_, &shard_, &replicate_};
+  return {&tp_, &pp_, &dp_};
 }
 
 }  // namespace lft::engine

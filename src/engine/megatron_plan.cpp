@@ -74,7 +74,38 @@ std::vector<std::pair<std::int64_t, std::int64_t>> split_layers(const config::Co
   return out;
 }
 
+void check_data_parallel(const config::Config& cfg, const MegatronPlan& p, const MeshShape& mesh) {
+  const std::string key = "dist_config.data_parallel_sharding_strategy";
+  if (p.distributed_optimizer && cfg.is_set(key) && cfg.string(key) != "no_shard" && cfg.string(key) != "optim")
+    fail(cfg.where(key) + " = \"" + cfg.string(key) + "\" contradicts " +
+             cfg.where("dist_config.use_distributed_optimizer") +
+             " (use_distributed_optimizer shards the optimizer state only, over every data-parallel rank)",
+         "remove use_distributed_optimizer, or the sharding strategy");
+  const int shard = mesh[MeshDim::DPShard] * mesh[MeshDim::CP], replicas = mesh[MeshDim::DPReplicate];
+  if (p.dp_sharding == DpSharding::NoShard || p.distributed_optimizer) {
+    if (mesh[MeshDim::DPShard] > 1)
+      fail((cfg.is_set("mesh.dp_shard") ? cfg.where("mesh.dp_shard") : std::string("[mesh] dp_shard")) + " = " +
+               n(mesh[MeshDim::DPShard]) + ": megatron shards over dp_shard only with a data_parallel_sharding_strategy",
+           "set dist_config.data_parallel_sharding_strategy (optim, optim_grads, optim_grads_params), or use "
+           "dp_replicate for plain data parallelism");
+    return;
+  }
+  if (shard == 1 && replicas > 1)
+    fail(cfg.where(key) + " = \"" + cfg.string(key) + "\" shards over [mesh] dp_shard x cp, which is 1 here (dp_replicate = " +
+             n(replicas) + " only replicates)",
+         "set [mesh] dp_shard = " + n(replicas) + " and dp_replicate = 1, or dp_shard x dp_replicate for HSDP");
+}
+
 }  // namespace
+
+DpSharding dp_sharding_of(const config::Config& cfg) {
+  if (cfg.boolean("dist_config.use_distributed_optimizer")) return DpSharding::Optim;
+  const std::string s = cfg.string("dist_config.data_parallel_sharding_strategy");
+  if (s == "optim") return DpSharding::Optim;
+  if (s == "optim_grads") return DpSharding::OptimGrads;
+  if (s == "optim_grads_params") return DpSharding::OptimGradsParams;
+  return DpSharding::NoShard;
+}
 
 MegatronPlan make_megatron_plan(const config::Config& cfg, const model::CausalLM& lm, const MeshShape& mesh) {
   const model::ModelConfig& model = lm.config();
@@ -84,6 +115,8 @@ MegatronPlan make_megatron_plan(const config::Config& cfg, const model::CausalLM
   p.virtual_stages = static_cast<int>(cfg.integer("dist_config.virtual_pipeline_model_parallel_size"));
   p.sequence_parallel = cfg.boolean("dist_config.sequence_parallel") && p.tp > 1;
   p.distributed_optimizer = cfg.boolean("dist_config.use_distributed_optimizer");
+  p.dp_sharding = dp_sharding_of(cfg);
+  check_data_parallel(cfg, p, mesh);
   p.schedule = pipeline_schedule_kind(cfg.string("dist_config.pipeline_schedule"));
   p.micro_batches = cfg.integer("gradient_accumulation_steps");
   check_tensor_parallel(cfg, lm, p.tp);

@@ -91,6 +91,7 @@ at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector
   std::vector<PipelineAction> actions;
   // Each parameter's gradient is final at its chunk's backward of the last micro-batch.
   if (o.backward && dp_buckets_) dp_buckets_->expect_backwards(static_cast<int>(m));
+  if (o.backward && sharded_) sharded_->expect_backwards(static_cast<int>(m));
   if (o.backward) {
     actions = pipeline_actions(plan_.schedule, pp, stage_, m, v);
   } else {
@@ -145,6 +146,9 @@ at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector
     const int g = plan_.virtual_stage(stage_, a.chunk);
     const auto key = std::make_pair(a.micro_batch, a.chunk);
     const bool forward = a.kind == PipelineAction::Kind::Forward;
+    // Sharded data parallel: the embedding / head unit whole for this forward or backward (the
+    // layers gather themselves); another micro-batch's backward may have freed it.
+    if (sharded_) sharded_->gather_root();
     if (forward ? g == 0 : g == last) post_pending();  // this action receives nothing
     if (forward) {
       Live l;

@@ -35,7 +35,7 @@ MeshShape plan_mesh(const config::Config& cfg, const EngineInfo& engine, int wor
     shape.sizes[d] = value;
     if (value == -1) fill = d;
   }
-  const int default_fill = static_cast<int>(engine.fill_dim);
+  const int default_fill = static_cast<int>(engine.fill_dim_for ? engine.fill_dim_for(cfg) : engine.fill_dim);
   if (fill < 0 && !cfg.is_set(key_of(default_fill)) && !engine.mesh_dims.empty()) {
     fill = default_fill;
     shape.sizes[fill] = -1;

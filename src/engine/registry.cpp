@@ -4,6 +4,7 @@
 
 #include "lft/engine/ddp.h"
 #include "lft/engine/megatron.h"
+#include "lft/engine/megatron_plan.h"
 #include "lft/engine/memory_estimate.h"
 #include "lft/engine/none.h"
 #include "lft/engine/sharded_engines.h"
@@ -17,6 +18,11 @@ std::unique_ptr<Engine> make(const EngineContext& ctx) {
 }
 
 MemoryEstimate whole_model(const config::Config&, const RunPlan& plan) { return estimate_replicated(plan, false); }
+MeshDim megatron_fill(const config::Config& cfg) {
+  const bool shards = dp_sharding_of(cfg) != DpSharding::NoShard && !cfg.boolean("dist_config.use_distributed_optimizer");
+  return shards ? MeshDim::DPShard : MeshDim::DPReplicate;
+}
+
 MemoryEstimate whole_model_with_buckets(const config::Config&, const RunPlan& plan) {
   return estimate_replicated(plan, true);
 }
@@ -44,8 +50,8 @@ const std::vector<EngineInfo>& registry() {
        {MeshDim::DPShard, MeshDim::CP}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)", create_sharded,
        estimate_sharded_engine},
       {"megatron", "tensor (+ sequence) and pipeline parallel (1f1b, interleaved, gpipe) with data parallel on top",
-       {MeshDim::PP, MeshDim::DPReplicate, MeshDim::CP, MeshDim::TP}, MeshDim::DPReplicate, 0, "MPI (CPU) or NCCL (GPU)",
-       create_megatron, estimate_megatron},
+       {MeshDim::PP, MeshDim::DPReplicate, MeshDim::DPShard, MeshDim::CP, MeshDim::TP}, MeshDim::DPReplicate, 0,
+       "MPI (CPU) or NCCL (GPU)", create_megatron, estimate_megatron, megatron_fill},
   };
   return engines;
 }

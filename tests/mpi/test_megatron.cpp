@@ -73,6 +73,9 @@ std::vector<Layout> layouts() {
   const std::string sp = "sequence_parallel = true\n", inter = "pipeline_schedule = \"interleaved_1f1b\"\n"
                          "virtual_pipeline_model_parallel_size = 2\n", gpipe = "pipeline_schedule = \"gpipe\"\n",
                     dist_opt = "use_distributed_optimizer = true\n";
+  // Megatron's data parallelism as the sharded engines' component, over dp_shard (x cp).
+  auto strategy = [](const std::string& s) { return "data_parallel_sharding_strategy = \"" + s + "\"\n"; };
+  const std::string zero1 = strategy("optim"), zero2 = strategy("optim_grads"), zero3 = strategy("optim_grads_params");
   return {
       {"tp2", 2, "tp = 2\n", ""},
       {"tp2 sp", 2, "tp = 2\n", sp},
@@ -80,6 +83,9 @@ std::vector<Layout> layouts() {
       {"pp2 gpipe", 2, "pp = 2\n", gpipe, 1, true},
       {"pp2 interleaved", 2, "pp = 2\n", inter, 1, true},
       {"dp2 distributed optimizer", 2, "dp_replicate = 2\n", dist_opt, 2},
+      {"dp2 ZeRO-1 (optim)", 2, "dp_shard = 2\n", zero1, 2},
+      {"dp2 ZeRO-2 (optim_grads)", 2, "dp_shard = 2\n", zero2, 2},
+      {"dp2 ZeRO-3 (optim_grads_params)", 2, "", zero3, 2},
       {"dp2 (bucketed all-reduce in backward)", 2, "dp_replicate = 2\n", "", 2, false, "ddp_bucket_cap_mb = 0.05\n"},
       {"tp4 sp (kv heads replicated)", 4, "tp = 4\n", sp},
       {"pp4 1f1b", 4, "pp = 4\n", "", 1, true},
@@ -88,8 +94,16 @@ std::vector<Layout> layouts() {
       {"tp2 x dp2 distributed optimizer", 4, "tp = 2\ndp_replicate = 2\n", dist_opt, 2},
       {"pp2 x dp2", 4, "pp = 2\ndp_replicate = 2\n", "", 2},
       {"tp2 x dp2 sp", 4, "tp = 2\ndp_replicate = 2\n", sp, 2},
+      {"tp2 x dp2 sp ZeRO-3", 4, "tp = 2\ndp_shard = 2\n", sp + zero3, 2},
+      {"pp2 x dp2 ZeRO-3 1f1b", 4, "pp = 2\ndp_shard = 2\n", zero3, 2},
+      {"pp2 x dp2 ZeRO-2 interleaved", 4, "pp = 2\ndp_shard = 2\n", inter + zero2, 2},
+      {"HSDP dp_replicate 2 x dp_shard 2 ZeRO-3", 4, "dp_replicate = 2\ndp_shard = 2\n", zero3, 4},
+      {"tp4 sp ZeRO-3 (dp 1: nothing to shard)", 4, "tp = 4\n", sp + zero3},
       {"tp2 x pp2 x dp2 sp distributed optimizer", 8, "tp = 2\npp = 2\ndp_replicate = 2\n", sp + dist_opt, 2},
       {"tp2 x pp2 x dp2 interleaved", 8, "tp = 2\npp = 2\ndp_replicate = 2\n", inter, 2},
+      {"tp2 x pp2 x dp2 sp interleaved ZeRO-3", 8, "tp = 2\npp = 2\ndp_shard = 2\n", sp + inter + zero3, 2},
+      {"tp4 sp x dp2 ZeRO-3 (kv heads replicated)", 8, "tp = 4\ndp_shard = 2\n", sp + zero3, 2},
+      {"pp2 x HSDP 2 x 2 ZeRO-2", 8, "pp = 2\ndp_replicate = 2\ndp_shard = 2\n", zero2, 4},
   };
 }
 
@@ -129,6 +143,11 @@ TEST(MegatronParity, TiedEmbeddingsAcrossStages) {
   expect_parity(n == 2 ? Layout{"pp2 tied", 2, "pp = 2\n", ""}
                        : Layout{"tp2 x pp2 tied", 4, "tp = 2\npp = 2\n", "sequence_parallel = true\n"},
                 ref, true);
+  // Sharded over dp: each stage's copy is cut alike, and the pieces are summed.
+  if (n == 4)
+    expect_parity(Layout{"pp2 x dp2 ZeRO-3 tied", 4, "pp = 2\ndp_shard = 2\n",
+                         "data_parallel_sharding_strategy = \"optim_grads_params\"\n", 2},
+                  ref, true);
 }
 
 // bf16 autocast: each layout rounds its partial sums to bf16 at other points than one rank does

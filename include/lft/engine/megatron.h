@@ -10,10 +10,12 @@
 //   pipeline          stage s runs chunks c = 0..v-1, global virtual stage c * pp + s; the step's
 //                     micro-batches run in the order pipeline_actions() gives, activations and
 //                     their gradients sent point to point ([B, T(/tp), hidden] fp32).
-//   data parallel     gradients all-reduced over dp_replicate in buckets (GradientBuckets, as
-//                     ddp) while each parameter's last backward of the step runs, or, with
-//                     use_distributed_optimizer, reduce-scattered after the last backward so
-//                     each dp rank updates a shard and all-gathers the updated parameters.
+//   data parallel     gradients all-reduced over the dp ranks in buckets (GradientBuckets, as
+//                     ddp) while each parameter's last backward of the step runs; or, with a
+//                     data_parallel_sharding_strategy, the sharded engines' component
+//                     (ShardedDataParallel: ZeRO-1/2/3, HSDP) applied to this rank's boxes over
+//                     dp_shard x cp, replicated over dp_replicate; use_distributed_optimizer is
+//                     ZeRO-1 over every dp rank.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +26,7 @@
 #include "lft/engine/engine.h"
 #include "lft/engine/gradient_buckets.h"
 #include "lft/engine/megatron_plan.h"
-#include "lft/engine/shard_layout.h"
+#include "lft/engine/sharded_data_parallel.h"
 #include "lft/model/causal_lm.h"
 #include "lft/model/weight_source.h"
 
@@ -49,7 +51,7 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   std::vector<std::string> parameter_names() override;
   std::vector<TensorBox> parameter_boxes() override;
   at::Tensor grad_norm_squared() override;
-  std::vector<Communicator*> communicators() const override { return {&tp_, &pp_, &dp_}; }
+  std::vector<Communicator*> communicators() const override;
   // The pipeline's bubble: the time stages waited for activations and gradients, as a fraction
   // of the step time (mean over stages), beside the schedule's idle-slot fraction.
   std::string summary(double steps, double step_seconds) override;
@@ -67,7 +69,7 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   std::pair<std::int64_t, std::int64_t> chunk_units(int chunk) const;
   void place_parameters();
   void share_float8_scales();
-  void build_optimizer_shards();
+  void shard_data_parallel();
   // One chunk's forward: the model's units of the chunk, from input_ids (virtual stage 0) or
   // `input`, to the loss (last virtual stage: returns micro_batch_loss * loss_factor and sets
   // `sequence_sums`) or to the activation it hands on.
@@ -80,14 +82,20 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   at::Tensor token_losses(const at::Tensor& logits, const at::Tensor& input_ids) override;
   at::Tensor target_losses(const at::Tensor& logits, const at::Tensor& targets) override;
   std::int64_t sequence_multiple() const override { return plan_.sequence_parallel ? plan_.tp : 1; }
-  void sync_replicated_gradients();
+  // The sums over tensor-parallel replicas and tied stages, on the gradients of `grads` (the
+  // parameters, or with sharding the pieces), each `rows[i]` rows into its parameter's box.
+  void sync_replicated_gradients(const std::vector<at::Tensor>& grads, const std::vector<std::int64_t>& rows);
 
+  std::unique_ptr<Communicator> no_replicas_;  // a group of this rank alone
   Communicator& tp_;  // device communicators
   Communicator& pp_;
-  Communicator& dp_;
+  Communicator& dp_;                // every data-parallel rank (dp_replicate x dp_shard x cp)
+  Communicator& shard_;             // sharding strategies: dp_shard x cp (or every dp rank: use_distributed_optimizer)
+  Communicator& replicate_;         // and dp_replicate (or no one)
   Communicator& pp_host_;  // host values along the pipeline (the summary's wait times)
   int stage_ = 0;
   MegatronPlan plan_;
+  at::ScalarType compute_dtype_;  // the run's (autocast's); gathered parameters' with optim_grads_params
   model::CausalLM* model_ = nullptr;
   std::int64_t vocab_begin_ = 0;  // the first vocabulary row this tensor-parallel rank holds
   std::vector<Param> params_;
@@ -95,10 +103,9 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   std::vector<PipelineAction> executed_;
   int peak_live_ = 0;
   double pipeline_wait_seconds_ = 0.0;  // in point-to-point receives, over the run
-  // Distributed optimizer: per parameter, the rows of dim 0 this dp rank updates, as views.
-  UnitLayout shard_layout_;
-  std::vector<at::Tensor> shards_;
-  // Without it, over dp > 1: the gradients all-reduced in buckets during the last backward.
+  // Sharded data parallelism over this rank's boxes; or, without it over dp > 1, the gradients
+  // all-reduced in buckets during the last backward.
+  std::unique_ptr<ShardedDataParallel> sharded_;
   double bucket_bytes_;
   std::unique_ptr<GradientBuckets> dp_buckets_;
 };

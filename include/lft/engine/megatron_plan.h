@@ -24,11 +24,23 @@
 
 namespace lft::engine {
 
+// How megatron's data parallelism shards (Megatron-Core's data_parallel_sharding_strategy): what
+// is cut over the shard group, beside the parameters' tensor-parallel boxes.
+enum class DpSharding {
+  NoShard,          // gradients all-reduced in buckets during backward
+  Optim,            // optimizer state and fp32 update (ZeRO-1)
+  OptimGrads,       // and gradients, reduce-scattered during backward (ZeRO-2)
+  OptimGradsParams  // and parameters, gathered per layer (ZeRO-3 / FSDP)
+};
+
 struct MegatronPlan {
   int tp = 1;
   int pp = 1;
   int virtual_stages = 1;  // v
   bool sequence_parallel = false;
+  DpSharding dp_sharding = DpSharding::NoShard;
+  // use_distributed_optimizer: Optim over every data-parallel rank (dp_replicate x dp_shard x cp);
+  // otherwise a sharding strategy cuts over dp_shard x cp and replicates over dp_replicate (HSDP).
   bool distributed_optimizer = false;
   PipelineScheduleKind schedule = PipelineScheduleKind::OneFOneB;
   std::int64_t micro_batches = 1;
@@ -43,6 +55,11 @@ struct MegatronPlan {
 // model built on the meta device will do) and the mesh; an impossible setting is a
 // config::ConfigError naming the key and the numbers.
 MegatronPlan make_megatron_plan(const config::Config& cfg, const model::CausalLM& model, const MeshShape& mesh);
+
+// The strategy `dist_config.data_parallel_sharding_strategy` (or use_distributed_optimizer) asks
+// for, before the mesh is known (the default mesh puts the data-parallel ranks on dp_shard when it
+// shards).
+DpSharding dp_sharding_of(const config::Config& cfg);
 
 // The box a tensor-parallel rank holds of a parameter.
 struct TpSlice {

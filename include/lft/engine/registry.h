@@ -24,6 +24,9 @@ struct EngineInfo {
   std::unique_ptr<Engine> (*create)(const EngineContext& ctx);
   // Per-rank tensor memory of the run (memory_estimate.h); throws ConfigError like create.
   MemoryEstimate (*estimate_memory)(const config::Config& cfg, const RunPlan& plan);
+  // Where the configuration moves the fill (megatron's sharding strategies fill dp_shard); null:
+  // fill_dim.
+  MeshDim (*fill_dim_for)(const config::Config& cfg) = nullptr;
 };
 
 // The engines this build has, in registry order.
