@@ -172,13 +172,7 @@ void MegatronEngine::place_parameters() {
 // The sharded engines' component over this rank's boxes: units by the model's layers (a stage
 // holds only its own), the boxes cut again over the shard group.
 void MegatronEngine::shard_data_parallel() {
-  ShardingPlan plan;
-  plan.name = "megatron";
-  plan.per_parameter_cut = true;  // a box's shards are boxes of it, whatever the unit holds
-  plan.shard_parameters = plan_.dp_sharding == DpSharding::OptimGradsParams;
-  plan.reduce_during_backward = plan_.dp_sharding != DpSharding::Optim;
-  plan.reshard_after_forward = true;
-  plan.compute_dtype = plan.shard_parameters ? compute_dtype_ : at::kFloat;
+  const ShardingPlan plan = megatron_sharding_plan(plan_, compute_dtype_);
   std::vector<DataParallelParameter> given;
   for (const Param& p : params_) {
     DataParallelParameter d;

@@ -107,6 +107,17 @@ DpSharding dp_sharding_of(const config::Config& cfg) {
   return DpSharding::NoShard;
 }
 
+ShardingPlan megatron_sharding_plan(const MegatronPlan& p, at::ScalarType compute) {
+  ShardingPlan plan;
+  plan.name = "megatron";
+  plan.per_parameter_cut = true;
+  plan.shard_parameters = p.dp_sharding == DpSharding::OptimGradsParams;
+  plan.reduce_during_backward = p.dp_sharding == DpSharding::OptimGrads || plan.shard_parameters;
+  plan.reshard_after_forward = true;
+  plan.compute_dtype = plan.shard_parameters ? compute : at::kFloat;
+  return plan;
+}
+
 MegatronPlan make_megatron_plan(const config::Config& cfg, const model::CausalLM& lm, const MeshShape& mesh) {
   const model::ModelConfig& model = lm.config();
   MegatronPlan p;

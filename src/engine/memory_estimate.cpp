@@ -116,16 +116,19 @@ MemoryEstimate estimate_replicated(const RunPlan& run, bool buckets) {
   return e;
 }
 
-MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
-  const int n = run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP];  // shards over dp_shard x cp
-  const auto model = meta_model(run);
+namespace {
+
+// What ShardedDataParallel keeps for units of parameter shapes `all` (every parameter it is given)
+// of which `trained` train, cut over `n` ranks: masters, gradient shards, AdamW's moments, the
+// gathered units or the whole parameters, and MPI's staging of a reduce-scatter.
+MemoryEstimate sharded_terms(const std::vector<std::vector<Shape>>& all_units,
+                             const std::vector<std::vector<Shape>>& trained_units, int n, const ShardingPlan& plan) {
   // Sums over units of their shard and whole sizes, and the largest layer unit.
   struct Totals {
     double shard = 0, whole = 0, root = 0, largest_layer = 0;
   };
-  auto totals = [&](bool trained_only) {
+  auto totals = [&](const std::vector<std::vector<Shape>>& units) {
     Totals t;
-    const auto units = sharding_units(*model, trained_only);
     for (std::size_t u = 0; u < units.size(); ++u) {
       const UnitLayout layout = plan.per_parameter_cut ? per_parameter_layout(units[u], n) : flat_layout(units[u], n);
       t.shard += static_cast<double>(layout.shard_numel);
@@ -135,7 +138,7 @@ MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
     t.root = numel(units.front());
     return t;
   };
-  const Totals all = totals(false), trained = totals(true);
+  const Totals all = totals(all_units), trained = totals(trained_units);
   // Frozen parameters are sharded with the others only when parameters are sharded.
   const Totals& kept = plan.shard_parameters ? all : trained;
   const double shard = kept.shard, whole = kept.whole, root = kept.root, largest_layer = kept.largest_layer;
@@ -159,16 +162,28 @@ MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
     e.weights += 4 * whole;
     e.gathered = plan.reduce_during_backward ? unit_gradients : 4 * trained.whole;
   }
+  if (n > 1 && plan.reduce_during_backward) e.mpi_staging = unit_gradients;
+  return e;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
+  const int n = run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP];  // shards over dp_shard x cp
+  const auto model = meta_model(run);
+  MemoryEstimate e = sharded_terms(sharding_units(*model, false), sharding_units(*model, true), n, plan);
   e.activations = activation_bytes(run, static_cast<double>(run.model.num_hidden_layers),
                                    model_widths(*model, 1, false), true, true);
-  if (n > 1 && plan.reduce_during_backward) e.mpi_staging = unit_gradients;
   return e;
 }
 
 MemoryEstimate estimate_megatron(const config::Config& cfg, const RunPlan& run) {
   const auto m = meta_model(run);
   const MegatronPlan plan = make_megatron_plan(cfg, *m, run.mesh);
-  const int dp = run.mesh[MeshDim::DPReplicate] * run.mesh[MeshDim::CP];  // the distributed optimizer's shards
+  const int dp = run.mesh[MeshDim::DPReplicate] * run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP];
+  // The sharded component's group: every dp rank (use_distributed_optimizer) or dp_shard x cp.
+  const int shards = plan.distributed_optimizer ? dp : run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP];
+  const ShardingPlan sharding = megatron_sharding_plan(plan, run.compute);
   const Widths widths = model_widths(*m, plan.tp, plan.sequence_parallel);
   // Chunks whose activations a stage holds at once, from the schedule itself.
   std::vector<int> live(static_cast<std::size_t>(plan.pp), 1);
@@ -178,28 +193,36 @@ MemoryEstimate estimate_megatron(const config::Config& cfg, const RunPlan& run) 
   for (int stage = 0; stage < plan.pp; ++stage) {
     auto runs_unit = [&](std::int64_t unit) { return stage_of_unit(plan, *m, unit) == stage; };
     double local = 0, trained = 0, layers = 0;
+    // The trained boxes by unit, as the sharded component groups them.
+    std::vector<std::vector<Shape>> units(static_cast<std::size_t>(m->num_layers()) + 1);
     for (const auto& item : m->named_parameters()) {
       const model::ParameterPlacement placement = m->placement(item.key());
       if (std::none_of(placement.units.begin(), placement.units.end(), runs_unit)) continue;
       const TpSlice slice = tp_slice(placement.tp, plan.tp, 0);
-      double elements = static_cast<double>(item.value().numel());
-      if (slice.dim >= 0)
-        elements = elements / static_cast<double>(item.value().size(slice.dim)) * static_cast<double>(slice.count);
+      Shape box = item.value().sizes().vec();
+      if (slice.dim >= 0) box[static_cast<std::size_t>(slice.dim)] = slice.count;
+      const double elements = numel({box});
       local += elements;
-      if (item.value().requires_grad()) trained += elements;
+      if (!item.value().requires_grad()) continue;
+      trained += elements;
+      units[sharded_unit_of(*m, item.key())].push_back(box);
     }
     for (std::int64_t layer = 0; layer < run.model.num_hidden_layers; ++layer)
       if (runs_unit(model::CausalLM::layer_unit(layer))) layers += 1;
     MemoryEstimate e;
-    e.weights = 4 * local;
-    e.gradients = 4 * trained;
-    e.optimizer = 8 * trained / (plan.distributed_optimizer ? dp : 1);
-    if (run.compute != at::kFloat) e.gathered = 2 * local;
-    // The data-parallel reduction: GradientBuckets' fp32 copy of every gradient, held through the
-    // step (as ddp's); or the distributed optimizer's reduce-scatter input and its share back,
-    // after backward.
-    if (dp > 1 && !plan.distributed_optimizer) e.gathered += 4 * trained;
-    if (dp > 1 && plan.distributed_optimizer) e.buffers = 4 * trained * (1.0 + 1.0 / dp);
+    if (plan.dp_sharding == DpSharding::NoShard) {
+      e.weights = 4 * local;
+      e.gradients = 4 * trained;
+      e.optimizer = 8 * trained;
+      // GradientBuckets' fp32 copy of every gradient, held through the step (as ddp's).
+      if (dp > 1) e.gathered = 4 * trained;
+    } else {
+      e = sharded_terms(units, units, shards, sharding);
+      e.weights += 4 * (local - trained);  // frozen boxes stay whole
+    }
+    // Autocast's 16-bit copies of the fp32 weights it casts (gathered parameters are already in
+    // the compute dtype).
+    if (run.compute != at::kFloat) e.gathered += 2 * (sharding.shard_parameters ? local - trained : local);
     const bool first = stage == 0, last = stage == plan.pp - 1;
     const int in_flight = live[static_cast<std::size_t>(stage)];
     e.activations = in_flight * activation_bytes(run, layers / plan.virtual_stages, widths, first, last);

@@ -78,6 +78,16 @@ std::vector<Case> cases() {
       {"megatron tp 2 x dp 2", "megatron", "[mesh]\ntp = 2\n", 4},
       {"megatron tp 2 x dp 2, distributed optimizer", "megatron",
        "[mesh]\ntp = 2\n[dist_config]\nuse_distributed_optimizer = true\n", 4},
+      {"megatron dp 2 ZeRO-2 (optim_grads)", "megatron",
+       "[dist_config]\ndata_parallel_sharding_strategy = \"optim_grads\"\n", 2},
+      {"megatron dp 2 ZeRO-3 (optim_grads_params)", "megatron",
+       "[dist_config]\ndata_parallel_sharding_strategy = \"optim_grads_params\"\n", 2},
+      {"megatron tp 2 x dp 2 ZeRO-3", "megatron",
+       "[mesh]\ntp = 2\n[dist_config]\ndata_parallel_sharding_strategy = \"optim_grads_params\"\n", 4},
+      {"megatron pp 2 x dp 2 ZeRO-3, 4 micro-batches", "megatron",
+       "[mesh]\npp = 2\n[dist_config]\ndata_parallel_sharding_strategy = \"optim_grads_params\"\n", 4, 4},
+      {"megatron HSDP 2 x 2 ZeRO-3", "megatron",
+       "[mesh]\ndp_replicate = 2\n[dist_config]\ndata_parallel_sharding_strategy = \"optim_grads_params\"\n", 4},
   };
 }
 

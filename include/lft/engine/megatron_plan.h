@@ -19,6 +19,7 @@
 
 #include "lft/config/config.h"
 #include "lft/engine/pipeline_schedule.h"
+#include "lft/engine/sharded_data_parallel.h"
 #include "lft/mesh/device_mesh.h"
 #include "lft/model/causal_lm.h"
 
@@ -60,6 +61,10 @@ MegatronPlan make_megatron_plan(const config::Config& cfg, const model::CausalLM
 // for, before the mesh is known (the default mesh puts the data-parallel ranks on dp_shard when it
 // shards).
 DpSharding dp_sharding_of(const config::Config& cfg);
+
+// The sharded component's plan for plan.dp_sharding: per-parameter cuts (a box's shards are
+// boxes of it), parameters gathered in `compute` with optim_grads_params.
+ShardingPlan megatron_sharding_plan(const MegatronPlan& plan, at::ScalarType compute);
 
 // The box a tensor-parallel rank holds of a parameter.
 struct TpSlice {
