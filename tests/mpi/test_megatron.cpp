@@ -276,9 +276,53 @@ TEST(MegatronComm, DataParallelGradientsAllReducedInBuckets) {
   }
 }
 
-// Checkpoints hold global tensors: a megatron run (pp 2 at 2 ranks, tp 2 x pp 2 at 4) saved at
-// step 10 continues under fsdp2, and an fsdp2 run continues under megatron (tp 2 with sequence
-// parallel), each matching the one-rank run's steps 11-20 within 1e-5.
+// Megatron's sharding strategies over dp_shard = 2 move what the sharded engines do (bus bytes
+// per step, one micro-batch, P = the model's fp32 parameter bytes, n = 2): optim_grads_params
+// all-gathers each layer twice (forward; again for backward) and the root unit once, and
+// reduce-scatters once: (2 P + P_layers) (n-1)/n; optim and optim_grads one all-gather and one
+// reduce-scatter: 2 P (n-1)/n. Slack 6%: uneven rows and the 8-byte norm all-reduce.
+TEST(MegatronComm, ShardingStrategiesMoveWhatTheAlgorithmNeeds) {
+  if (world().size() != 2) GTEST_SKIP() << "runs at 2 ranks";
+  at::set_num_threads(1);
+  for (const auto& [strategy, layers_twice] :
+       {std::pair<std::string, double>{"optim", 0}, {"optim_grads", 0}, {"optim_grads_params", 1}}) {
+    SCOPED_TRACE(strategy);
+    const Layout l{strategy, 2, "dp_shard = 2\n", "data_parallel_sharding_strategy = \"" + strategy + "\"\n", 2};
+    std::unique_ptr<DeviceMesh> mesh;
+    auto trainer = make_trainer(run_toml("megatron", 2, 1, l), world(), mesh);
+    double total = 0, layers = 0;
+    const auto names = trainer->engine().parameter_names();
+    const auto boxes = trainer->engine().parameter_boxes();
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      double numel = 1;
+      for (auto d : boxes[i].global_shape) numel *= static_cast<double>(d);
+      total += 4 * numel;
+      if (names[i].rfind("model.layers.", 0) == 0) layers += 4 * numel;
+    }
+    // From the end of a step: ZeRO-1/2 gather the updated shards in the next step's forward.
+    trainer->step();
+    for (Communicator* c : trainer->engine().communicators()) c->reset_stats();
+    const int steps = 2;
+    for (int i = 0; i < steps; ++i) trainer->step();
+    double moved = 0;
+    for (Communicator* c : trainer->engine().communicators())
+      for (int k = 0; k < kCollKindCount; ++k) {
+        const auto kind = static_cast<CollKind>(k);
+        moved += bus_bytes(kind, static_cast<double>(c->stats()[kind].bytes), c->size()) / steps;
+      }
+    const double theory = (2 * total + layers_twice * layers) / 2;
+    if (world().rank() == 0)
+      std::printf("[ megatron ] dp_shard 2 %-18s moved %.0f B per step, algorithm %.0f B (%.3fx)\n",
+                  strategy.c_str(), moved, theory, moved / theory);
+    EXPECT_LE(moved, 1.06 * theory);
+    EXPECT_GE(moved, 0.94 * theory);
+  }
+}
+
+// Checkpoints hold global tensors: a megatron run (pp 2 at 2 ranks, tp 2 x pp 2 at 4; and sharded
+// over dp with ZeRO-3) saved at step 10 continues under fsdp2, and an fsdp2 run continues under
+// megatron (tp 2 with sequence parallel; and ZeRO-2 over dp), each matching the one-rank run's
+// steps 11-20 within 1e-5.
 TEST(MegatronCheckpoint, ResumesUnderAnotherEngineAndTheReverse) {
   const int n = world().size();
   if (n != 2 && n != 4) GTEST_SKIP() << "runs at 2 and 4 ranks";
@@ -292,8 +336,17 @@ TEST(MegatronCheckpoint, ResumesUnderAnotherEngineAndTheReverse) {
     std::string first_engine, then_engine;
     Layout first, then;
   };
+  // Sharded over dp: ZeRO-3 pieces (cut from tp boxes at 4 ranks) saved, ZeRO-2 pieces loaded.
+  const std::string zero = "data_parallel_sharding_strategy = \"optim_grads";
+  const Layout zero3_layout = n == 2 ? Layout{"dp2 ZeRO-3", 2, "dp_shard = 2\n", zero + "_params\"\n", 2}
+                                     : Layout{"tp2 x dp2 sp ZeRO-3", 4, "tp = 2\ndp_shard = 2\n",
+                                              "sequence_parallel = true\n" + zero + "_params\"\n", 2};
+  const Layout zero2_layout = n == 2 ? Layout{"dp2 ZeRO-2", 2, "dp_shard = 2\n", zero + "\"\n", 2}
+                                     : Layout{"pp2 x dp2 ZeRO-2", 4, "pp = 2\ndp_shard = 2\n", zero + "\"\n", 2};
   for (const Leg& leg : {Leg{"megatron", "fsdp2", megatron_layout, fsdp2_layout},
-                         Leg{"fsdp2", "megatron", fsdp2_layout, sp_layout}}) {
+                         Leg{"fsdp2", "megatron", fsdp2_layout, sp_layout},
+                         Leg{"megatron", "fsdp2", zero3_layout, fsdp2_layout},
+                         Leg{"fsdp2", "megatron", fsdp2_layout, zero2_layout}}) {
     SCOPED_TRACE(leg.first_engine + " -> " + leg.then_engine);
     const std::string out = dir + "_" + leg.first_engine;
     Layout first = leg.first, then = leg.then;
