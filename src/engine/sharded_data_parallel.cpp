@@ -293,7 +293,9 @@ void ShardedDataParallel::after_layer(std::int64_t index, const at::Tensor& outp
             !units_[unit + 1]->gather)
           free_parameters(*units_[unit + 1]);
         ensure_gathered(*units_[unit]);
-        prefetch(unit - 1);
+        // Not the root: gather_root / begin_micro_batch gather it before each pass, and a root
+        // freed during this backward (its gradients came first) is not used again in it.
+        if (unit > 1) prefetch(unit - 1);
       });
   }
   std::int64_t held = 0;
@@ -387,6 +389,9 @@ void ShardedDataParallel::finish_gradients() {
     u->pending = 0;
   }
   finish_all_reduces();
+  // No gather crosses the optimizer step: one still in flight would bring the old values.
+  for (auto& u : units_)
+    if (u->gather) finish_gather(*u);
   // Units with frozen parameters that backward left gathered (the first layers, the root).
   if (plan_.shard_parameters)
     for (auto& u : units_)

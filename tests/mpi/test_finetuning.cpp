@@ -63,6 +63,13 @@ std::vector<Case> cases() {
       {"megatron tp2 x pp2 distributed optimizer", "megatron",
        "[mesh]\ntp = 2\npp = 2\n[dist_config]\nuse_distributed_optimizer = true\n", 4, false},
       {"megatron tp4 (kv heads replicated)", "megatron", "[mesh]\ntp = 4\n", 4, false},
+      {"megatron dp (buckets)", "megatron", "", 2, false},
+      {"megatron dp ZeRO-2 (optim_grads)", "megatron",
+       "[dist_config]\ndata_parallel_sharding_strategy = \"optim_grads\"\n", 2, false},
+      {"megatron dp ZeRO-3 (optim_grads_params)", "megatron",
+       "[dist_config]\ndata_parallel_sharding_strategy = \"optim_grads_params\"\n", 2, false},
+      {"megatron pp2 x dp2 ZeRO-2 (optim_grads)", "megatron",
+       "[mesh]\npp = 2\n[dist_config]\ndata_parallel_sharding_strategy = \"optim_grads\"\n", 4, false},
   };
 }
 
