@@ -6,6 +6,8 @@
 
 #include "lft/config/config.h"
 #include "lft/engine/megatron_plan.h"
+#include "lft/engine/mesh_plan.h"
+#include "lft/engine/registry.h"
 #include "lft/engine/run_plan.h"
 #include "lft/model/families.h"
 #include "test_util.h"
@@ -104,6 +106,35 @@ TEST(MegatronPlan, ImpossibleSettingsNameTheNumbers) {
                   "8 decoder layers do not divide into pp x virtual stages = 2 x 3 = 6");
   EXPECT_CONTAINS(error([] { plan(run("decoder_first_pipeline_num_layers = 7\n"), 3, 1); }), "cannot fill 3");
   EXPECT_CONTAINS(error([] { plan(run("sequence_parallel = true\n"), 1, 3); }), "attention heads");
+}
+
+// Megatron's data parallelism: a sharding strategy fills dp_shard by default; one that would
+// shard over a single rank while replicating, dp_shard without a strategy, and a strategy that
+// contradicts use_distributed_optimizer are refused, naming the keys.
+TEST(MegatronPlan, DataParallelShardingMesh) {
+  auto shape = [](const std::string& dist, const std::string& mesh_lines, int world) {
+    const config::Config cfg = config::parse_config(
+        "distributed = \"megatron\"\ntrain_dataset = \"" + data_file() + "\"\n[mesh]\n" + mesh_lines +
+            "[dist_config]\n" + dist + "[model]\nvocab_size = 259\nhidden_size = 32\nintermediate_size = 66\n"
+            "num_hidden_layers = 8\nnum_attention_heads = 4\nnum_key_value_heads = 2\n",
+        "megatron.toml");
+    const MeshShape m = plan_mesh(cfg, engine_for(cfg), world);
+    make_megatron_plan(cfg, *meta_model(cfg), m);
+    return m;
+  };
+  const std::string zero3 = "data_parallel_sharding_strategy = \"optim_grads_params\"\n";
+  EXPECT_EQ(shape(zero3, "", 4)[MeshDim::DPShard], 4);
+  EXPECT_EQ(shape("", "", 4)[MeshDim::DPReplicate], 4);
+  EXPECT_EQ(shape("use_distributed_optimizer = true\n", "", 4)[MeshDim::DPReplicate], 4);
+  const MeshShape hsdp = shape(zero3, "dp_replicate = 2\n", 8);
+  EXPECT_EQ(hsdp[MeshDim::DPReplicate] * 10 + hsdp[MeshDim::DPShard], 24);
+  auto error = [&](const std::string& dist, const std::string& mesh_lines) {
+    return test::message_of<config::ConfigError>([&] { shape(dist, mesh_lines, 4); });
+  };
+  EXPECT_CONTAINS(error(zero3, "dp_replicate = 4\n"), "shards over [mesh] dp_shard x cp, which is 1 here");
+  EXPECT_CONTAINS(error("", "dp_shard = 4\n"), "megatron shards over dp_shard only with a data_parallel_sharding_strategy");
+  EXPECT_CONTAINS(error("use_distributed_optimizer = true\n" + zero3, ""),
+                  "megatron.toml:6:1: key 'dist_config.data_parallel_sharding_strategy'");
 }
 
 // fp8's GEMMs (_scaled_mm on CUDA) take widths that are multiples of 16: each float8 linear is
