@@ -143,6 +143,10 @@ std::vector<Case> cases() {
        "pp = 2\ncp = 2\n", 4, 1, 2},
       {"megatron dp 2 x cp 2, distributed optimizer", "megatron", "",
        "cp = 2\n[dist_config]\nuse_distributed_optimizer = true\n", 4, 2, 2},
+      {"megatron cp 2, ZeRO-3 over dp_shard x cp", "megatron", "",
+       "cp = 2\n[dist_config]\ndata_parallel_sharding_strategy = \"optim_grads_params\"\n", 2, 1, 2},
+      {"megatron tp 2 x dp_shard 2 x cp 2, ZeRO-2, checkpointing", "megatron", "gradient_checkpointing = true\n",
+       "tp = 2\ncp = 2\n[dist_config]\ndata_parallel_sharding_strategy = \"optim_grads\"\n", 8, 2, 2},
       {"megatron tp 2 x cp 2 x pp 2, checkpointing", "megatron", "gradient_checkpointing = true\n",
        "tp = 2\ncp = 2\npp = 2\n", 8, 1, 2},
       // Ring attention.
