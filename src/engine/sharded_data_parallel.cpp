@@ -91,11 +91,13 @@ void ShardedDataParallel::prepare(model::CausalLM& model, std::vector<DataParall
 
 void ShardedDataParallel::build_units(model::CausalLM& model, const std::vector<DataParallelParameter>& given,
                                       bool broadcast) {
+  // Every unit of the model, those with nothing given here empty (megatron: other stages' layers,
+  // frozen ones).
+  for (std::int64_t u = 0; u <= model.num_layers(); ++u) units_.push_back(std::make_unique<Unit>());
   for (const DataParallelParameter& p : given) {
     params_.push_back(p.tensor);
     shapes_.push_back(p.tensor.sizes().vec());
     unit_of_.push_back(p.unit);
-    while (units_.size() <= unit_of_.back()) units_.push_back(std::make_unique<Unit>());
   }
   if (plan_.float8_all_gather) {
     std::map<std::string, model::LinearImpl*> float8_weights;

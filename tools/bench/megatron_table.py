@@ -1,6 +1,7 @@
 """The megatron rows of `make bench` (tools/bench/run.py --only megatron): the benchmark model at
 global batch 8 = 2 sequences x 4 micro-batches, fp32, 1 thread per rank, beside ddp at 2 ranks:
-dp 2 (megatron's data parallelism alone: its gradient all-reduce), tp 2 (sequence parallel),
+dp 2 (megatron's data parallelism alone: its gradient all-reduce; and sharded as ZeRO-2 and ZeRO-3
+by data_parallel_sharding_strategy), tp 2 (sequence parallel),
 pp 2 (1f1b), tp 2 x pp 2 (4 ranks on this machine's cores: the row's rate shows
 oversubscription, its bytes and bubble do not). Per row: tokens/s and the ratio
 to ddp, the pipeline bubble measured (stages' receive waits / step time) beside the schedule's
@@ -39,6 +40,9 @@ ROWS = (
     # name, ranks, engine, overrides, tp, pp, sp
     ("ddp", 2, "ddp", (), 1, 1, False),
     ("megatron dp2", 2, "megatron", (), 1, 1, False),
+    ("megatron dp2 ZeRO-2", 2, "megatron", ("dist_config.data_parallel_sharding_strategy=optim_grads",), 1, 1, False),
+    ("megatron dp2 ZeRO-3", 2, "megatron", ("dist_config.data_parallel_sharding_strategy=optim_grads_params",),
+     1, 1, False),
     ("megatron tp2 sp", 2, "megatron", ("mesh.tp=2", "dist_config.sequence_parallel=true"), 2, 1, True),
     ("megatron pp2 1f1b", 2, "megatron", ("mesh.pp=2",), 1, 2, False),
     ("megatron tp2 x pp2 sp", 4, "megatron", ("mesh.tp=2", "mesh.pp=2", "dist_config.sequence_parallel=true"),
