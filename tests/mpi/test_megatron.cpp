@@ -86,6 +86,7 @@ std::vector<Layout> layouts() {
       {"dp2 ZeRO-1 (optim)", 2, "dp_shard = 2\n", zero1, 2},
       {"dp2 ZeRO-2 (optim_grads)", 2, "dp_shard = 2\n", zero2, 2},
       {"dp2 ZeRO-3 (optim_grads_params)", 2, "", zero3, 2},
+      {"dp2 ZeRO-3 checkpointing", 2, "", zero3, 2, false, "gradient_checkpointing = true\n"},
       {"dp2 (bucketed all-reduce in backward)", 2, "dp_replicate = 2\n", "", 2, false, "ddp_bucket_cap_mb = 0.05\n"},
       {"tp4 sp (kv heads replicated)", 4, "tp = 4\n", sp},
       {"pp4 1f1b", 4, "pp = 4\n", "", 1, true},
@@ -96,6 +97,8 @@ std::vector<Layout> layouts() {
       {"tp2 x dp2 sp", 4, "tp = 2\ndp_replicate = 2\n", sp, 2},
       {"tp2 x dp2 sp ZeRO-3", 4, "tp = 2\ndp_shard = 2\n", sp + zero3, 2},
       {"pp2 x dp2 ZeRO-3 1f1b", 4, "pp = 2\ndp_shard = 2\n", zero3, 2},
+      {"pp2 x dp2 ZeRO-3 interleaved checkpointing", 4, "pp = 2\ndp_shard = 2\n", inter + zero3, 2, false,
+       "gradient_checkpointing = true\n"},
       {"pp2 x dp2 ZeRO-2 interleaved", 4, "pp = 2\ndp_shard = 2\n", inter + zero2, 2},
       {"HSDP dp_replicate 2 x dp_shard 2 ZeRO-3", 4, "dp_replicate = 2\ndp_shard = 2\n", zero3, 4},
       {"tp4 sp ZeRO-3 (dp 1: nothing to shard)", 4, "tp = 4\n", sp + zero3},
@@ -160,8 +163,11 @@ TEST(MegatronParity, Bf16WithinBf16Rounding) {
   at::set_num_threads(1);
   const auto ref = reference("bf16 = true\n");
   for (const Layout& l : {Layout{"tp2 sp bf16", 2, "tp = 2\n", "sequence_parallel = true\n", 1, false, "bf16 = true\n"},
-                          Layout{"pp2 bf16", 2, "pp = 2\n", "", 1, false, "bf16 = true\n"}}) {
-    const auto got = losses_of(run_toml("megatron", 2, 8, l), world());
+                          Layout{"pp2 bf16", 2, "pp = 2\n", "", 1, false, "bf16 = true\n"},
+                          // parameters gathered in bf16, as fsdp2's mixed precision
+                          Layout{"dp2 ZeRO-3 bf16", 2, "", "data_parallel_sharding_strategy = \"optim_grads_params\"\n", 2,
+                                 false, "bf16 = true\n"}}) {
+    const auto got = losses_of(run_toml("megatron", 2, 8 / l.dp, l), world());
     double worst = 0.0;
     for (std::size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(got[i] - ref[i]) / ref[i]);
     EXPECT_LT(worst, 2e-3) << l.label;
