@@ -436,8 +436,9 @@ std::vector<KeySpec> build() {
           .min(1)
           .engines({"megatron"}),
       K("dist_config.use_distributed_optimizer", B,
-        "Shard the optimizer state (and the fp32 update) across the data-parallel ranks: "
-        "gradients are reduce-scattered and updated parameters all-gathered (ZeRO-1)")
+        "Shard the optimizer state (and the fp32 update) across every data-parallel rank "
+        "(Megatron-LM's distributed optimizer, ZeRO-1): gradients are reduce-scattered during the "
+        "last micro-batch's backward and updated parameters all-gathered under the next forward")
           .def(false)
           .engines({"megatron"}),
       K("dist_config.data_parallel_sharding_strategy", S,

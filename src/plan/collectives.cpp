@@ -36,7 +36,7 @@ GroupShape group_shape(const MeshShape& mesh, const std::string& group) {
   if (group == "dp_shard") return {tp * cp, dps};
   if (group == "dp_shard_cp") return {tp, dps * cp};
   if (group == "dp_replicate") return {tp * cp * dps, dpr};
-  if (group == "dp_replicate_cp") return {tp, dpr * cp};  // megatron: dp_shard is 1
+  if (group == "dp_replicate_cp") return {tp, dpr * cp};
   if (group == "dp") return {tp * cp, dpr * dps};
   if (group == "dp_cp") return {tp, dpr * dps * cp};
   return {tp * cp * dps * dpr, mesh[MeshDim::PP]};  // "pp"
@@ -50,84 +50,117 @@ std::string with_cp(const Layout& l, const std::string& group) {
 // The ranks a sharded engine splits its state over: dp_shard x cp.
 int shard_ranks(const Layout& l) { return l.mesh[MeshDim::DPShard] * l.mesh[MeshDim::CP]; }
 
-// The fully sharded engines (fsdp2, fsdp, ZeRO-3): every micro-batch gathers the root unit once
-// and each layer before its forward (and again before its backward when it was resharded), and
-// reduce-scatters each unit's gradients when the unit's last one is ready; HSDP then all-reduces
-// the shards across replicas once per step.
-void fully_sharded(const StepInput& in, std::vector<Collective>& out) {
+// Where a sharded data parallelism runs: the parameters it holds (the whole model, or megatron's
+// stage boxes), the group it shards over and its size.
+struct ShardedOver {
+  ModelShape model;
+  std::string group;
+  int ranks = 1;
+};
+
+ShardedOver whole_model_over_dp_shard(const StepInput& in) {
+  return {in.model, with_cp(in.layout, "dp_shard"), shard_ranks(in.layout)};
+}
+
+// HSDP: the gradient shards all-reduced across the replicas once per step, a unit at a time.
+void replica_all_reduce(const StepInput& in, const ShardedOver& s, std::vector<Collective>& out) {
+  const double layers = static_cast<double>(std::max<std::int64_t>(1, s.model.layers));
+  if (in.layout.mesh[MeshDim::DPReplicate] > 1 && s.model.trained > 0)
+    out.push_back(make("all-reduce the gradient shards across replicas (HSDP)", "dp_replicate", CollKind::AllReduce,
+                       4 * s.model.trained / s.ranks / (layers + 1), layers + 1, When::Exposed));
+}
+
+// The fully sharded engines (fsdp2, fsdp, ZeRO-3; megatron's optim_grads_params): every
+// micro-batch gathers the root unit once and each layer before its forward (and again before its
+// backward when it was resharded), and reduce-scatters each unit's gradients when the unit's last
+// one is ready; HSDP then all-reduces the shards across replicas once per step.
+void fully_sharded(const StepInput& in, const ShardedOver& s, std::vector<Collective>& out) {
   const Layout& l = in.layout;
-  const ModelShape& m = in.model;
+  const ModelShape& m = s.model;
   const double mb = static_cast<double>(l.accumulation),
                layers = static_cast<double>(std::max<std::int64_t>(1, m.layers));
   const double cb = in.compute_bytes;
   const double layer_params = (m.params - m.root_params) / layers,
                layer_trained = (m.trained - m.root_trained) / layers;
-  const int shards = shard_ranks(l);
-  const std::string shard_group = with_cp(l, "dp_shard");
-  if (shards > 1) {
-    out.push_back(make("all-gather the root unit (embedding, norm, head)", shard_group, CollKind::AllGather,
-                       cb * m.root_params, mb, When::Exposed));
-    out.push_back(make("all-gather each layer before its forward", shard_group, CollKind::AllGather, cb * layer_params,
+  if (s.ranks > 1) {
+    if (m.root_params > 0)
+      out.push_back(make("all-gather the root unit (embedding, norm, head)", s.group, CollKind::AllGather,
+                         cb * m.root_params, mb, When::Exposed));
+    out.push_back(make("all-gather each layer before its forward", s.group, CollKind::AllGather, cb * layer_params,
                        mb * layers, When::DuringForward, mb));
     if (l.reshard_after_forward)
-      out.push_back(make("all-gather each layer again before its backward", shard_group, CollKind::AllGather,
+      out.push_back(make("all-gather each layer again before its backward", s.group, CollKind::AllGather,
                          cb * layer_params, mb * layers, When::DuringBackward, mb));
     if (layer_trained > 0)
-      out.push_back(make("reduce-scatter each layer's gradients", shard_group, CollKind::ReduceScatter,
+      out.push_back(make("reduce-scatter each layer's gradients", s.group, CollKind::ReduceScatter,
                          4 * layer_trained, mb * layers, When::DuringBackward, mb));
     if (m.root_trained > 0)
-      out.push_back(make("reduce-scatter the root unit's gradients", shard_group, CollKind::ReduceScatter,
+      out.push_back(make("reduce-scatter the root unit's gradients", s.group, CollKind::ReduceScatter,
                          4 * m.root_trained, mb, When::Exposed));
   }
-  if (l.mesh[MeshDim::DPReplicate] > 1 && m.trained > 0)
-    out.push_back(make("all-reduce the gradient shards across replicas (HSDP)", "dp_replicate", CollKind::AllReduce,
-                       4 * m.trained / shards / (layers + 1), layers + 1, When::Exposed));
+  replica_all_reduce(in, s, out);
 }
 
 // ZeRO-1 and -2: whole fp32 parameters on every rank, each unit's gradients reduce-scattered when
 // its last one is ready (ZeRO-2 in every micro-batch's backward, ZeRO-1 in the last one's), the
 // updated shards all-gathered under the next forward: the root's waited for first, the first
 // layer's launched beside it, each later one while the layer before it runs.
-void sharded_optimizer(const StepInput& in, bool per_micro_batch, std::vector<Collective>& out) {
+void sharded_optimizer(const StepInput& in, const ShardedOver& s, bool per_micro_batch, std::vector<Collective>& out) {
   const Layout& l = in.layout;
-  const ModelShape& m = in.model;
-  if (shard_ranks(l) == 1 || m.trained == 0) return;
-  const std::string shard_group = with_cp(l, "dp_shard");
+  const ModelShape& m = s.model;
+  if (s.ranks == 1 || m.trained == 0) return;
   const double mb = static_cast<double>(l.accumulation),
                layers = static_cast<double>(std::max<std::int64_t>(1, m.layers));
   const double layer_trained = (m.trained - m.root_trained) / layers;
   const double reductions = per_micro_batch ? mb : 1;
   if (layer_trained > 0)
-    out.push_back(make("reduce-scatter each layer's gradients", shard_group, CollKind::ReduceScatter, 4 * layer_trained,
+    out.push_back(make("reduce-scatter each layer's gradients", s.group, CollKind::ReduceScatter, 4 * layer_trained,
                        reductions * layers, per_micro_batch ? When::DuringBackward : When::DuringLastBackward,
                        reductions));
   if (m.root_trained > 0) {
-    out.push_back(make("reduce-scatter the root unit's gradients", shard_group, CollKind::ReduceScatter,
+    out.push_back(make("reduce-scatter the root unit's gradients", s.group, CollKind::ReduceScatter,
                        4 * m.root_trained, reductions, When::Exposed));
-    out.push_back(make("all-gather the root unit's updated fp32 shards", shard_group, CollKind::AllGather,
+    out.push_back(make("all-gather the root unit's updated fp32 shards", s.group, CollKind::AllGather,
                        4 * m.root_trained, 1, When::Exposed));
   }
   if (layer_trained > 0)
-    out.push_back(make("all-gather each layer's updated fp32 shards", shard_group, CollKind::AllGather,
+    out.push_back(make("all-gather each layer's updated fp32 shards", s.group, CollKind::AllGather,
                        4 * layer_trained, layers, When::DuringForward, 1));
 }
 
-// Megatron after the last backward: the data-parallel reduction of this rank's box (ZeRO-1
-// style with the distributed optimizer), and the sequence-parallel norms' gradients over tp.
+// Megatron's data parallelism over its stage boxes: the bucketed all-reduce during the last
+// micro-batch's backward (as ddp's); the distributed optimizer, ZeRO-1 over every dp rank; or a
+// sharding strategy over dp_shard x cp (HSDP across dp_replicate).
+void megatron_data_parallel(const StepInput& in, std::vector<Collective>& out) {
+  const Layout& l = in.layout;
+  const ModelShape& box = in.stage_box;
+  if (box.trained == 0) return;
+  const int dp = l.mesh.dp_size() * l.mesh[MeshDim::CP];
+  if (l.distributed_optimizer) return sharded_optimizer(in, {box, with_cp(l, "dp"), dp}, false, out);
+  const ShardedOver over_shards{box, with_cp(l, "dp_shard"), shard_ranks(l)};
+  switch (l.dp_sharding) {
+    case engine::DpSharding::NoShard:
+      if (dp > 1) {
+        const double bytes = 4 * box.trained;
+        const double calls = std::max(1.0, std::ceil(bytes / in.ddp_bucket_bytes));
+        out.push_back(make("all-reduce the gradients in buckets", with_cp(l, "dp"), CollKind::AllReduce, bytes / calls,
+                           calls, When::DuringLastBackward, 1));
+      }
+      return;
+    case engine::DpSharding::Optim:
+    case engine::DpSharding::OptimGrads:
+      sharded_optimizer(in, over_shards, l.dp_sharding == engine::DpSharding::OptimGrads, out);
+      return replica_all_reduce(in, over_shards, out);
+    case engine::DpSharding::OptimGradsParams:
+      return fully_sharded(in, over_shards, out);
+  }
+}
+
+// Megatron: its data parallelism, and after the last backward the sequence-parallel norms'
+// gradients over tp.
 void megatron_step(const StepInput& in, std::vector<Collective>& out) {
   const Layout& l = in.layout;
-  const std::string dp_group = with_cp(l, "dp_replicate");
-  if (l.mesh[MeshDim::DPReplicate] * l.mesh[MeshDim::CP] > 1 && in.rank_trained > 0) {
-    const double bytes = 4 * in.rank_trained;
-    if (l.distributed_optimizer) {
-      out.push_back(make("reduce-scatter the gradients (distributed optimizer)", dp_group,
-                         CollKind::ReduceScatter, bytes, 1, When::Exposed));
-      out.push_back(
-          make("all-gather the updated parameters", dp_group, CollKind::AllGather, bytes, 1, When::Exposed));
-    } else {
-      out.push_back(make("all-reduce the gradients", dp_group, CollKind::AllReduce, bytes, 1, When::Exposed));
-    }
-  }
+  megatron_data_parallel(in, out);
   if (l.sequence_parallel && l.mesh[MeshDim::TP] > 1) {
     std::int64_t most = in.model.layers;
     if (!in.stage_layers.empty()) most = *std::max_element(in.stage_layers.begin(), in.stage_layers.end());
@@ -161,13 +194,13 @@ std::vector<Collective> data_parallel_collectives(const StepInput& in) {
       }
       break;
     case Algorithm::FullyShardedData:
-      fully_sharded(in, out);
+      fully_sharded(in, whole_model_over_dp_shard(in), out);
       break;
     case Algorithm::ShardedOptimizer:
-      sharded_optimizer(in, false, out);
+      sharded_optimizer(in, whole_model_over_dp_shard(in), false, out);
       break;
     case Algorithm::ShardedGradients:
-      sharded_optimizer(in, true, out);
+      sharded_optimizer(in, whole_model_over_dp_shard(in), true, out);
       break;
     case Algorithm::Megatron:
       megatron_step(in, out);

@@ -20,7 +20,8 @@ bool wanted(const LayoutSpace& s, const std::string& engine) {
 }
 
 // The engine variants a mesh allows; micro-batch, accumulation and checkpointing come later. The
-// data-parallel engines shard (or replicate) over dp x cp, megatron's dp group is dp_replicate x cp.
+// data-parallel engines shard (or replicate) over dp x cp; megatron all-reduces over dp_replicate x cp
+// (the distributed optimizer shards over it) or shards over dp_shard x cp.
 std::vector<Layout> engine_variants(const LayoutSpace& s, const MeshShape& mesh) {
   const int pp = mesh[MeshDim::PP], dpr = mesh[MeshDim::DPReplicate], tp = mesh[MeshDim::TP];
   const int shards = mesh[MeshDim::DPShard] * mesh[MeshDim::CP];
@@ -49,21 +50,33 @@ std::vector<Layout> engine_variants(const LayoutSpace& s, const MeshShape& mesh)
       l.zero_stage = stage;
       out.push_back(l);
     }
-  if (mesh[MeshDim::DPShard] == 1 && pp <= s.layers && wanted(s, "megatron")) {
+  if (pp <= s.layers && wanted(s, "megatron")) {
     // Sequence parallel and the distributed optimizer move the same bytes as their alternatives
-    // and keep less in memory, so the planner always takes them where they apply.
+    // and keep less in memory, so the planner always takes them where they apply. Over dp_shard
+    // it weighs ZeRO-2 (whole parameters) against ZeRO-3 (gathered per layer).
     Layout l = make("megatron", Algorithm::Megatron);
     l.sequence_parallel = tp > 1;
-    l.distributed_optimizer = dpr * mesh[MeshDim::CP] > 1;
-    out.push_back(l);
-    if (pp > 1)
-      for (int v = 2; v <= 8; ++v)
-        if (s.layers % (static_cast<std::int64_t>(pp) * v) == 0) {
-          Layout interleaved = l;
-          interleaved.schedule = PipelineScheduleKind::Interleaved1F1B;
-          interleaved.virtual_stages = v;
-          out.push_back(interleaved);
-        }
+    std::vector<Layout> data_parallel;
+    if (mesh[MeshDim::DPShard] == 1) {
+      l.distributed_optimizer = dpr * mesh[MeshDim::CP] > 1;
+      data_parallel.push_back(l);
+    } else {
+      for (const engine::DpSharding d : {engine::DpSharding::OptimGrads, engine::DpSharding::OptimGradsParams}) {
+        l.dp_sharding = d;
+        data_parallel.push_back(l);
+      }
+    }
+    for (const Layout& d : data_parallel) {
+      out.push_back(d);
+      if (pp > 1)
+        for (int v = 2; v <= 8; ++v)
+          if (s.layers % (static_cast<std::int64_t>(pp) * v) == 0) {
+            Layout interleaved = d;
+            interleaved.schedule = PipelineScheduleKind::Interleaved1F1B;
+            interleaved.virtual_stages = v;
+            out.push_back(interleaved);
+          }
+    }
   }
   return out;
 }
@@ -146,6 +159,8 @@ std::string Layout::algorithm_text() const {
                    ? " interleaved v" + std::to_string(virtual_stages)
                    : std::string(" ") + engine::pipeline_schedule_name(schedule);
       if (distributed_optimizer) out += " dist-opt";
+      if (dp_sharding == engine::DpSharding::OptimGrads) out += " ZeRO-2";
+      if (dp_sharding == engine::DpSharding::OptimGradsParams) out += " ZeRO-3";
       return out;
     }
     default:
@@ -199,6 +214,7 @@ std::vector<std::string> layout_overrides(const Layout& l, const std::string& de
   if (l.algorithm == Algorithm::Megatron) {
     out.push_back("dist_config.sequence_parallel=" + flag(l.sequence_parallel));
     out.push_back("dist_config.use_distributed_optimizer=" + flag(l.distributed_optimizer));
+    out.push_back(std::string("dist_config.data_parallel_sharding_strategy=") + engine::dp_sharding_name(l.dp_sharding));
     out.push_back(std::string("dist_config.pipeline_schedule=") + engine::pipeline_schedule_name(l.schedule));
     out.push_back("dist_config.virtual_pipeline_model_parallel_size=" + std::to_string(l.virtual_stages));
   }
@@ -222,6 +238,7 @@ std::string layout_config_lines(const Layout& l) {
     dist += std::string("pipeline_schedule = \"") + engine::pipeline_schedule_name(l.schedule) + "\"\n";
     dist += "virtual_pipeline_model_parallel_size = " + std::to_string(l.virtual_stages) + "\n";
     dist += "use_distributed_optimizer = " + flag(l.distributed_optimizer) + "\n";
+    dist += std::string("data_parallel_sharding_strategy = \"") + engine::dp_sharding_name(l.dp_sharding) + "\"\n";
   }
   if (!dist.empty()) out += "\n[dist_config]\n" + dist;
   return out;

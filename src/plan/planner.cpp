@@ -80,7 +80,7 @@ StepInput step_input(const PlanRequest& r, const ModelShape& shape, const config
 
 void add_shares(StepInput& in, const MegatronShares& shares) {
   in.stage_layers = shares.stage_layers;
-  in.rank_trained = shares.rank_trained;
+  in.stage_box = shares.stage_box;
 }
 
 // The layout a config asks for, as the cost model reads it.
@@ -110,6 +110,7 @@ Layout config_layout(const config::Config& cfg, const engine::RunPlan& plan) {
     l.algorithm = Algorithm::Megatron;
     l.sequence_parallel = cfg.boolean("dist_config.sequence_parallel") && l.mesh[MeshDim::TP] > 1;
     l.distributed_optimizer = cfg.boolean("dist_config.use_distributed_optimizer");
+    if (!l.distributed_optimizer) l.dp_sharding = engine::dp_sharding_of(cfg);
     l.schedule = engine::pipeline_schedule_kind(cfg.string("dist_config.pipeline_schedule"));
     l.virtual_stages = static_cast<int>(cfg.integer("dist_config.virtual_pipeline_model_parallel_size"));
   } else {
@@ -174,22 +175,30 @@ MegatronShares megatron_shares(const model::CausalLM& m, const engine::MegatronP
   for (std::size_t g = 0; g < plan.stage_layers.size(); ++g)
     out.stage_layers[g % static_cast<std::size_t>(plan.pp)] += plan.stage_layers[g].second - plan.stage_layers[g].first;
   // As estimate_megatron counts them: tensor-parallel rank 0's box of every parameter a stage runs.
-  std::vector<double> trained(static_cast<std::size_t>(plan.pp), 0.0);
+  std::vector<ModelShape> boxes(static_cast<std::size_t>(plan.pp));
+  for (std::size_t stage = 0; stage < boxes.size(); ++stage) boxes[stage].layers = out.stage_layers[stage];
   for (const auto& item : m.named_parameters()) {
     const at::Tensor& t = item.value();
-    if (!t.requires_grad()) continue;
     const model::ParameterPlacement placement = m.placement(item.key());
     const engine::TpSlice slice = engine::tp_slice(placement.tp, plan.tp, 0);
     double elements = static_cast<double>(t.numel());
     if (slice.dim >= 0) elements = elements / static_cast<double>(t.size(slice.dim)) * static_cast<double>(slice.count);
+    const bool root = !m.is_layer_unit(placement.units.front());
     std::vector<bool> counted(static_cast<std::size_t>(plan.pp), false);
     for (const std::int64_t unit : placement.units) {
       const auto stage = static_cast<std::size_t>(engine::stage_of_unit(plan, m, unit));
-      if (!counted[stage]) trained[stage] += elements;
+      if (counted[stage]) continue;
       counted[stage] = true;
+      ModelShape& box = boxes[stage];
+      box.params += elements;
+      if (root) box.root_params += elements;
+      if (!t.requires_grad()) continue;
+      box.trained += elements;
+      if (root) box.root_trained += elements;
     }
   }
-  out.rank_trained = *std::max_element(trained.begin(), trained.end());
+  out.stage_box = *std::max_element(boxes.begin(), boxes.end(),
+                                     [](const ModelShape& a, const ModelShape& b) { return a.trained < b.trained; });
   return out;
 }
 

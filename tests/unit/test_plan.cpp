@@ -179,6 +179,37 @@ TEST(PlanCostModel, MegatronPayloadsMatchTheMeasuredFormula) {
   EXPECT_NEAR(sum_over(pp, "pp", CollKind::Recv, false), m * act, 1e-9);
 }
 
+// Megatron's data parallelism on the stage's boxes, as tests/mpi/test_megatron.cpp measures it at
+// dp_shard 2 (one micro-batch): optim_grads_params all-gathers the layers twice and the root once
+// and reduce-scatters every gradient, (2P + P_layers) per step; optim_grads one reduce-scatter and
+// one all-gather; no_shard (over dp_replicate) one all-reduce in buckets during the last backward.
+TEST(PlanCostModel, MegatronDataParallelIsTheShardedAlgorithmsOnTheStageBoxes) {
+  StepInput in = two_ranks_fp32(shape(4, 1e4, 1e4), 32, "megatron", Algorithm::Megatron, 2, 1);
+  in.stage_layers = {4};
+  in.stage_box = shape(4, 1e4, 1e4);
+  const double P = 4 * 5e4, layers = 4 * 4e4;
+  in.layout.mesh = mesh(1, 1, 2, 1);
+  in.layout.dp_sharding = engine::DpSharding::OptimGradsParams;
+  const StepPrediction zero3 = predict_step(in);
+  EXPECT_NEAR(sum_over(zero3, "dp_shard", CollKind::AllGather, false), P + layers, 1e-6);
+  EXPECT_NEAR(sum_over(zero3, "dp_shard", CollKind::ReduceScatter, false), P, 1e-6);
+  in.layout.dp_sharding = engine::DpSharding::OptimGrads;
+  const StepPrediction zero2 = predict_step(in);
+  EXPECT_NEAR(sum_over(zero2, "dp_shard", CollKind::AllGather, false), P, 1e-6);
+  EXPECT_NEAR(sum_over(zero2, "dp_shard", CollKind::ReduceScatter, false), P, 1e-6);
+  in.layout.dp_sharding = engine::DpSharding::NoShard;
+  in.layout.mesh = mesh(1, 2, 1, 1);
+  const StepPrediction buckets = predict_step(in);
+  EXPECT_NEAR(sum_over(buckets, "dp", CollKind::AllReduce, false), P, 1e-6);
+  for (const Collective& c : buckets.collectives)
+    if (c.group == "dp") EXPECT_EQ(c.when, When::DuringLastBackward);
+  // HSDP: ZeRO-3 over dp_shard 2, the shards all-reduced over dp_replicate 2.
+  in.cluster = one_node(4);
+  in.layout.mesh = mesh(1, 2, 2, 1);
+  in.layout.dp_sharding = engine::DpSharding::OptimGradsParams;
+  EXPECT_NEAR(sum_over(predict_step(in), "dp_replicate", CollKind::AllReduce, false), P / 2, 1e-6);
+}
+
 // The exchanges tests/mpi/test_context_parallel.cpp counts at cp 2 (B = 2, cutoff 31 padded to 32,
 // chunk 16, L = 2, 4 heads of 8, 2 kv heads, fp32, 3 micro-batches), with and without
 // checkpointing; the gradients then reduce over dp x cp.
@@ -303,7 +334,15 @@ TEST(PlanLayouts, EveryLayoutKeepsTheGlobalBatch) {
       EXPECT_EQ(l.mesh[MeshDim::PP] * l.mesh[MeshDim::TP], 1);
   }
   space.engines = {"megatron"};
-  for (const Layout& l : enumerate_layouts(space)) EXPECT_EQ(l.engine, "megatron");
+  int zero3 = 0;
+  for (const Layout& l : enumerate_layouts(space)) {
+    EXPECT_EQ(l.engine, "megatron");
+    // dp_shard > 1 only with a sharding strategy; the distributed optimizer only without
+    EXPECT_EQ(l.mesh[MeshDim::DPShard] > 1, l.dp_sharding != engine::DpSharding::NoShard) << l.engine_text();
+    if (l.dp_sharding != engine::DpSharding::NoShard) EXPECT_FALSE(l.distributed_optimizer);
+    zero3 += l.dp_sharding == engine::DpSharding::OptimGradsParams && l.mesh[MeshDim::TP] > 1;
+  }
+  EXPECT_GT(zero3, 0) << "tp x ZeRO-3 over dp_shard is among the layouts";
 }
 
 // cp only where each rank keeps kMinContextChunk tokens; then in both modes, over every engine.

@@ -18,21 +18,13 @@
 #include <vector>
 
 #include "lft/config/config.h"
+#include "lft/engine/dp_sharding.h"
 #include "lft/engine/pipeline_schedule.h"
 #include "lft/engine/sharded_data_parallel.h"
 #include "lft/mesh/device_mesh.h"
 #include "lft/model/causal_lm.h"
 
 namespace lft::engine {
-
-// How megatron's data parallelism shards (Megatron-Core's data_parallel_sharding_strategy): what
-// is cut over the shard group, beside the parameters' tensor-parallel boxes.
-enum class DpSharding {
-  NoShard,          // gradients all-reduced in buckets during backward
-  Optim,            // optimizer state and fp32 update (ZeRO-1)
-  OptimGrads,       // and gradients, reduce-scattered during backward (ZeRO-2)
-  OptimGradsParams  // and parameters, gathered per layer (ZeRO-3 / FSDP)
-};
 
 struct MegatronPlan {
   int tp = 1;

@@ -41,10 +41,11 @@ struct StepInput {
   int compute_bytes = 2;                         // 2: bf16 / fp16 autocast, 4: fp32
   double ddp_bucket_bytes = 25.0 * 1024 * 1024;  // ddp_bucket_cap_mb
   // Megatron, from the engine's own plan (megatron_plan.h): decoder layers per pipeline stage
-  // (summed over its chunks), and the trained elements of the largest stage's tensor-parallel box,
-  // which its data-parallel reduction moves. Empty / 0 elsewhere.
+  // (summed over its chunks), and the largest stage's tensor-parallel boxes (layers, params,
+  // trained, root_params, root_trained), which its data parallelism reduces or shards. Empty / 0
+  // elsewhere.
   std::vector<std::int64_t> stage_layers;
-  double rank_trained = 0;
+  ModelShape stage_box;
   double memory_bytes = 0;  // the run plan's per-rank estimate, carried into the prediction
 };
 

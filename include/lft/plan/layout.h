@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "lft/engine/dp_sharding.h"
 #include "lft/engine/pipeline_schedule.h"
 #include "lft/mesh/device_mesh.h"
 
@@ -19,7 +20,7 @@ enum class Algorithm {
   FullyShardedData,  // fsdp2 (and fsdp, ZeRO-3): parameters gathered per layer; HSDP over dp_replicate
   ShardedOptimizer,  // ZeRO-1: gradients reduce-scattered once per step
   ShardedGradients,  // ZeRO-2: gradients reduce-scattered per micro-batch
-  Megatron,          // tensor (+ sequence) and pipeline parallel, data parallel over dp_replicate
+  Megatron,          // tensor (+ sequence) and pipeline parallel, data parallel on top (all-reduced or sharded)
 };
 
 struct Layout {
@@ -32,7 +33,9 @@ struct Layout {
   bool checkpointing = false;          // gradient_checkpointing
   bool reshard_after_forward = true;   // FullyShardedData
   bool sequence_parallel = false;      // Megatron, tp > 1
-  bool distributed_optimizer = false;  // Megatron, dp_replicate x cp > 1
+  bool distributed_optimizer = false;  // Megatron, dp_replicate x cp > 1: ZeRO-1 over every dp rank
+  // Megatron, dp_shard > 1: what its data parallelism shards over dp_shard x cp (HSDP with dp_replicate)
+  engine::DpSharding dp_sharding = engine::DpSharding::NoShard;
   bool ring = false;                   // cp > 1: ring attention (cp_mode = "ring"), else Ulysses
   engine::PipelineScheduleKind schedule = engine::PipelineScheduleKind::OneFOneB;
   int virtual_stages = 1;
@@ -65,7 +68,8 @@ constexpr std::int64_t kMinContextChunk = 4096;
 // seq_len / cp >= kMinContextChunk, each cp > 1 both as Ulysses and as ring), micro-batches that
 // divide each data-parallel rank's share of the global batch, checkpointing off and on, and per
 // engine its variants (fsdp2 with and without reshard_after_forward; ZeRO-1 and -2; megatron with
-// sequence parallel when tp > 1, the distributed optimizer when dp > 1, and for pp > 1 1f1b and
+// sequence parallel when tp > 1, the distributed optimizer when dp_replicate x cp > 1, ZeRO-2 and
+// ZeRO-3 (data_parallel_sharding_strategy) when dp_shard > 1, and for pp > 1 1f1b and
 // interleaved_1f1b with each v in 2..8 that divides the layers). Not yet validated against the
 // model: the planner asks the engines (resolve_run_plan) and drops what they refuse.
 std::vector<Layout> enumerate_layouts(const LayoutSpace& space);

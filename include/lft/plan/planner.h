@@ -56,11 +56,12 @@ struct PlanResult {
 // The shape of a (meta-device) model as the cost model reads it.
 ModelShape model_shape(const model::CausalLM& model);
 
-// Megatron's own split of `model` under `plan`: decoder layers per pipeline stage and the trained
-// elements of the largest stage's tensor-parallel box (what its data-parallel reduction moves).
+// Megatron's own split of `model` under `plan`: decoder layers per pipeline stage, and the
+// tensor-parallel boxes of the stage with the most trained elements (what its data parallelism
+// reduces or shards): its layers, parameters and trained elements, and the root unit's share.
 struct MegatronShares {
   std::vector<std::int64_t> stage_layers;
-  double rank_trained = 0;
+  ModelShape stage_box;
 };
 MegatronShares megatron_shares(const model::CausalLM& model, const engine::MegatronPlan& plan);
 
