@@ -60,7 +60,7 @@ std::vector<Layout> engine_variants(const LayoutSpace& s, const MeshShape& mesh)
     if (mesh[MeshDim::DPShard] == 1) {
       l.distributed_optimizer = dpr * mesh[MeshDim::CP] > 1;
       data_parallel.push_back(l);
-    } else {
+    } else if (!data_parallel_only) {  // alone, megatron's ZeRO-2/3 are fsdp2's and deepspeed's: left to them
       for (const engine::DpSharding d : {engine::DpSharding::OptimGrads, engine::DpSharding::OptimGradsParams}) {
         l.dp_sharding = d;
         data_parallel.push_back(l);
