@@ -305,17 +305,7 @@ TEST(MegatronComm, ShardingStrategiesMoveWhatTheAlgorithmNeeds) {
       total += 4 * numel;
       if (names[i].rfind("model.layers.", 0) == 0) layers += 4 * numel;
     }
-    // From the end of a step: ZeRO-1/2 gather the updated shards in the next step's forward.
-    trainer->step();
-    for (Communicator* c : trainer->engine().communicators()) c->reset_stats();
-    const int steps = 2;
-    for (int i = 0; i < steps; ++i) trainer->step();
-    double moved = 0;
-    for (Communicator* c : trainer->engine().communicators())
-      for (int k = 0; k < kCollKindCount; ++k) {
-        const auto kind = static_cast<CollKind>(k);
-        moved += bus_bytes(kind, static_cast<double>(c->stats()[kind].bytes), c->size()) / steps;
-      }
+    const double moved = test::bus_bytes_per_step(*trainer, 2);
     const double theory = (2 * total + layers_twice * layers) / 2;
     if (world().rank() == 0)
       std::printf("[ megatron ] dp_shard 2 %-18s moved %.0f B per step, algorithm %.0f B (%.3fx)\n",

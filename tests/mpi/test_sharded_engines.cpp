@@ -194,18 +194,7 @@ TEST(ShardedComm, BytesPerStepMatchTheAlgorithm) {
         for (auto d : boxes[i].global_shape) numel *= static_cast<double>(d);
         layers += 4 * numel;
       }
-    // Counted from the end of a first step: ZeRO-1/2 post part of a step's gathers in the next
-    // step's forward, so a window from the end of one step to the end of another holds whole steps.
-    trainer->step();
-    for (Communicator* c : trainer->engine().communicators()) c->reset_stats();
-    const int steps = 2;
-    for (int i = 0; i < steps; ++i) trainer->step();
-    double moved = 0;
-    for (Communicator* c : trainer->engine().communicators())
-      for (int k = 0; k < kCollKindCount; ++k) {
-        const auto kind = static_cast<CollKind>(k);
-        moved += bus_bytes(kind, static_cast<double>(c->stats()[kind].bytes), c->size()) / steps;
-      }
+    const double moved = test::bus_bytes_per_step(*trainer, 2);
     const double share = static_cast<double>(n - 1) / n;
     const double theory = (v.all_reduce ? 2 * total : 2 * total + v.layers_twice * layers) * share;
     if (world().rank() == 0)

@@ -53,4 +53,20 @@ inline std::vector<std::pair<double, double>> losses_and_grad_norms(const std::s
   return out;
 }
 
+// Bus bytes per step (nccl-tests' convention) over the engine's communicators, counted over
+// `steps` steps from the end of a first one: ZeRO-1/2 post a step's gathers in the next step's
+// forward, so a window from the end of one step to the end of another holds whole steps.
+inline double bus_bytes_per_step(train::Trainer& trainer, int steps) {
+  trainer.step();
+  for (Communicator* c : trainer.engine().communicators()) c->reset_stats();
+  for (int i = 0; i < steps; ++i) trainer.step();
+  double moved = 0;
+  for (Communicator* c : trainer.engine().communicators())
+    for (int k = 0; k < kCollKindCount; ++k) {
+      const auto kind = static_cast<CollKind>(k);
+      moved += bus_bytes(kind, static_cast<double>(c->stats()[kind].bytes), c->size()) / steps;
+    }
+  return moved;
+}
+
 }  // namespace lft::test
