@@ -83,6 +83,12 @@ void check_data_parallel(const config::Config& cfg, const MegatronPlan& p, const
          "remove use_distributed_optimizer, or the sharding strategy");
   const int shard = mesh[MeshDim::DPShard] * mesh[MeshDim::CP], replicas = mesh[MeshDim::DPReplicate];
   if (p.dp_sharding == DpSharding::NoShard || p.distributed_optimizer) {
+    if (mesh[MeshDim::DPShard] > 1 && p.distributed_optimizer)
+      fail((cfg.is_set("mesh.dp_shard") ? cfg.where("mesh.dp_shard") : std::string("[mesh] dp_shard")) + " = " +
+               n(mesh[MeshDim::DPShard]) + ": use_distributed_optimizer shards over every data-parallel rank, "
+               "which megatron keeps on dp_replicate",
+           "set [mesh] dp_replicate instead of dp_shard, or data_parallel_sharding_strategy = \"optim\" (ZeRO-1 over "
+           "dp_shard, HSDP with dp_replicate) instead of use_distributed_optimizer");
     if (mesh[MeshDim::DPShard] > 1)
       fail((cfg.is_set("mesh.dp_shard") ? cfg.where("mesh.dp_shard") : std::string("[mesh] dp_shard")) + " = " +
                n(mesh[MeshDim::DPShard]) + ": megatron shards over dp_shard only with a data_parallel_sharding_strategy",

@@ -18,13 +18,15 @@ std::unique_ptr<Engine> make(const EngineContext& ctx) {
 }
 
 MemoryEstimate whole_model(const config::Config&, const RunPlan& plan) { return estimate_replicated(plan, false); }
+MemoryEstimate whole_model_with_buckets(const config::Config&, const RunPlan& plan) {
+  return estimate_replicated(plan, true);
+}
+
+// megatron's sharding strategies put the data-parallel ranks on dp_shard by default; the
+// all-reduce and use_distributed_optimizer on dp_replicate.
 MeshDim megatron_fill(const config::Config& cfg) {
   const bool shards = dp_sharding_of(cfg) != DpSharding::NoShard && !cfg.boolean("dist_config.use_distributed_optimizer");
   return shards ? MeshDim::DPShard : MeshDim::DPReplicate;
-}
-
-MemoryEstimate whole_model_with_buckets(const config::Config&, const RunPlan& plan) {
-  return estimate_replicated(plan, true);
 }
 
 }  // namespace

@@ -133,6 +133,8 @@ TEST(MegatronPlan, DataParallelShardingMesh) {
   };
   EXPECT_CONTAINS(error(zero3, "dp_replicate = 4\n"), "shards over [mesh] dp_shard x cp, which is 1 here");
   EXPECT_CONTAINS(error("", "dp_shard = 4\n"), "megatron shards over dp_shard only with a data_parallel_sharding_strategy");
+  EXPECT_CONTAINS(error("use_distributed_optimizer = true\n", "dp_shard = 4\n"),
+                  "use_distributed_optimizer shards over every data-parallel rank, which megatron keeps on dp_replicate");
   EXPECT_CONTAINS(error("use_distributed_optimizer = true\n" + zero3, ""),
                   "megatron.toml:6:1: key 'dist_config.data_parallel_sharding_strategy'");
 }
