@@ -108,8 +108,16 @@ for entry in "${cases[@]}"; do
   [ -n "$extra" ] && printf '%s\n' "$extra" >> "$dir/job.yaml"
 
   echo "v1_parity: $name: $np rank(s)"
+  # The reference is LlamaFactory v1 in Python (torchrun, gloo, DeepSpeed on the CPU): one of its
+  # multi-rank runs has aborted once in a rank of its own (SIGABRT, 2026-12-05, full_ds3_2) and
+  # passed in every other run. A failed reference run is reported and run once more; a second
+  # failure fails the case. lftrain's own run is never retried.
   if ! tools/v1-reference --np "$np" --log "$dir/v1.log" "$dir/job.yaml" >/dev/null 2>"$dir/v1.err"; then
-    cat "$dir/v1.err"; failed+=("$name (v1 failed)"); continue
+    echo "v1_parity: $name: the v1 reference run failed (its error below); running it once more"
+    tail -5 "$dir/v1.err"
+    if ! tools/v1-reference --np "$np" --log "$dir/v1.log" "$dir/job.yaml" >/dev/null 2>"$dir/v1.err"; then
+      cat "$dir/v1.err"; failed+=("$name (v1 failed twice)"); continue
+    fi
   fi
   launch=("$build/lftrain")
   [ "$np" -gt 1 ] && launch=(mpirun --oversubscribe --bind-to none -np "$np" "$build/lftrain")
