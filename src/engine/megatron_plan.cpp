@@ -83,15 +83,15 @@ void check_data_parallel(const config::Config& cfg, const MegatronPlan& p, const
          "remove use_distributed_optimizer, or the sharding strategy");
   const int shard = mesh[MeshDim::DPShard] * mesh[MeshDim::CP], replicas = mesh[MeshDim::DPReplicate];
   if (p.dp_sharding == DpSharding::NoShard || p.distributed_optimizer) {
+    const std::string dp_shard = (cfg.is_set("mesh.dp_shard") ? cfg.where("mesh.dp_shard") : std::string("[mesh] dp_shard")) +
+                                 " = " + n(mesh[MeshDim::DPShard]);
     if (mesh[MeshDim::DPShard] > 1 && p.distributed_optimizer)
-      fail((cfg.is_set("mesh.dp_shard") ? cfg.where("mesh.dp_shard") : std::string("[mesh] dp_shard")) + " = " +
-               n(mesh[MeshDim::DPShard]) + ": use_distributed_optimizer shards over every data-parallel rank, "
+      fail(dp_shard + ": use_distributed_optimizer shards over every data-parallel rank, "
                "which megatron keeps on dp_replicate",
            "set [mesh] dp_replicate instead of dp_shard, or data_parallel_sharding_strategy = \"optim\" (ZeRO-1 over "
            "dp_shard, HSDP with dp_replicate) instead of use_distributed_optimizer");
     if (mesh[MeshDim::DPShard] > 1)
-      fail((cfg.is_set("mesh.dp_shard") ? cfg.where("mesh.dp_shard") : std::string("[mesh] dp_shard")) + " = " +
-               n(mesh[MeshDim::DPShard]) + ": megatron shards over dp_shard only with a data_parallel_sharding_strategy",
+      fail(dp_shard + ": megatron shards over dp_shard only with a data_parallel_sharding_strategy",
            "set dist_config.data_parallel_sharding_strategy (optim, optim_grads, optim_grads_params), or use "
            "dp_replicate for plain data parallelism");
     return;
@@ -107,9 +107,8 @@ void check_data_parallel(const config::Config& cfg, const MegatronPlan& p, const
 DpSharding dp_sharding_of(const config::Config& cfg) {
   if (cfg.boolean("dist_config.use_distributed_optimizer")) return DpSharding::Optim;
   const std::string s = cfg.string("dist_config.data_parallel_sharding_strategy");
-  if (s == "optim") return DpSharding::Optim;
-  if (s == "optim_grads") return DpSharding::OptimGrads;
-  if (s == "optim_grads_params") return DpSharding::OptimGradsParams;
+  for (const DpSharding d : {DpSharding::Optim, DpSharding::OptimGrads, DpSharding::OptimGradsParams})
+    if (s == dp_sharding_name(d)) return d;
   return DpSharding::NoShard;
 }
 

@@ -128,6 +128,17 @@ void sharded_optimizer(const StepInput& in, const ShardedOver& s, bool per_micro
                        4 * layer_trained, layers, When::DuringForward, 1));
 }
 
+// ddp's (and megatron's no_shard) all-reduce of `trained` fp32 elements over dp x cp in buckets:
+// one bucket's all-reduce starts when its gradients are ready; only the last micro-batch syncs.
+void bucketed_all_reduce(const StepInput& in, double trained, std::vector<Collective>& out) {
+  const Layout& l = in.layout;
+  if (l.mesh.dp_size() * l.mesh[MeshDim::CP] == 1 || trained == 0) return;
+  const double bytes = 4 * trained;
+  const double calls = std::max(1.0, std::ceil(bytes / in.ddp_bucket_bytes));
+  out.push_back(make("all-reduce the gradients in buckets", with_cp(l, "dp"), CollKind::AllReduce, bytes / calls, calls,
+                     When::DuringLastBackward, 1));
+}
+
 // Megatron's data parallelism over its stage boxes: the bucketed all-reduce during the last
 // micro-batch's backward (as ddp's); the distributed optimizer, ZeRO-1 over every dp rank; or a
 // sharding strategy over dp_shard x cp (HSDP across dp_replicate).
@@ -140,13 +151,7 @@ void megatron_data_parallel(const StepInput& in, std::vector<Collective>& out) {
   const ShardedOver over_shards{box, with_cp(l, "dp_shard"), shard_ranks(l)};
   switch (l.dp_sharding) {
     case engine::DpSharding::NoShard:
-      if (dp > 1) {
-        const double bytes = 4 * box.trained;
-        const double calls = std::max(1.0, std::ceil(bytes / in.ddp_bucket_bytes));
-        out.push_back(make("all-reduce the gradients in buckets", with_cp(l, "dp"), CollKind::AllReduce, bytes / calls,
-                           calls, When::DuringLastBackward, 1));
-      }
-      return;
+      return bucketed_all_reduce(in, box.trained, out);
     case engine::DpSharding::Optim:
     case engine::DpSharding::OptimGrads:
       sharded_optimizer(in, over_shards, l.dp_sharding == engine::DpSharding::OptimGrads, out);
@@ -185,13 +190,7 @@ std::vector<Collective> data_parallel_collectives(const StepInput& in) {
     case Algorithm::Single:
       break;
     case Algorithm::Replicated:
-      if (l.mesh.dp_size() * l.mesh[MeshDim::CP] > 1 && m.trained > 0) {
-        // One bucket's all-reduce starts when its gradients are ready; only the last micro-batch syncs.
-        const double bytes = 4 * m.trained;
-        const double calls = std::max(1.0, std::ceil(bytes / in.ddp_bucket_bytes));
-        out.push_back(make("all-reduce the gradients in buckets", with_cp(l, "dp"), CollKind::AllReduce, bytes / calls, calls,
-                           When::DuringLastBackward, 1));
-      }
+      bucketed_all_reduce(in, m.trained, out);
       break;
     case Algorithm::FullyShardedData:
       fully_sharded(in, whole_model_over_dp_shard(in), out);
