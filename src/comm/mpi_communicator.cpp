@@ -5,6 +5,7 @@
 #include <climits>
 #include <functional>
 #include <stdexcept>
+#include <vector>
 
 #include "lft/comm/mpi_progress.h"
 #include "lft/comm/mpi_util.h"
@@ -13,6 +14,11 @@
 
 namespace lft {
 namespace {
+
+// The point-to-point tag of the reduce-scatter's exchanges: above those the engines use
+// (megatron_internal.h's pipeline and tied-embedding tags) and within the 32767 MPI guarantees.
+// Exchanges of successive reduce-scatters match in posting order, which is the same on every rank.
+constexpr int kReduceScatterTag = 32767;
 
 bool is_16bit_float(const at::Tensor& t) {
   return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
@@ -40,21 +46,24 @@ int as_count(int64_t n) {
   return static_cast<int>(n);
 }
 
-// A posted MPI request and what to do once it completes.
+// Posted MPI requests and what to do once they all complete.
 class MpiWork final : public Work {
  public:
-  MpiWork(std::string what, CollStats* stats, std::function<void()> on_done)
-      : Work(std::move(what), stats), on_done_(std::move(on_done)) {
+  MpiWork(std::string what, CollStats* stats, std::function<void()> on_done, int requests = 1)
+      : Work(std::move(what), stats), requests_(static_cast<std::size_t>(requests), MPI_REQUEST_NULL),
+        on_done_(std::move(on_done)) {
     MpiProgressThread::posted();
   }
   ~MpiWork() override { finish_in_destructor(); }
-  MPI_Request* request() { return &request_; }
+  MPI_Request* request(int i = 0) { return &requests_.at(static_cast<std::size_t>(i)); }
 
  protected:
-  void block() override { LFT_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE)); }
+  void block() override {
+    LFT_MPI_CHECK(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+  }
   bool poll() override {
     int flag = 0;
-    LFT_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+    LFT_MPI_CHECK(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag, MPI_STATUSES_IGNORE));
     return flag != 0;
   }
   void finish() override {
@@ -63,7 +72,7 @@ class MpiWork final : public Work {
   }
 
  private:
-  MPI_Request request_ = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> requests_;
   std::function<void()> on_done_;
 };
 
@@ -176,27 +185,61 @@ WorkPtr MpiCommunicator::do_all_reduce(const at::Tensor& t, ReduceOp op, CallInf
   return work;
 }
 
+// Reduce-scatter as direct exchanges: each rank sends every other rank that rank's piece of its
+// input, receives its own piece from each, and sums the pieces in rank order once all have
+// arrived (the same order, so the same bits, on every rank). Open MPI's non-blocking
+// reduce-scatter (libnbc) instead reduces the whole buffer on one rank, in a temporary buffer of
+// the whole size, and scatters the result: measured on 2 ranks for 622 MB of fp32, 0.46 s where
+// the exchanges take 0.10 s, the first call 4 s (the temporary's pages), and all the reduction's
+// memory traffic on rank 0.
 WorkPtr MpiCommunicator::do_reduce_scatter(const at::Tensor& in, const at::Tensor& out,
                                            ReduceOp op, const std::vector<int64_t>& counts,
                                            CallInfo info) {
   check_avg(in, op);
   HostStage stage(staged());
   const at::Tensor host_out = stage.out(out);
-  at::Tensor src = reduction_buffer(stage.in(in));
-  at::Tensor dst = is_16bit_float(host_out) ? at::empty(host_out.sizes(), host_out.options().dtype(at::kFloat)) : host_out;
-  auto done = stage.then(finish_reduction(dst, host_out, op, size()));
-  // The fp32 input copy and the counts must live until completion: the callback holds them.
-  auto c = std::make_shared<std::vector<int>>();
-  for (int64_t n : counts) c->push_back(as_count(n));
+  const at::Tensor src = reduction_buffer(stage.in(in)).view({-1});
+  const at::Tensor dst = is_16bit_float(host_out) ? at::empty(host_out.sizes(), host_out.options().dtype(at::kFloat)) : host_out;
+  const int n = size(), me = rank();
+  std::vector<int64_t> count(static_cast<std::size_t>(n), dst.numel()), offset(static_cast<std::size_t>(n), 0);
+  if (!counts.empty()) count = counts;
+  for (int r = 1; r < n; ++r) offset[r] = offset[r - 1] + count[r - 1];
+  const int64_t mine = count[me];
+  // The other ranks' pieces of this rank's part, in rank order without this rank.
+  const at::Tensor received = at::empty({(n - 1) * mine}, src.options());
+  auto piece = [src, received, offset, me, mine](int r) {
+    return r == me ? src.narrow(0, offset[me], mine) : received.narrow(0, (r < me ? r : r - 1) * mine, mine);
+  };
+  auto reduce = [piece, flat = dst.view({-1}), op, n]() mutable {
+    if (n == 1) {
+      flat.copy_(piece(0));
+      return;
+    }
+    if (op == ReduceOp::Max) at::maximum_out(flat, piece(0), piece(1));
+    else at::add_out(flat, piece(0), piece(1));
+    for (int r = 2; r < n; ++r) {
+      if (op == ReduceOp::Max) at::maximum_out(flat, flat, piece(r));
+      else flat.add_(piece(r));
+    }
+  };
+  auto done = stage.then(finish_reduction(dst, host_out, op, n));
   auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats,
-                                        [src, c, done]() mutable { done(); });
-  if (counts.empty()) {
-    LFT_MPI_CHECK(MPI_Ireduce_scatter_block(src.data_ptr(), dst.data_ptr(), as_count(dst.numel()),
-                                            reduction_type(src), mpi_op(op), comm_,
-                                            work->request()));
-  } else {
-    LFT_MPI_CHECK(MPI_Ireduce_scatter(src.data_ptr(), dst.data_ptr(), c->data(),
-                                      reduction_type(src), mpi_op(op), comm_, work->request()));
+                                        [reduce, done]() mutable {
+                                          reduce();
+                                          done();
+                                        },
+                                        2 * (n - 1));
+  const MPI_Datatype type = reduction_type(src);
+  const std::size_t elem = static_cast<std::size_t>(src.element_size());
+  int k = 0;
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    LFT_MPI_CHECK(MPI_Irecv(piece(r).data_ptr(), as_count(mine), type, r, kReduceScatterTag, comm_, work->request(k++)));
+  }
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    char* from = static_cast<char*>(src.data_ptr()) + elem * static_cast<std::size_t>(offset[r]);
+    LFT_MPI_CHECK(MPI_Isend(from, as_count(count[r]), type, r, kReduceScatterTag, comm_, work->request(k++)));
   }
   return work;
 }

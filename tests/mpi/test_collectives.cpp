@@ -96,6 +96,36 @@ TEST(ReduceScatter, UnequalShardsAndAvg) {
   EXPECT_TRUE(at::allclose(out.to(at::kDouble), full.narrow(0, offset, counts[world().rank()])));
 }
 
+// The MPI backend reduce-scatters by direct exchanges and sums each part in rank order: every
+// rank's part has the bits of ((in_0 + in_1) + in_2) + ..., the inputs may have any shape, Max
+// reduces, and reduce-scatters in flight together match in posting order.
+TEST(ReduceScatter, SumsInRankOrderTakesAnyShapeAndMaxAndOverlaps) {
+  const int size = world().size(), me = world().rank();
+  const int64_t part = 6;
+  auto input_of = [&](int r) {
+    at::Tensor t = at::empty({size, 2, part / 2}, at::kFloat);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      // Rank 1 adds 1e8, rank 2 takes it away: another order loses or keeps rank 0's small values.
+      t.view({-1})[i] = 1.0f / static_cast<float>(3 + 7 * r + i) + (r == 1 ? 1e8f : r == 2 ? -1e8f : 0.0f);
+    return t;
+  };
+  at::Tensor sum_in = input_of(me), max_in = -input_of(me);
+  at::Tensor sum_out = at::empty({2, part / 2}, at::kFloat), max_out = at::empty({part}, at::kFloat);
+  WorkPtr first = world().reduce_scatter_async(sum_in, sum_out, ReduceOp::Sum);
+  WorkPtr second = world().reduce_scatter_async(max_in, max_out, ReduceOp::Max);
+  second->wait();
+  first->wait();
+  at::Tensor expected_sum = input_of(0).narrow(0, me, 1).reshape({-1});
+  at::Tensor expected_max = -input_of(0).narrow(0, me, 1).reshape({-1});
+  for (int r = 1; r < size; ++r) {
+    const at::Tensor mine = input_of(r).narrow(0, me, 1).reshape({-1});
+    expected_sum = expected_sum + mine;
+    expected_max = at::maximum(expected_max, -mine);
+  }
+  EXPECT_TRUE(at::equal(sum_out.reshape({-1}), expected_sum));
+  EXPECT_TRUE(at::equal(max_out, expected_max));
+}
+
 TEST(AllGather, EqualAndUnequalShards) {
   const int size = world().size();
   for (auto dtype : {at::kFloat, at::kLong, at::kBFloat16, at::kByte}) {

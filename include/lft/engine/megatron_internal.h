@@ -24,7 +24,7 @@ struct MegatronEngine::Param {
 // micro-batch mb, gradients back to g, and the tied embedding's gradient.
 inline int activation_tag(int g, std::int64_t mb, std::int64_t m) { return static_cast<int>((g * m + mb) * 2); }
 inline int gradient_tag(int g, std::int64_t mb, std::int64_t m) { return static_cast<int>((g * m + mb) * 2 + 1); }
-constexpr int kTiedEmbeddingTag = 32000;
+constexpr int kTiedEmbeddingTag = 32000;  // 32767: the MPI backend's reduce-scatter (mpi_communicator.cpp)
 constexpr std::int64_t kMaxPipelineTag = 31999;  // MPI guarantees tags up to 32767
 
 }  // namespace lft::engine
