@@ -93,7 +93,7 @@ std::string MemoryEstimate::str() const {
          (offload ? "; offload keeps the fp32 shards, gradients and optimizer in host memory: " + mib(device_total()) +
                         " on a GPU"
                   : "") +
-         (mpi_staging > 0 && process > 0 ? "; MPI's reduce-scatter staging " + mib(mpi_staging) : "") +
+         (mpi_staging > 0 && process > 0 ? "; MPI's reduce-scatter receive buffer " + mib(mpi_staging) : "") +
          (checkpoint_staging > 0 ? "; async_checkpoint's host copy of the state " + mib(checkpoint_staging) : "") +
          (process > 0 ? "; with the process itself (" + mib(process) + ": libraries, runtime, data) " + mib(resident()) +
                             " resident"
@@ -120,7 +120,7 @@ namespace {
 
 // What ShardedDataParallel keeps for units of parameter shapes `all` (every parameter it is given)
 // of which `trained` train, cut over `n` ranks: masters, gradient shards, AdamW's moments, the
-// gathered units or the whole parameters, and MPI's staging of a reduce-scatter.
+// gathered units or the whole parameters, and MPI's reduce-scatter receive buffer.
 MemoryEstimate sharded_terms(const std::vector<std::vector<Shape>>& all_units,
                              const std::vector<std::vector<Shape>>& trained_units, int n, const ShardingPlan& plan) {
   // Sums over units of their shard and whole sizes, and the largest layer unit.
@@ -162,7 +162,8 @@ MemoryEstimate sharded_terms(const std::vector<std::vector<Shape>>& all_units,
     e.weights += 4 * whole;
     e.gathered = plan.reduce_during_backward ? unit_gradients : 4 * trained.whole;
   }
-  if (n > 1 && plan.reduce_during_backward) e.mpi_staging = unit_gradients;
+  // The MPI backend's reduce-scatter receives the other ranks' pieces of this rank's part.
+  if (n > 1 && plan.reduce_during_backward) e.mpi_staging = unit_gradients * (n - 1) / n;
   return e;
 }
 

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/TensorImpl.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -47,7 +48,12 @@ struct ShardedDataParallel::Unit {
   WorkPtr gather8;
   at::Tensor reduce_in, reduce_out;
   WorkPtr reduce;
-  std::size_t pending = 0;  // gradients still to arrive in this backward pass
+  // The positions in `trained` whose gradients are reduce-scattered (all but an untied split
+  // embedding's, whose rows come sparse), cut as in grad_layout and packed in reduce_layout.
+  std::vector<std::size_t> reduced;
+  UnitLayout reduce_layout;
+  std::size_t dense = 0;    // gradients that reach the reduce-scatter in each backward pass
+  std::size_t pending = 0;  // of those, still to arrive in this backward pass
   int passes_left = 0;      // backward passes of this step still to come, this one included
 };
 
@@ -59,6 +65,15 @@ class ShardedDataParallel::GradReadyHook final : public torch::autograd::PostAcc
  private:
   ShardedDataParallel* owner_;
   std::size_t param_;
+};
+
+class ShardedDataParallel::HeadReadyHook final : public torch::autograd::PostAccumulateGradHook {
+ public:
+  explicit HeadReadyHook(ShardedDataParallel* owner) : owner_(owner) {}
+  void operator()(const torch::autograd::Variable&) override { owner_->on_gradient_ready(kNone); }
+
+ private:
+  ShardedDataParallel* owner_;
 };
 
 ShardedDataParallel::ShardedDataParallel(ShardingPlan plan, Communicator& shard, Communicator& replicate)
@@ -81,6 +96,7 @@ void ShardedDataParallel::prepare(model::CausalLM& model, std::vector<DataParall
     }
     for (auto& u : units_) free_parameters(*u);
   }
+  split_embedding(model);
   // ZeRO-1/2 too: the layer hooks wait for a unit's updated parameters just before its forward.
   model.set_layer_hooks(this);
   for (std::size_t k = 0; k < params_.size(); ++k)
@@ -129,6 +145,9 @@ void ShardedDataParallel::build_units(model::CausalLM& model, const std::vector<
     }
     u->layout = plan_.per_parameter_cut ? per_parameter_layout(shapes, ranks) : flat_layout(shapes, ranks);
     u->grad_layout = sub_layout(u->layout, u->trained, shapes);
+    for (std::size_t j = 0; j < u->trained.size(); ++j) u->reduced.push_back(j);
+    u->reduce_layout = u->grad_layout;
+    u->dense = u->trained.size();
     for (std::size_t i = 0; i < u->params.size(); ++i) (float8_linear_[u->params[i]] ? u->f8 : u->rest).push_back(i);
     u->f8_layout = sub_layout(u->layout, u->f8, shapes);
     u->rest_layout = sub_layout(u->layout, u->rest, shapes);
@@ -308,28 +327,107 @@ void ShardedDataParallel::after_layer(std::int64_t index, const at::Tensor& outp
 // ---- reducing gradients ----
 
 void ShardedDataParallel::on_gradient_ready(std::size_t param) {
-  Unit& u = *units_[unit_of_[param]];
+  if (param == embedding_) {
+    reduce_embedding_rows();
+    return;
+  }
+  Unit& u = *units_[unit_of_[param == kNone ? embedding_ : param]];  // kNone: the tied head
   if (u.pending == 0 || --u.pending > 0) return;
   // The unit's backward pass is complete.
   --u.passes_left;
   if (plan_.reduce_during_backward || u.passes_left == 0) launch_reduce(u);
-  u.pending = u.passes_left > 0 ? u.trained.size() : 0;
+  u.pending = u.passes_left > 0 ? u.dense : 0;
+}
+
+std::size_t ShardedDataParallel::embedding_slot(const Unit& u) const {
+  for (std::size_t j = 0; j < u.trained.size(); ++j)
+    if (u.params[u.trained[j]] == embedding_) return j;
+  throw std::logic_error("ShardedDataParallel: the embedding is not in its unit");
+}
+
+at::Tensor& ShardedDataParallel::dense_owner(std::size_t param) {
+  return param == embedding_ ? tied_head_ : params_[param];
+}
+
+void ShardedDataParallel::split_embedding(model::CausalLM& model) {
+  if (!plan_.split_embedding_gradient) return;
+  const at::Tensor& weight = model.model->embed_tokens->weight;
+  if (!weight.requires_grad()) return;  // frozen: no gradient to split
+  for (std::size_t k = 0; k < params_.size(); ++k)
+    if (params_[k].is_same(weight)) embedding_ = k;
+  if (embedding_ == kNone) return;
+  Unit& u = *units_[unit_of_[embedding_]];
+  if (model.config().tie_word_embeddings) {
+    // The head's own leaf over the embedding's storage object, gathered and freed with it (made
+    // without set_, which would allocate a freed storage).
+    tied_head_ = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(weight.storage()), weight.key_set(), weight.dtype());
+    tied_head_.unsafeGetTensorImpl()->set_sizes_contiguous(weight.sizes());
+    tied_head_.set_requires_grad(true);
+    torch::autograd::impl::set_post_acc_grad_hooks(tied_head_, std::make_unique<HeadReadyHook>(this));
+  } else {
+    // The embedding's rows never reach the reduce-scatter.
+    std::vector<Shape> shapes;
+    for (std::size_t i : u.trained) shapes.push_back(shapes_[u.params[i]]);
+    u.reduced.erase(std::find(u.reduced.begin(), u.reduced.end(), embedding_slot(u)));
+    u.reduce_layout = sub_layout(u.grad_layout, u.reduced, shapes);
+    u.dense = u.reduced.size();
+  }
+  model.split_embedding_gradient(tied_head_);
+}
+
+void ShardedDataParallel::reduce_embedding_rows() {
+  c10::NoGradGuard no_grad;
+  at::Tensor& param = params_[embedding_];
+  const at::Tensor grad = param.grad();
+  param.mutable_grad().reset();
+  if (!grad.is_sparse()) throw std::logic_error("ShardedDataParallel: the embedding's gradient is not sparse");
+  const Shape& shape = shapes_[embedding_];
+  const std::int64_t width = row_numel(shape);
+  const at::Tensor rows = grad._indices().reshape({-1}).contiguous();
+  const at::Tensor values = grad._values().to(at::kFloat).contiguous().reshape({-1});
+  // Every rank's rows: their counts, then the row indices and values in rank order.
+  const int ranks = shard_comm_.size();
+  const at::Tensor count = at::full({1}, rows.numel(), rows.options());
+  at::Tensor counts = at::empty({ranks}, rows.options());
+  shard_comm_.all_gather(count, counts);
+  const at::Tensor host_counts = counts.cpu();
+  std::vector<std::int64_t> row_counts(host_counts.data_ptr<std::int64_t>(), host_counts.data_ptr<std::int64_t>() + ranks);
+  std::vector<std::int64_t> value_counts;
+  std::int64_t total = 0;
+  for (const std::int64_t c : row_counts) {
+    value_counts.push_back(c * width);
+    total += c;
+  }
+  at::Tensor all_rows = at::empty({total}, rows.options());
+  at::Tensor all_values = at::empty({total * width}, values.options());
+  shard_comm_.all_gather(rows, all_rows, row_counts);
+  shard_comm_.all_gather(values, all_values, value_counts);
+  // Those in this rank's piece of the embedding, added to its gradient shard.
+  Unit& u = *units_[unit_of_[embedding_]];
+  const ShardPiece& piece = u.grad_layout.pieces[static_cast<std::size_t>(shard_comm_.rank())][embedding_slot(u)];
+  if (piece.rows == 0) return;
+  at::Tensor mine = piece_in(u.grad, 0, piece, shape).view({piece.rows, width});
+  const at::Tensor local = all_rows - piece.row_begin;
+  const at::Tensor keep = at::logical_and(local >= 0, local < piece.rows).nonzero().reshape({-1});
+  mine.index_add_(0, local.index_select(0, keep).to(mine.device()),
+                  all_values.view({total, width}).index_select(0, keep).to(mine.device()));
 }
 
 void ShardedDataParallel::launch_reduce(Unit& u) {
-  if (u.trained.empty()) return;
+  if (u.reduced.empty()) return;
   // At most one reduce-scatter in flight (it overlaps the next layer's backward): each holds a
   // whole unit of fp32 gradients.
   finish_all_reduces();
   c10::NoGradGuard no_grad;
-  const std::int64_t k = u.grad_layout.shard_numel;
+  const std::int64_t k = u.reduce_layout.shard_numel;
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(shard_comm_.device());
   u.reduce_in = at::zeros({k * shard_comm_.size()}, f32);
-  for (std::size_t j = 0; j < u.trained.size(); ++j) {
-    at::Tensor& param = params_[u.params[u.trained[j]]];
-    if (!param.grad().defined()) continue;  // no gradient this micro-batch: zeros
-    scatter_rows(u.grad_layout, j, shapes_[u.params[u.trained[j]]], param.grad(), u.reduce_in);
-    param.mutable_grad().reset();
+  for (std::size_t r = 0; r < u.reduced.size(); ++r) {
+    const std::size_t param = u.params[u.trained[u.reduced[r]]];
+    at::Tensor& owner = dense_owner(param);
+    if (!owner.defined() || !owner.grad().defined()) continue;  // no gradient this micro-batch: zeros
+    scatter_rows(u.reduce_layout, r, shapes_[param], owner.grad(), u.reduce_in);
+    owner.mutable_grad().reset();
   }
   u.reduce_out = at::empty({k}, f32);
   u.reduce = shard_comm_.reduce_scatter_async(u.reduce_in, u.reduce_out, ReduceOp::Sum);
@@ -342,7 +440,18 @@ void ShardedDataParallel::finish_reduce(Unit& u) {
   if (!u.reduce) return;
   u.reduce->wait();
   u.reduce.reset();
-  u.grad.add_(plan_.offload ? u.reduce_out.to(u.grad.device()) : u.reduce_out);  // offload: back to the host
+  const at::Tensor reduced = plan_.offload ? u.reduce_out.to(u.grad.device()) : u.reduce_out;  // offload: back to the host
+  if (u.reduced.size() == u.trained.size()) {
+    u.grad.add_(reduced);
+  } else {
+    const auto me = static_cast<std::size_t>(shard_comm_.rank());
+    for (std::size_t r = 0; r < u.reduced.size(); ++r) {
+      const ShardPiece& to = u.grad_layout.pieces[me][u.reduced[r]];
+      const ShardPiece& from = u.reduce_layout.pieces[me][r];
+      const std::int64_t numel = to.rows * row_numel(shapes_[u.params[u.trained[u.reduced[r]]]]);
+      u.grad.narrow(0, to.local_offset, numel).add_(reduced.narrow(0, from.local_offset, numel));
+    }
+  }
   u.reduce_in.reset();
   u.reduce_out.reset();
 }
@@ -363,7 +472,7 @@ void ShardedDataParallel::begin_micro_batch(bool sync) {
   // ZeRO-1 keeps whole gradients over the micro-batches, and reduces them during the last one's
   // backward, as the others do in every one.
   for (auto& u : units_) {
-    u->pending = u->trained.size();
+    u->pending = u->dense;
     u->passes_left = sync ? 1 : 2;
   }
   gather_root();
@@ -372,7 +481,7 @@ void ShardedDataParallel::begin_micro_batch(bool sync) {
 void ShardedDataParallel::expect_backwards(int passes) {
   open_step();
   for (auto& u : units_) {
-    u->pending = u->trained.size();
+    u->pending = u->dense;
     u->passes_left = passes;
   }
 }
@@ -385,8 +494,10 @@ void ShardedDataParallel::gather_root() {
 void ShardedDataParallel::finish_gradients() {
   // Gradients not reduced yet: a unit with a parameter that got no gradient in a pass.
   for (auto& u : units_) {
-    const bool unreduced = std::any_of(u->trained.begin(), u->trained.end(),
-                                       [&](std::size_t i) { return params_[u->params[i]].grad().defined(); });
+    const bool unreduced = std::any_of(u->reduced.begin(), u->reduced.end(), [&](std::size_t r) {
+      const at::Tensor& owner = dense_owner(u->params[u->trained[r]]);
+      return owner.defined() && owner.grad().defined();
+    });
     if (unreduced) launch_reduce(*u);
     u->pending = 0;
   }

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "lft/config/deepspeed.h"
+#include "lft/engine/dp_sharding.h"
 #include "lft/engine/memory_estimate.h"
 #include "lft/engine/ddp.h"
 #include "lft/engine/sharded.h"
@@ -58,6 +59,16 @@ std::string precision_word(at::ScalarType t) {
   return t == at::kBFloat16 ? "bf16" : t == at::kHalf ? "fp16" : "fp32";
 }
 
+// dp_sharding.h's rule, T at its largest: micro_batch x cutoff_len tokens on each rank of dp_shard
+// (context parallelism splits them among the group's cp ranks).
+bool embedding_split_for(const RunPlan& run, const ShardingPlan& plan) {
+  const double tokens_in_group = static_cast<double>(run.mesh[MeshDim::DPShard] * run.micro_batch *
+                                                     run.sequences_per_sample * run.seq_len);
+  return split_embedding_gradient(tokens_in_group, static_cast<double>(run.model.vocab_size),
+                                          static_cast<double>(run.model.hidden_size), run.model.tie_word_embeddings,
+                                          plan.per_parameter_cut);
+}
+
 }  // namespace
 
 std::optional<ShardingPlan> sharding_plan(const config::Config& cfg, const RunPlan& run) {
@@ -87,6 +98,7 @@ std::optional<ShardingPlan> sharding_plan(const config::Config& cfg, const RunPl
                        (plan.reshard_after_forward ? "true" : "false") +
                        (plan.float8_all_gather ? "; float8 linears' weights gathered as e4m3" : "") +
                        (plan.offload ? "; offload_params" : "");
+    plan.split_embedding_gradient = embedding_split_for(run, plan);
     return plan;
   }
   if (engine == "fsdp") {
@@ -108,6 +120,7 @@ std::optional<ShardingPlan> sharding_plan(const config::Config& cfg, const RunPl
     plan.reshard_after_forward = strategy != "SHARD_GRAD_OP";
     plan.description = strategy + ": one flat buffer per unit over dp_shard, gathered in " +
                        precision_word(dtype);
+    plan.split_embedding_gradient = embedding_split_for(run, plan);
     return plan;
   }
   const config::DeepSpeedConfig& ds = *run.deepspeed;
@@ -122,6 +135,7 @@ std::optional<ShardingPlan> sharding_plan(const config::Config& cfg, const RunPl
   plan.description = "ZeRO stage " + std::to_string(ds.zero_stage) + " from " + ds.path +
                      (ds.offload_param ? ", parameters and optimizer state offloaded"
                                        : ds.offload_optimizer ? ", optimizer state offloaded" : "");
+  plan.split_embedding_gradient = embedding_split_for(run, plan);
   return plan;
 }
 

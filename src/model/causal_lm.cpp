@@ -207,15 +207,27 @@ at::Tensor CausalLM::forward_chunk_units(std::int64_t begin, std::int64_t end, c
   return gather_sequence(*cp_, local, c).narrow(1, 0, std::max<std::int64_t>(c.length - 1, 0));
 }
 
+void CausalLM::split_embedding_gradient(at::Tensor tied_head) {
+  TORCH_CHECK(ops_ == &one_rank_, "CausalLM: a sparse embedding gradient needs the whole vocabulary on each rank");
+  TORCH_CHECK(!tied_head.defined() || config_.tie_word_embeddings, "CausalLM: a tied head for an untied model");
+  sparse_embedding_gradient_ = true;
+  tied_head_ = std::move(tied_head);
+}
+
 at::Tensor CausalLM::embed(const at::Tensor& input_ids) {
-  const at::Tensor h = ops_->embed(model->embed_tokens->weight, input_ids);
+  const at::Tensor& weight = model->embed_tokens->weight;
+  const at::Tensor h = sparse_embedding_gradient_
+                           ? at::embedding(weight, input_ids, /*padding_idx=*/-1, /*scale_grad_by_freq=*/false, /*sparse=*/true)
+                           : ops_->embed(weight, input_ids);
   if (config_.embedding_multiplier == 1.0) return h;
   // transformers: a float32 scalar tensor cast to the weights' dtype, then multiplied.
   return h * at::scalar_tensor(config_.embedding_multiplier, h.options().dtype(at::kFloat)).to(h.scalar_type());
 }
 
 at::Tensor CausalLM::logits(const at::Tensor& hidden) {
-  const at::Tensor l = lm_head ? lm_head->forward(hidden) : at::linear(hidden, model->embed_tokens->weight);
+  const at::Tensor l = lm_head                ? lm_head->forward(hidden)
+                       : tied_head_.defined() ? at::linear(hidden, tied_head_)
+                                              : at::linear(hidden, model->embed_tokens->weight);
   const double cap = config_.final_logit_softcapping;
   return cap > 0 ? at::tanh(l / cap) * cap : l;
 }

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "lft/engine/dp_sharding.h"
+
 namespace lft::plan::detail {
 namespace {
 
@@ -62,6 +64,33 @@ ShardedOver whole_model_over_dp_shard(const StepInput& in) {
   return {in.model, with_cp(in.layout, "dp_shard"), shard_ranks(in.layout)};
 }
 
+// The root unit's gradients. Split (the sharded engines; dp_sharding.h's rule): the head's come
+// first in backward, so the root's dense part is reduce-scattered under the layers' backward,
+// and the embedding's looked-up rows, gathered from every rank when the lookup's backward ends,
+// are what stays exposed. Otherwise the whole root is reduce-scattered after the last layer.
+void reduce_root(const StepInput& in, const ShardedOver& s, double reductions, When during, std::vector<Collective>& out) {
+  const ModelShape& m = s.model;
+  if (m.root_trained <= 0) return;
+  const Layout& l = in.layout;
+  const double tokens = static_cast<double>(l.mesh[MeshDim::DPShard] * l.micro_batch * in.seq_len);
+  const bool split = l.algorithm != Algorithm::Megatron && m.embedding_trained &&
+                     engine::split_embedding_gradient(tokens, static_cast<double>(m.vocab), static_cast<double>(m.hidden),
+                                                      m.tied_embedding, l.engine == "fsdp2");
+  if (!split) {
+    out.push_back(make("reduce-scatter the root unit's gradients", s.group, CollKind::ReduceScatter, 4 * m.root_trained,
+                       reductions, When::Exposed));
+    return;
+  }
+  const double table = static_cast<double>(m.vocab * m.hidden);
+  const double dense = m.root_trained - (m.tied_embedding ? 0 : table);
+  if (dense > 0)
+    out.push_back(make("reduce-scatter the root unit's gradients (the head's first in backward)", s.group,
+                       CollKind::ReduceScatter, 4 * dense, reductions, during));
+  out.push_back(make("all-gather the embedding's looked-up gradient rows", s.group, CollKind::AllGather,
+                     tokens * (8 + 4 * static_cast<double>(m.hidden)) + 8 * s.ranks, static_cast<double>(l.accumulation),
+                     When::Exposed));
+}
+
 // HSDP: the gradient shards all-reduced across the replicas once per step, a unit at a time.
 void replica_all_reduce(const StepInput& in, const ShardedOver& s, std::vector<Collective>& out) {
   const double layers = static_cast<double>(std::max<std::int64_t>(1, s.model.layers));
@@ -94,9 +123,7 @@ void fully_sharded(const StepInput& in, const ShardedOver& s, std::vector<Collec
     if (layer_trained > 0)
       out.push_back(make("reduce-scatter each layer's gradients", s.group, CollKind::ReduceScatter,
                          4 * layer_trained, mb * layers, When::DuringBackward, mb));
-    if (m.root_trained > 0)
-      out.push_back(make("reduce-scatter the root unit's gradients", s.group, CollKind::ReduceScatter,
-                         4 * m.root_trained, mb, When::Exposed));
+    reduce_root(in, s, mb, When::DuringBackward, out);
   }
   replica_all_reduce(in, s, out);
 }
@@ -118,8 +145,7 @@ void sharded_optimizer(const StepInput& in, const ShardedOver& s, bool per_micro
                        reductions * layers, per_micro_batch ? When::DuringBackward : When::DuringLastBackward,
                        reductions));
   if (m.root_trained > 0) {
-    out.push_back(make("reduce-scatter the root unit's gradients", s.group, CollKind::ReduceScatter,
-                       4 * m.root_trained, reductions, When::Exposed));
+    reduce_root(in, s, reductions, per_micro_batch ? When::DuringBackward : When::DuringLastBackward, out);
     out.push_back(make("all-gather the root unit's updated fp32 shards", s.group, CollKind::AllGather,
                        4 * m.root_trained, 1, When::Exposed));
   }

@@ -145,6 +145,8 @@ ModelShape model_shape(const model::CausalLM& m) {
   s.kv_heads = c.num_key_value_heads;
   s.head_dim = c.head_dim();
   s.head_trained = false;
+  s.tied_embedding = c.tie_word_embeddings;
+  s.embedding_trained = m.model->embed_tokens->weight.requires_grad();
   double matmul = 0, matmul_trained = 0;
   for (const auto& item : m.named_parameters()) {
     const at::Tensor& t = item.value();

@@ -142,6 +142,7 @@ TEST(PlanCostModel, FullyShardedMovesTheDocumentedVolume) {
   StepInput in;
   in.cluster = one_node(4);
   in.model = shape(4, 1e6, 5e5);
+  in.model.embedding_trained = false;  // the whole root reduce-scattered (the split: the next test)
   in.compute_bytes = 4;  // fp32: P counts as the model's fp32 bytes
   in.layout.engine = "fsdp2";
   in.layout.algorithm = Algorithm::FullyShardedData;
@@ -158,6 +159,51 @@ TEST(PlanCostModel, FullyShardedMovesTheDocumentedVolume) {
   // HSDP 2 x 2: the shards (P / 2) all-reduced across the 2 replicas once per step.
   in.layout.mesh = mesh(1, 2, 2, 1);
   EXPECT_NEAR(sum_over(predict_step(in), "dp_replicate", CollKind::AllReduce, false), P / 2, 1e-6 * P);
+}
+
+// The sharded engines' split embedding gradient (dp_sharding.h): with fewer tokens in the shard
+// group (4 ranks x 16) than the vocabulary has rows (4096), fsdp2 reduce-scatters the root without
+// an untied table, under the layers' backward, and gathers each micro-batch's looked-up rows
+// (exposed); tied, the table stays in that reduce-scatter. A flat cut (ZeRO-3) of an untied
+// table, or more tokens than rows, keeps the whole root reduce-scattered after the last layer.
+TEST(PlanCostModel, SplitEmbeddingGradientGathersRowsInsteadOfReducingTheTable) {
+  StepInput in;
+  in.cluster = one_node(4);
+  in.model = shape(4, 1e6, 5e5);
+  in.model.vocab = 4096;
+  in.compute_bytes = 4;
+  in.seq_len = 16;
+  in.layout.engine = "fsdp2";
+  in.layout.algorithm = Algorithm::FullyShardedData;
+  in.layout.mesh = mesh(1, 1, 4, 1);
+  const double table = 4096.0 * 32, rows = 4 * 16 * (8 + 4 * 32) + 8 * 4;
+  auto find = [](const StepPrediction& p, const std::string& start) -> const Collective* {
+    for (const Collective& c : p.collectives)
+      if (c.what.rfind(start, 0) == 0) return &c;
+    return nullptr;
+  };
+  StepPrediction p = predict_step(in);
+  const Collective* root = find(p, "reduce-scatter the root unit's gradients");
+  const Collective* gathered = find(p, "all-gather the embedding's looked-up gradient rows");
+  ASSERT_NE(root, nullptr);
+  ASSERT_NE(gathered, nullptr);
+  EXPECT_EQ(root->payload_bytes, 4 * (5e5 - table));
+  EXPECT_EQ(root->when, When::DuringBackward);
+  EXPECT_EQ(gathered->payload_bytes, rows);
+  EXPECT_EQ(gathered->when, When::Exposed);
+  in.model.tied_embedding = true;
+  p = predict_step(in);
+  EXPECT_EQ(find(p, "reduce-scatter the root unit's gradients")->payload_bytes, 4 * 5e5);
+  EXPECT_NE(find(p, "all-gather the embedding's looked-up gradient rows"), nullptr);
+  in.model.tied_embedding = false;
+  for (const auto& [engine, seq_len] : {std::pair<std::string, std::int64_t>{"deepspeed", 16}, {"fsdp2", 4096}}) {
+    in.layout.engine = engine;
+    in.seq_len = seq_len;
+    p = predict_step(in);
+    EXPECT_EQ(find(p, "all-gather the embedding's looked-up gradient rows"), nullptr) << engine << " " << seq_len;
+    EXPECT_EQ(find(p, "reduce-scatter the root unit's gradients")->payload_bytes, 4 * 5e5) << engine;
+    EXPECT_EQ(find(p, "reduce-scatter the root unit's gradients")->when, When::Exposed) << engine;
+  }
 }
 
 // The payloads tests/mpi/test_megatron.cpp measures for tp 2 (B = 2, T = 32, H = 32, L = 4, m = 8).

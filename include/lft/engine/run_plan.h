@@ -37,8 +37,8 @@ struct MemoryEstimate {
   // The process itself beside its tensors (libraries, runtime, tokenized data): its resident bytes
   // less its CPU tensors when the plan is made (CPU runs; 0 when not measured).
   double process = 0;
-  // MPI's nonblocking reduce-scatter (Open MPI's libnbc) reduces into a temporary of the whole
-  // input on one rank: the largest reduce-scatter of a CPU run (a unit's fp32 gradients).
+  // The MPI backend's reduce-scatter receives the other ranks' pieces of this rank's part of its
+  // input: (n-1)/n of the largest reduce-scatter of a CPU run (a unit's fp32 gradients).
   double mpi_staging = 0;
   // async_checkpoint: the host copies of the weights and optimizer state a background save writes
   // from (kept from one save to the next).

@@ -60,6 +60,11 @@ struct ShardingPlan {
   // each rank with the whole weight's scale (amax agreed over the shard group) and gathered as
   // one byte an element; the matmul takes them without a second cast.
   bool float8_all_gather = false;
+  // The embedding's gradient as sparse rows, reduced by gathering every rank's rows when the
+  // lookup's backward ends, and with tied embeddings the head's dense gradient reduced with the
+  // root's other gradients as soon as the head's backward is done (CausalLM::split_embedding_gradient):
+  // the root's reduce-scatter then overlaps the layers' backward instead of following it.
+  bool split_embedding_gradient = false;
   bool offload = false;     // shards, gradients and optimizer state in host memory
   bool pin_memory = false;  // page-locked host memory for them (GPU runs)
   std::string description;                    // one line for the start-up log
@@ -125,6 +130,7 @@ class ShardedDataParallel final : public model::LayerHooks {
  private:
   struct Unit;
   class GradReadyHook;
+  class HeadReadyHook;
 
   void before_layer(std::int64_t index) override;
   void after_layer(std::int64_t index, const at::Tensor& output) override;
@@ -137,6 +143,15 @@ class ShardedDataParallel final : public model::LayerHooks {
   void prefetch(std::size_t unit);
   void free_parameters(Unit& u);
   void on_gradient_ready(std::size_t param);
+  // split_embedding_gradient: the tied head's leaf and the model's sparse lookup.
+  void split_embedding(model::CausalLM& model);
+  // The embedding's sparse gradient rows: every rank's gathered, this rank's added to its shard.
+  void reduce_embedding_rows();
+  // The tensor whose gradient the reduce-scatter takes for parameter `param`: the parameter, or
+  // for the split embedding the tied head (undefined when untied: its rows come sparse).
+  at::Tensor& dense_owner(std::size_t param);
+  // The embedding's position among its unit's trained parameters.
+  std::size_t embedding_slot(const Unit& u) const;
   void launch_reduce(Unit& u);
   void finish_reduce(Unit& u);
   void finish_all_reduces();
@@ -158,6 +173,11 @@ class ShardedDataParallel final : public model::LayerHooks {
   std::vector<std::size_t> piece_params_;
   std::vector<std::int64_t> after_forward_;
   std::vector<model::LinearImpl*> float8_linear_;  // per parameter: its float8 linear (all-gather in e4m3)
+  // split_embedding_gradient: the embedding's index in params_ (none: not split), and the tied
+  // head's leaf over its storage (undefined when untied).
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::size_t embedding_ = kNone;
+  at::Tensor tied_head_;
   bool step_open_ = false;  // gradients of this step have started to arrive
 };
 

@@ -183,6 +183,11 @@ class CausalLM : public torch::nn::Module {
   // between units (a pipeline's) are the chunk's.
   void set_context_parallel(SequenceExchange* group) { cp_ = group; }
   SequenceExchange* context_parallel() const { return cp_; }
+  // Sharded data parallelism (sharded_data_parallel.h): the embedding's gradient comes as sparse
+  // rows (the looked-up tokens'), and a tied head reads `tied_head` (null: the embedding itself),
+  // a leaf of its own over the embedding's storage, so that the head's dense gradient arrives at
+  // the start of backward, apart from the rows the lookup adds at its end.
+  void split_embedding_gradient(at::Tensor tied_head);
 
   DecoderStack model{nullptr};
   Linear lm_head{nullptr};  // null (and no lm_head.weight parameter) when tie_word_embeddings
@@ -206,6 +211,8 @@ class CausalLM : public torch::nn::Module {
   ParallelOps one_rank_;
   ParallelOps* ops_ = &one_rank_;
   SequenceExchange* cp_ = nullptr;
+  bool sparse_embedding_gradient_ = false;
+  at::Tensor tied_head_;
 };
 
 }  // namespace lft::model

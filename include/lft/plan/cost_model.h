@@ -31,6 +31,8 @@ struct ModelShape {
   double layer_matmul_params = 0;   // one decoder layer's linear weights (mean over layers)
   double layer_matmul_trained = 0;  // of which train (LoRA, freeze: fewer weight gradients)
   bool head_trained = true;         // lm_head (or the tied embedding) gets a weight gradient
+  bool tied_embedding = false;      // tie_word_embeddings: the head is the embedding
+  bool embedding_trained = true;    // the embedding gets a weight gradient
 };
 
 struct StepInput {
