@@ -186,6 +186,30 @@ void preference_keys(const Input& in) {
            std::string("remove ") + key + "; the training log has the rewards and log-probabilities of every step");
 }
 
+// batching_strategy = "dynamic_batching": step-driven (max_steps), sequences not pairs, micro-batch
+// shapes that a pipeline's stages need not agree on beforehand.
+void batching_keys(const Input& in) {
+  const Checked* b = get(in, "batching_strategy");
+  if (b == nullptr || std::get<std::string>(b->value) != "dynamic_batching") return;
+  const Checked* max_steps = get(in, "max_steps");
+  if (max_steps == nullptr || std::get<std::int64_t>(max_steps->value) <= 0)
+    fail(in.file, &b->loc,
+         "batching_strategy = \"dynamic_batching\" needs max_steps: the ranks' streams of samples repeat, so no "
+         "epoch ends a run (as LlamaFactory v1)",
+         "set max_steps to the number of optimizer steps");
+  if (const Checked* st = get(in, "stage"); st != nullptr && std::get<std::string>(st->value) == "dpo")
+    fail_two(in, b->loc, "key 'batching_strategy'", st->loc, "stage",
+             "batching_strategy = \"dynamic_batching\" cuts micro-batches of sequences by tokens; stage = \"dpo\" "
+             "batches preference pairs",
+             "remove batching_strategy");
+  const Checked* pp = get(in, "mesh.pp");
+  if (pp != nullptr && std::get<std::int64_t>(pp->value) > 1)
+    fail_two(in, b->loc, "key 'batching_strategy'", pp->loc, "key 'mesh.pp'",
+             "batching_strategy = \"dynamic_batching\" gives micro-batches of varying shapes, which pipeline "
+             "stages do not exchange in this version",
+             "remove batching_strategy, or use mesh.pp = 1");
+}
+
 // The LoRA keys only with finetuning_type = "lora", the freeze keys only with "freeze".
 void finetuning_keys(const Input& in) {
   const std::string type = std::get<std::string>(value(in, "finetuning_type"));
@@ -291,7 +315,7 @@ void check_rules(const Input& in, Problems& problems) {
   // ends this phase.
   for (void (*rule)(const Input&) :
        {output_location, model_source, required_keys, data_sources, contradictions, finetuning_keys,
-        preference_keys, mesh, model_shape}) {
+        preference_keys, batching_keys, mesh, model_shape}) {
     problems.check([&] { rule(in); });
     if (!problems.empty()) return;
   }

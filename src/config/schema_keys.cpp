@@ -221,6 +221,13 @@ std::vector<KeySpec> build() {
         "LlamaFactory v1, which depends on the data-parallel size")
           .def("global")
           .allowed({"global", "per_rank"}),
+      K("batching_strategy", S,
+        "\"normal\": per_device_train_batch_size samples a micro-batch; \"dynamic_batching\" "
+        "(LlamaFactory v1's): each data-parallel rank cuts its own stream of samples (the per_rank "
+        "order of epoch 0, repeated) into micro-batches of at most per_device_train_batch_size x "
+        "cutoff_len padded tokens, gradient_accumulation_steps of them a step; needs max_steps")
+          .def("normal")
+          .allowed({"normal", "dynamic_batching"}),
       K("learning_rate", F, "Peak learning rate of AdamW").def(5e-5).min(0),
       K("weight_decay", F, "AdamW decoupled weight decay").def(0.0).min(0),
       K("decay_all_parameters", B,

@@ -266,8 +266,11 @@ class V1Mapper {
         put("neat_packing", Value{true}, &*b);
         note(*b, "packed rows in which attention and positions stay within each sample; lftrain fills each "
                  "row of cutoff_len tokens by size (greedy knapsack) where v1 joins a micro-batch's samples");
+      } else if (s == "dynamic_batching") {
+        put("batching_strategy", Value{s}, &*b);
       } else if (s != "normal") {
-        refuse(*b, "token-budget batching is not built in lftrain", "use batching_strategy: normal or padding_free");
+        refuse(*b, "dynamic_padding_free (token-budget rows of samples joined end to end) is not built in lftrain",
+               "use batching_strategy: dynamic_batching, normal or padding_free");
       }
     }
     for (const char* k : {"optim_config.name", "lr_scheduler_config.name"})

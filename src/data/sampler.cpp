@@ -59,14 +59,20 @@ std::vector<std::int64_t> GlobalSampler::epoch_permutation(std::int64_t num_samp
   return order;
 }
 
+std::vector<std::int64_t> GlobalSampler::torch_permutation(std::int64_t num_samples, std::uint64_t seed,
+                                                           std::int64_t epoch) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed + static_cast<std::uint64_t>(epoch));
+  const at::Tensor perm = at::randperm(num_samples, gen, at::TensorOptions().dtype(at::kLong));
+  const std::int64_t* p = perm.data_ptr<std::int64_t>();
+  return std::vector<std::int64_t>(p, p + num_samples);
+}
+
 std::vector<std::int64_t> GlobalSampler::per_rank_order(std::int64_t num_samples, std::uint64_t seed,
                                                         std::int64_t epoch, int dp_size,
                                                         std::int64_t global_batch) {
   if (dp_size < 1 || global_batch % dp_size != 0)
     throw std::invalid_argument("GlobalSampler: the per-rank order needs dp_size >= 1 dividing the global batch");
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed + static_cast<std::uint64_t>(epoch));
-  const at::Tensor perm = at::randperm(num_samples, gen, at::TensorOptions().dtype(at::kLong));
-  const std::int64_t* p = perm.data_ptr<std::int64_t>();
+  const std::vector<std::int64_t> p = torch_permutation(num_samples, seed, epoch);
   const std::int64_t per_rank_batch = global_batch / dp_size;
   const std::int64_t steps = num_samples / global_batch;
   std::vector<std::int64_t> order;

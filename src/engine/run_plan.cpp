@@ -182,10 +182,16 @@ void check_fits_in_memory(const RunPlan& p, int ranks_on_node, double node_bytes
 
 std::string plan_report(const config::Config& cfg, const RunPlan& p) {
   std::string out = "plan:\n";
-  out += "  batch      " + std::to_string(p.micro_batch) + " per rank x " + std::to_string(p.accumulation) +
-         " accumulation x " + std::to_string(p.mesh.dp_size()) + " data-parallel = " +
-         std::to_string(p.global_batch) + (p.sequences_per_sample == 2 ? " pairs (chosen and rejected sequences)" : " sequences") +
-         " of " + std::to_string(p.seq_len) + " tokens per step\n";
+  if (cfg.string("batching_strategy") == "dynamic_batching") {
+    out += "  batch      micro-batches of at most " + std::to_string(p.micro_batch) + " x " + std::to_string(p.seq_len) +
+           " padded tokens (dynamic_batching: each rank its own stream) x " + std::to_string(p.accumulation) +
+           " accumulation x " + std::to_string(p.mesh.dp_size()) + " data-parallel per step\n";
+  } else {
+    out += "  batch      " + std::to_string(p.micro_batch) + " per rank x " + std::to_string(p.accumulation) +
+           " accumulation x " + std::to_string(p.mesh.dp_size()) + " data-parallel = " +
+           std::to_string(p.global_batch) + (p.sequences_per_sample == 2 ? " pairs (chosen and rejected sequences)" : " sequences") +
+           " of " + std::to_string(p.seq_len) + " tokens per step\n";
+  }
   const std::int64_t max_steps = cfg.integer("max_steps");
   char epochs[32];
   std::snprintf(epochs, sizeof epochs, "%g", cfg.real("num_train_epochs"));

@@ -34,19 +34,32 @@ void drop_gradients(engine::Engine& engine) {
 StepResult Trainer::step() {
   State& s = *s_;
   const auto start = Clock::now();
-  const auto indices = s.sampler->global_batch_indices();  // samples: sequences, or pairs with stage dpo
+  const int dp_rank = s.mesh.dp_rank(), dp_size = s.mesh.shape().dp_size();
+  const std::int64_t micro = s.plan.micro_batch, accum = s.plan.accumulation, global = s.plan.global_batch;
+  // Every rank's micro-batches of samples (sequences, or pairs with stage dpo), rank after rank:
+  // cut from the step's global batch, or by tokens from each rank's stream (dynamic_batching).
+  std::vector<std::vector<std::int64_t>> samples;
+  if (s.dynamic) {
+    s.dynamic->skip(s.step - s.dynamic_step);
+    samples = s.dynamic->next_step();
+    s.dynamic_step = s.step + 1;
+  } else {
+    const auto indices = s.sampler->global_batch_indices();
+    for (int r = 0; r < dp_size; ++r)
+      for (std::int64_t m = 0; m < accum; ++m) samples.push_back(data::local_micro_batch(indices, r, dp_size, micro, accum, m));
+  }
+  // Every rank's sequences in the order of the gathered per-sequence sums: rank, micro-batch.
+  std::vector<std::vector<std::int64_t>> sequences;
+  std::vector<std::int64_t> indices;
+  for (const auto& part : samples) {
+    sequences.push_back(s.data->sequences(part));
+    indices.insert(indices.end(), part.begin(), part.end());
+  }
   // The loss is the weighted sum over every target of the global batch divided by the sum of the
   // weights (the count of trained tokens unless messages carry loss weights): each rank knows it.
   // With stage dpo it is the mean over the global batch's pairs of their losses.
   const std::vector<std::int64_t> batch_sequences = s.data->sequences(indices);
   const double targets = s.data->weight_sum(batch_sequences);
-  const int dp_rank = s.mesh.dp_rank(), dp_size = s.mesh.shape().dp_size();
-  const std::int64_t micro = s.plan.micro_batch, accum = s.plan.accumulation, global = s.plan.global_batch;
-  // Every rank's sequences in the order of the gathered per-sequence sums: rank, micro-batch.
-  std::vector<std::vector<std::int64_t>> sequences;
-  for (int r = 0; r < dp_size; ++r)
-    for (std::int64_t m = 0; m < accum; ++m)
-      sequences.push_back(s.data->sequences(data::local_micro_batch(indices, r, dp_size, micro, accum, m)));
 
   std::vector<engine::MicroBatch> batches;
   for (std::int64_t m = 0; m < accum; ++m) {
@@ -67,9 +80,14 @@ StepResult Trainer::step() {
   s.engine->finish_gradients();
 
   // The host's one wait of the step: every sequence's loss and the gradient norm, in one read.
-  const std::int64_t count = local.size(0) * dp_size;
+  // Each rank's count of sequences (they differ under dynamic_batching).
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(dp_size), 0);
+  for (std::size_t k = 0; k < sequences.size(); ++k)
+    counts[k / static_cast<std::size_t>(accum)] += static_cast<std::int64_t>(sequences[k].size());
+  std::int64_t count = 0;
+  for (const std::int64_t c : counts) count += c;
   at::Tensor all = at::empty({count}, local.options());
-  s.mesh.device_dp().all_gather(local, all);
+  s.mesh.device_dp().all_gather(local, all, counts);
   const at::Tensor host = read_on_host(at::cat({all, s.engine->grad_norm_squared()}),
                                        "reading step " + std::to_string(s.step + 1) + "'s losses and gradient norm");
   const double* p = host.data_ptr<double>();

@@ -205,9 +205,21 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
       log0(std::string("warning: cannot print the first training example: ") + e.what());
     }
   }
+  // dynamic_batching draws each rank's stream in the per-rank order: the sampler (which then
+  // counts epochs) records it, so a resume on another data-parallel size is refused.
+  const bool dynamic = cfg.string("batching_strategy") == "dynamic_batching";
   s.sampler = std::make_unique<data::GlobalSampler>(
       s.data->num_samples(), plan.global_batch, static_cast<std::uint64_t>(cfg.integer("seed")),
-      cfg.string("sample_order") == "per_rank" ? static_cast<int>(plan.global_batch / (plan.micro_batch * plan.accumulation)) : 0);
+      cfg.string("sample_order") == "per_rank" || dynamic
+          ? static_cast<int>(plan.global_batch / (plan.micro_batch * plan.accumulation))
+          : 0);
+  if (dynamic) {
+    std::vector<std::int64_t> lengths;
+    for (std::int64_t i = 0; i < s.data->num_samples(); ++i) lengths.push_back(s.data->real_tokens({i}));
+    s.dynamic = std::make_unique<data::DynamicBatches>(std::move(lengths), static_cast<std::uint64_t>(cfg.integer("seed")),
+                                                       mesh.shape().dp_size(), plan.micro_batch, plan.accumulation,
+                                                       plan.seq_len);
+  }
   const std::int64_t max_steps = cfg.integer("max_steps");
   s.total = max_steps > 0 ? max_steps
                           : static_cast<std::int64_t>(std::ceil(cfg.real("num_train_epochs") *

@@ -14,6 +14,7 @@
 #include "lft/ckpt/async_save.h"
 #include "lft/comm/mpi_communicator.h"
 #include "lft/config/config.h"
+#include "lft/data/dynamic_batches.h"
 #include "lft/data/sampler.h"
 #include "lft/engine/context_parallel.h"
 #include "lft/engine/engine.h"
@@ -62,6 +63,10 @@ struct Trainer::State {
   }
   std::unique_ptr<TrainingData> data;
   std::unique_ptr<data::GlobalSampler> sampler;
+  // batching_strategy = "dynamic_batching": the micro-batches of each step (the sampler then only
+  // counts epochs), and the step its cut has reached (a resumed run replays it up to its step).
+  std::unique_ptr<data::DynamicBatches> dynamic;
+  std::int64_t dynamic_step = 0;
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<optim::Optimizer> optimizer;
   std::unique_ptr<optim::LrSchedule> schedule;

@@ -3,7 +3,8 @@
 # the CPU by tools/v1-reference) within 1e-6 relative, for the same v1 YAML file, on a tiny random
 # fp32 Qwen3 (tools/make-v1-fixture.py): full, LoRA and freeze tuning at 1 rank, v1's own messages
 # format (v1_sft_demo.jsonl), and full and LoRA with FSDP2 and full with DeepSpeed ZeRO-3 at 2
-# ranks. Skips (77) without tools/install-v1-env's .venv-v1. Run from the repository root.
+# ranks; batching_strategy: dynamic_batching at 1 rank and with FSDP2 at 2. Skips (77) without
+# tools/install-v1-env's .venv-v1. Run from the repository root.
 #   V1_PARITY_CASES="full_1 lora_fsdp2_2"  only these cases
 #   V1_PARITY_KEEP=1                       keep the work folder (printed)
 #   LFT_SHARED_DATA=DIR                    the datasets (default ../shared/data)
@@ -71,6 +72,14 @@ cases=(
   freeze_trainable_layers: 1"
   "demo_1|1|train_dataset: $data/v1_sft_demo.jsonl"
   "full_fsdp2_2|2|$fsdp2"
+  # batching_strategy: dynamic_batching (v1's example train_full_fsdp2_dynamic_batching.yaml on
+  # this model and data): each rank cuts its own stream into micro-batches of at most 2 x 384
+  # padded tokens, 5-10 of these samples each where the normal strategy takes 2.
+  "dynamic_1|1|batching_strategy: dynamic_batching
+cutoff_len: 384"
+  "dynamic_fsdp2_2|2|$fsdp2
+batching_strategy: dynamic_batching
+cutoff_len: 384"
   "lora_fsdp2_2|2|$fsdp2
 $lora"
   # Under DeepSpeed, v1's micro-batch losses are divided by the accumulation count a second time

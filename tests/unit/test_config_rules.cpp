@@ -46,6 +46,21 @@ std::string temp_dir(const std::string& name) {
   return dir.string();
 }
 
+// batching_strategy = "dynamic_batching" needs max_steps, sequences (not dpo pairs) and no pipeline.
+TEST(ConfigRules, DynamicBatchingRefusesWhatItCannotServe) {
+  const std::string head = data_line() + "batching_strategy = \"dynamic_batching\"\n";
+  EXPECT_NO_THROW(parse_config(head + "max_steps = 5\n" + model_table(), "run.toml"));
+  std::string m = error_of(head + model_table());
+  EXPECT_NE(m.find("run.toml:2:1: batching_strategy = \"dynamic_batching\" needs max_steps"), std::string::npos) << m;
+  EXPECT_NE(m.find("needs max_steps"), std::string::npos) << m;
+  m = error_of(head + "max_steps = 5\nstage = \"dpo\"\n" + model_table());
+  EXPECT_NE(m.find("stage = \"dpo\" batches preference pairs"), std::string::npos) << m;
+  m = error_of(head + "max_steps = 5\ndistributed = \"megatron\"\n" + model_table() + "[mesh]\npp = 2\n");
+  EXPECT_NE(m.find("run.toml:12:1: batching_strategy = \"dynamic_batching\" gives micro-batches of varying shapes"),
+            std::string::npos) << m;
+  EXPECT_NE(m.find("key 'batching_strategy' is set at run.toml:2:1"), std::string::npos) << m;
+}
+
 TEST(EngineCapabilities, EveryEngineDeclaresItsAndTheRulesReadThem) {
   EXPECT_EQ(engine_names().size(), engine_capabilities().size());
   for (const std::string& name : engine_names()) EXPECT_EQ(capabilities_of(name).name, name);

@@ -115,12 +115,21 @@ TEST(ConfigV1, ContextParallelKeysAreLftrainsMesh) {
             std::string::npos);
 }
 
+// batching_strategy: dynamic_batching is lftrain's key of the same name; as v1, it needs max_steps.
+TEST(ConfigV1, DynamicBatchingIsTheSameKeyAndNeedsMaxSteps) {
+  const Config c = parse_yaml(v1_head() + "batching_strategy: dynamic_batching\nmax_steps: 10\n");
+  EXPECT_EQ(c.string("batching_strategy"), "dynamic_batching");
+  const std::string m = yaml_error(v1_head() + "batching_strategy: dynamic_batching\n");
+  EXPECT_NE(m.find("job.yaml:3:1: batching_strategy = \"dynamic_batching\" needs max_steps"), std::string::npos) << m;
+}
+
 TEST(ConfigV1, RefusedWithWhy) {
   EXPECT_NE(yaml_error(v1_head() + "quant_config:\n  name: bnb\n  quantization_bit: 4\n").find("quantized training"),
             std::string::npos);
   EXPECT_NE(yaml_error(v1_head() + "optim_config:\n  name: muon\n").find("registers no optimizer"), std::string::npos);
   EXPECT_NE(yaml_error(v1_head() + "model_class: cls\n").find("causal language models"), std::string::npos);
-  EXPECT_NE(yaml_error(v1_head() + "batching_strategy: dynamic_batching\n").find("token-budget"), std::string::npos);
+  EXPECT_NE(yaml_error(v1_head() + "batching_strategy: dynamic_padding_free\n").find("dynamic_padding_free"),
+            std::string::npos);
   const std::string mixed = yaml_error(v1_head() + "stage: sft\n");
   EXPECT_NE(mixed.find("mixes LlamaFactory v1's keys ('model') with the classic trainer's ('stage')"), std::string::npos)
       << mixed;

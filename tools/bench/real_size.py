@@ -13,10 +13,13 @@ one packed 512-token sequence per rank and step:
 one after the other in one run. Per row: tokens/s (real tokens) over the steps after the first,
 model FLOP/s (torchtitan's count: docs/performance.md) as a fraction of the bf16 GEMM rate of the
 machine's cores measured in this run (build/lft_gemm_rate), peak RSS per rank against lftrain's
-per-rank estimate (the start-up plan's, as `--check` prints it), and the seconds from launch to the end of the first step.
-Timings are ratios within one run (this machine is noisy); nothing is asserted.
+per-rank estimate (the start-up plan's, as `--check` prints it), the seconds from launch to the end of the first step,
+and tokens/s and MFU over the full steps alone (every rank a whole 512-token sequence; the epoch's
+short last pack lands in step 3 of this job, where one rank idles: PyTorch's job has only full
+steps, so its ratio is printed on both). Timings are ratios within one run (this machine is
+noisy); nothing is asserted.
 
-  tools/bench/real_size.py [--build build] [--steps 4] [--only fsdp2,zero3,megatron,torch,v1,ckpt]
+  tools/bench/real_size.py [--build build] [--steps 6] [--only fsdp2,zero3,megatron,torch,v1,ckpt]
                            [--dtypes bf16,fp32] [--layers 28]
   (ckpt in --only: saves of the model's state in both checkpoint formats against the disk's rate,
   and async_checkpoint's blocked time: tools/bench/checkpoint.py's real_size_table)   (fewer layers: a quick try of the script)
@@ -110,15 +113,42 @@ def lftrain_row(args, name, overrides, dtype):
     estimate = mib(text, r"([0-9.]+) MiB resident")  # the start-up plan's, as `--check` prints it
     steps = [re.search(r"\| ([0-9.]+) tok/s \| ([0-9.]+) GFLOP/s(?:.*\| hardware ([0-9.]+) GFLOP/s)?", line)
              for line in text.splitlines() if re.match(r"step \d+/\d+ \|", line)]
-    steps = [m for m in steps if m][1:] or [m for m in steps if m]  # after the first (warm-up) step
-    tps = sum(float(m.group(1)) for m in steps) / len(steps)
-    gflops = sum(float(m.group(2)) for m in steps) / len(steps)
-    hw = sum(float(m.group(3) or m.group(2)) for m in steps) / len(steps)
+    steps = [m for m in steps if m]
+    full = full_steps(os.path.join(args.work, name.replace(" ", "-") + "-" + dtype, "trainer_log.jsonl"), len(steps))
+    timed = steps[1:] or steps  # after the first (warm-up) step
+    tps = sum(float(m.group(1)) for m in timed) / len(timed)
+    gflops = sum(float(m.group(2)) for m in timed) / len(timed)
+    hw = sum(float(m.group(3) or m.group(2)) for m in timed) / len(timed)
+    on_full = [m for k, m in enumerate(steps) if k > 0 and full[k]]
+    full_tps = sum(float(m.group(1)) for m in on_full) / len(on_full) if on_full else None
+    full_gflops = sum(float(m.group(2)) for m in on_full) / len(on_full) if on_full else None
     rss = mib(text, r"rank \d+ (\d+) MiB")
     rss = rss[:2]  # the summary's first line is peak RSS
-    return dict(name=name, tokens_per_s=tps, model_gflops=gflops, hardware_gflops=hw,
+    return dict(name=name, tokens_per_s=tps, model_gflops=gflops, hardware_gflops=hw, full_steps=len(on_full),
+                full_tokens_per_s=full_tps, full_model_gflops=full_gflops,
                 peak_rss_mib=rss, estimate_mib=estimate[0] if estimate else None,
                 first_step_s=first.get("first_step"), weights_s=first.get("weights"))
+
+
+def full_steps(log_path, count):
+    """Per step of trainer_log.jsonl: whether it trained 2 x SEQ tokens (every rank a full sequence).
+    Packing leaves shorter sequences (the epoch's last pack: 43 tokens with alpaca_en_demo, in step 3
+    of this job), and a rank with one idles while the other computes: PyTorch's job has only full
+    steps. The tokens of a step are its tokens/s times its seconds (trainer_log's elapsed time, to
+    the second: within 10% at about 20 s a step)."""
+    records = []
+    if os.path.exists(log_path):
+        with open(log_path) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    def seconds(text):
+        h, m, s = (int(v) for v in text.split(":"))
+        return 3600 * h + 60 * m + s
+    full, previous = [], 0
+    for r in records[:count]:
+        now = seconds(r["elapsed_time"])
+        full.append(r["tokens_per_s"] * (now - previous) >= 0.9 * 2 * SEQ)
+        previous = now
+    return full + [False] * (count - len(full))
 
 
 TORCH_PEER = r"""
@@ -218,7 +248,7 @@ def table(args, only, dtype, rate):
     print(f"\nQwen3-0.6B shape ({args.layers} layers), 2 ranks x 1 thread, {dtype}, gradient checkpointing, "
           f"{SEQ} tokens per rank and step, {args.steps} steps (the first not timed); MFU against {rate} GFLOP/s:")
     print(f"{'':24} {'tokens/s':>9} {'model GFLOP/s':>14} {'MFU':>6} {'peak RSS MiB/rank':>20} {'estimate':>9} "
-          f"{'RSS/est':>8} {'first step s':>13}")
+          f"{'RSS/est':>8} {'first step s':>13} {'full steps: tokens/s':>21} {'MFU':>6}")
     for r in rows:
         if "error" in r:
             print(f"{r['name']:24} failed: {r['error']}")
@@ -227,18 +257,24 @@ def table(args, only, dtype, rate):
         est = r.get("estimate_mib")
         print(f"{r['name']:24} {r['tokens_per_s']:9.1f} {r['model_gflops']:14.2f} {r['model_gflops'] / rate:6.1%} "
               f"{'/'.join(f'{v:.0f}' for v in r['peak_rss_mib']):>20} {est or float('nan'):9.0f} "
-              f"{(rss / est if est else float('nan')):8.2f} {r['first_step_s'] or float('nan'):13.1f}")
+              f"{(rss / est if est else float('nan')):8.2f} {r['first_step_s'] or float('nan'):13.1f} "
+              + (f"{r['full_tokens_per_s']:13.1f} ({r['full_steps']} of {args.steps - 1}) "
+                 f"{r['full_model_gflops'] / rate:6.1%}" if r.get("full_tokens_per_s") else
+                 (f"{r['tokens_per_s']:13.1f} (all)       {r['model_gflops'] / rate:6.1%}" if "full_steps" not in r else "")))
     torch_tps = next((r["tokens_per_s"] for r in rows if r["name"].startswith("PyTorch") and "error" not in r), None)
     if torch_tps:
         for r in rows:
             if r["name"].startswith("lftrain"):
-                print(f"{r['name']} / PyTorch FSDP2 tokens/s: {r['tokens_per_s'] / torch_tps:.2f}x")
+                line = f"{r['name']} / PyTorch FSDP2 tokens/s: {r['tokens_per_s'] / torch_tps:.2f}x"
+                if r.get("full_tokens_per_s"):
+                    line += f"; on full steps (PyTorch's are all full): {r['full_tokens_per_s'] / torch_tps:.2f}x"
+                print(line)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--layers", type=int, default=28)
     parser.add_argument("--only", default="fsdp2,zero3,megatron,torch,v1,ckpt")
     parser.add_argument("--dtypes", default="bf16", help="bf16, fp32 or both (bf16,fp32): one table each")

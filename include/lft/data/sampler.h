@@ -62,6 +62,10 @@ class GlobalSampler {
   // (seed, epoch, num_samples).
   static std::vector<std::int64_t> epoch_permutation(std::int64_t num_samples, std::uint64_t seed,
                                                      std::int64_t epoch);
+  // torch.randperm(num_samples) from a CPU generator seeded seed + epoch: DistributedSampler's
+  // shuffle, which rank r of d deals from at positions r, r + d, ...
+  static std::vector<std::int64_t> torch_permutation(std::int64_t num_samples, std::uint64_t seed,
+                                                     std::int64_t epoch);
   // The per-rank order of epoch `epoch`, arranged so that global batch k is positions
   // [k * global_batch, (k + 1) * global_batch) (steps_per_epoch batches; the rest is dropped).
   static std::vector<std::int64_t> per_rank_order(std::int64_t num_samples, std::uint64_t seed,
