@@ -60,6 +60,29 @@ TEST(Resume, SameLayoutContinuesBitwise) {
   if (world().rank() == 0) ckpt::remove_tree(dir);
 }
 
+// batching_strategy = "dynamic_batching" keeps no state of its own in a checkpoint: the resumed
+// run replays the cut up to its step and continues bitwise (fsdp2: the ranks' micro-batches hold
+// different numbers of sequences, their losses gathered by count).
+TEST(Resume, DynamicBatchingReplaysItsCutAndContinuesBitwise) {
+  if (world().size() > 4) GTEST_SKIP() << "runs at 1 to 4 ranks";
+  at::set_num_threads(1);
+  const std::string dir = shared_temp_dir();
+  const std::string dynamic = "batching_strategy = \"dynamic_batching\"\n";
+  const auto straight = train(tiny_run("fsdp2", 4, 2, dynamic + "output_dir = \"" + dir + "\"\n"), world(), 10);
+  const auto resumed = train(tiny_run("fsdp2", 4, 2, dynamic + "output_dir = \"" + dir + "/b\"\n"
+                                      "resume_from_checkpoint = \"" + dir + "/checkpoint-10\"\n"),
+                             world());
+  ASSERT_EQ(resumed.first_step, 10);
+  ASSERT_EQ(resumed.losses.size(), 10u);
+  for (std::size_t i = 0; i < 10; ++i) EXPECT_EQ(resumed.losses[i], straight.losses[10 + i]) << "step " << 11 + i;
+  // The cut differs from the normal batching's (the arithmetic lines are shorter than cutoff_len,
+  // so a budget of 4 x 32 takes more than 4 of them).
+  const auto normal = train(tiny_run("fsdp2", 4, 2, "output_dir = \"" + dir + "/c\"\n"), world());
+  EXPECT_NE(normal.losses[0], straight.losses[0]);
+  world().barrier();
+  if (world().rank() == 0) ckpt::remove_tree(dir);
+}
+
 TEST(Resume, OneRankEngineContinuesARunOfAnotherWorldSize) {
   if (24 % world().size() != 0) GTEST_SKIP() << "global batch 24 needs a world size dividing 24";
   at::set_num_threads(1);
