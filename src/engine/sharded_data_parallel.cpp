@@ -440,16 +440,16 @@ void ShardedDataParallel::finish_reduce(Unit& u) {
   if (!u.reduce) return;
   u.reduce->wait();
   u.reduce.reset();
-  const at::Tensor reduced = plan_.offload ? u.reduce_out.to(u.grad.device()) : u.reduce_out;  // offload: back to the host
+  const at::Tensor arrived = plan_.offload ? u.reduce_out.to(u.grad.device()) : u.reduce_out;  // offload: back to the host
   if (u.reduced.size() == u.trained.size()) {
-    u.grad.add_(reduced);
-  } else {
+    u.grad.add_(arrived);
+  } else {  // the reduced pieces into their places among all the unit's gradient pieces
     const auto me = static_cast<std::size_t>(shard_comm_.rank());
     for (std::size_t r = 0; r < u.reduced.size(); ++r) {
       const ShardPiece& to = u.grad_layout.pieces[me][u.reduced[r]];
       const ShardPiece& from = u.reduce_layout.pieces[me][r];
       const std::int64_t numel = to.rows * row_numel(shapes_[u.params[u.trained[u.reduced[r]]]]);
-      u.grad.narrow(0, to.local_offset, numel).add_(reduced.narrow(0, from.local_offset, numel));
+      u.grad.narrow(0, to.local_offset, numel).add_(arrived.narrow(0, from.local_offset, numel));
     }
   }
   u.reduce_in.reset();

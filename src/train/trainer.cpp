@@ -189,8 +189,10 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
   // estimated peak of the tensors (memory.h).
   if (!device.cuda) {
     const engine::MemoryEstimate& estimate = plan.memory;
-    set_cpu_cache_limit(static_cast<std::int64_t>(estimate.gathered + estimate.activations + estimate.buffers + estimate.gradients));
-    set_cpu_memory_budget(static_cast<std::int64_t>(estimate.total() + estimate.checkpoint_staging));
+    // The MPI reduce-scatter's receive buffers are tensors too (mpi_communicator.cpp).
+    set_cpu_cache_limit(static_cast<std::int64_t>(estimate.gathered + estimate.activations + estimate.buffers +
+                                                  estimate.gradients + estimate.mpi_staging));
+    set_cpu_memory_budget(static_cast<std::int64_t>(estimate.total() + estimate.mpi_staging + estimate.checkpoint_staging));
   }
   s.data = std::make_unique<TrainingData>(cfg, mesh.world());
   s.data->set_pad_to_multiple_of(pad_multiple(cfg, plan));

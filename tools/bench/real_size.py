@@ -233,7 +233,7 @@ def v1_rows(args):
     return rows
 
 
-def table(args, only, dtype, rate):
+def table_rows(args, only, dtype):
     """The lftrain engines and PyTorch FSDP2 in `dtype` (bf16: autocast over fp32 masters)."""
     mixed = ["dist_config.mixed_precision=" + dtype]
     rows = []
@@ -245,6 +245,10 @@ def table(args, only, dtype, rate):
         rows.append(lftrain_row(args, "lftrain megatron tp2", ["distributed=megatron", "mesh.tp=2"], dtype))
     if "torch" in only:
         rows.append(torch_row(args, dtype))
+    return rows
+
+
+def print_table(args, rows, dtype, rate):
     print(f"\nQwen3-0.6B shape ({args.layers} layers), 2 ranks x 1 thread, {dtype}, gradient checkpointing, "
           f"{SEQ} tokens per rank and step, {args.steps} steps (the first not timed); MFU against {rate} GFLOP/s:")
     print(f"{'':24} {'tokens/s':>9} {'model GFLOP/s':>14} {'MFU':>6} {'peak RSS MiB/rank':>20} {'estimate':>9} "
@@ -285,11 +289,18 @@ def main():
     args.work = tempfile.mkdtemp(prefix="lft-real-size-")
     only = args.only.split(",")
     make_model(args.model, args.layers)
-    gemm = gemm_rate(args.build)
-    print(f"GEMM rate (2048^3 matmul, GFLOP/s): {json.dumps(gemm)}; MFU is against the rate of the run's dtype "
-          f"at 2 threads")
+    # The machine's rate: the better of two measurements, one before the rows and one after them
+    # (a busy neighbour on this VM lowers one now and then; a low rate would inflate the MFU).
+    gemm = [gemm_rate(args.build), None]
+    print(f"GEMM rate (2048^3 matmul, GFLOP/s): {json.dumps(gemm[0])}; MFU is against the rate of the run's dtype "
+          f"at 2 threads, the better of this and a second measurement after the rows")
+    pending = []
     for dtype in args.dtypes.split(","):
-        table(args, only, dtype, gemm[dtype]["2"])
+        pending.append((dtype, table_rows(args, only, dtype)))
+    gemm[1] = gemm_rate(args.build)
+    print(f"GEMM rate after the rows: {json.dumps(gemm[1])}")
+    for dtype, rows in pending:
+        print_table(args, rows, dtype, max(g[dtype]["2"] for g in gemm))
     if "ckpt" in only:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import checkpoint
