@@ -87,7 +87,8 @@ StepResult Trainer::step() {
   std::int64_t count = 0;
   for (const std::int64_t c : counts) count += c;
   at::Tensor all = at::empty({count}, local.options());
-  s.mesh.device_dp().all_gather(local, all, counts);
+  // Equal counts (every strategy but dynamic_batching): the plain all-gather.
+  s.mesh.device_dp().all_gather(local, all, s.dynamic ? counts : std::vector<std::int64_t>{});
   const at::Tensor host = read_on_host(at::cat({all, s.engine->grad_norm_squared()}),
                                        "reading step " + std::to_string(s.step + 1) + "'s losses and gradient norm");
   const double* p = host.data_ptr<double>();
