@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include "lft/model/blocked_attention.h"
 #include "lft/model/eager_attention.h"
 #include "lft/model/fused.h"
 
@@ -129,9 +130,10 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
   // GQA: kv head g serves query heads g*r .. g*r+r-1 (HF repeat_kv, i.e. repeat_interleave),
   // which is what enable_gqa does.
   const double softcap = config_.attn_logit_softcapping;
-  at::Tensor o = softcap > 0
-                     ? softcapped_attention(q, k, v, mask, causal,
-                                            scale_.value_or(std::pow(static_cast<double>(head_dim_), -0.5)), softcap)
+  const double scale = scale_.value_or(std::pow(static_cast<double>(head_dim_), -0.5));
+  at::Tensor o = softcap > 0 ? softcapped_attention(q, k, v, mask, causal, scale, softcap)
+                 : causal && !mask && blocked_attention_applies(q)
+                     ? blocked_causal_attention(q, k, v, scale)
                      : at::scaled_dot_product_attention(q, k, v, mask, /*dropout_p=*/0.0, causal, scale_,
                                                         /*enable_gqa=*/kv_here != heads_here);
   o = o.transpose(1, 2);  // [B, T, heads, d]

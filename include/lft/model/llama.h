@@ -23,7 +23,8 @@ namespace lft::model {
 // config.attention_bias), o_proj (bias when config.attention_out_bias), RoPE on q and k, then
 // at::scaled_dot_product_attention (causal; enable_gqa when there are fewer kv heads; an explicit
 // mask for a sliding-window layer; scores scaled by 1/sqrt(query_pre_attn_scalar) when that is
-// set), or softcapped_attention when config.attn_logit_softcapping > 0. Head counts are read
+// set), or softcapped_attention when config.attn_logit_softcapping > 0, or, for causal bf16 on a
+// CPU without a mask, blocked_causal_attention (blocked_attention.h). Head counts are read
 // from the weights, so a tensor-parallel rank that holds some of the heads runs the same code.
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
