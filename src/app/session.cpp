@@ -116,7 +116,7 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   log0(check_communication(world, mesh));
   std::optional<engine::RunPlan> plan;
   run_agreed([&] {
-    plan = engine::resolve_run_plan(cfg, shape);
+    plan = engine::resolve_run_plan(cfg, shape, device.cuda && !device.shared);
     if (!device.cuda) plan->memory.process = static_cast<double>(current_rss_bytes() - cpu_bytes_in_use());
     if (!device.cuda)
       engine::check_fits_in_memory(*plan, rt.local_size(), usable_node_memory_bytes(rt.local_size()));

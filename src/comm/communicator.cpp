@@ -43,13 +43,18 @@ void require_counts(const std::vector<int64_t>& counts, int size, const char* wh
                                 std::to_string(size) + " ranks");
 }
 
-// Checks that `whole` is the concatenation of the shards and `part` this rank's shard.
-void require_shard_shapes(const at::Tensor& whole, const at::Tensor& part,
-                          const std::vector<int64_t>& counts, int rank, int size, const char* what) {
+bool is_16bit_float(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf; }
+
+// Checks that `whole` is the concatenation of the shards and `part` this rank's shard (of one
+// dtype, or a 16-bit whole and an fp32 part where `widening`).
+void require_shard_shapes(const at::Tensor& whole, const at::Tensor& part, const std::vector<int64_t>& counts,
+                          int rank, int size, const char* what, bool widening = false) {
   require_contiguous(whole, what);
   require_contiguous(part, what);
-  if (whole.scalar_type() != part.scalar_type())
-    throw std::invalid_argument(std::string(what) + ": input and output dtypes differ");
+  const bool widened = widening && is_16bit_float(whole) && part.scalar_type() == at::kFloat;
+  if (whole.scalar_type() != part.scalar_type() && !widened)
+    throw std::invalid_argument(std::string(what) + ": input " + dtype_name(whole) + " and output " + dtype_name(part) +
+                                " dtypes differ" + (widening ? " (only a 16-bit input may give an fp32 output)" : ""));
   int64_t total = part.numel() * size;
   int64_t mine = part.numel();
   if (!counts.empty()) {
@@ -148,10 +153,11 @@ WorkPtr Communicator::all_reduce_async(const at::Tensor& t, ReduceOp op) {
 
 WorkPtr Communicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out,
                                            ReduceOp op, const std::vector<int64_t>& counts) {
-  require_shard_shapes(in, out, counts, rank_, size_, "reduce_scatter");
+  require_shard_shapes(in, out, counts, rank_, size_, "reduce_scatter", sums_16bit_into_fp32());
   require_device(in, "reduce_scatter");
   require_device(out, "reduce_scatter");
-  auto info = begin(CollKind::ReduceScatter, wire_bytes(in, true),
+  // A backend that sums 16-bit pieces in fp32 itself moves them as they are.
+  auto info = begin(CollKind::ReduceScatter, wire_bytes(in, !sums_16bit_into_fp32()),
                     std::string(reduce_op_name(op)) + ", " + dtype_name(in) + ", ");
   return do_reduce_scatter(in, out, op, counts, std::move(info));
 }

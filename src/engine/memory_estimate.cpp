@@ -120,9 +120,11 @@ namespace {
 
 // What ShardedDataParallel keeps for units of parameter shapes `all` (every parameter it is given)
 // of which `trained` train, cut over `n` ranks: masters, gradient shards, AdamW's moments, the
-// gathered units or the whole parameters, and MPI's reduce-scatter receive buffer.
+// gathered units or the whole parameters, and MPI's reduce-scatter receive buffer. Gathered
+// 16-bit parameters give 16-bit gradients, which MPI reduces as they are (`nccl`: as fp32).
 MemoryEstimate sharded_terms(const std::vector<std::vector<Shape>>& all_units,
-                             const std::vector<std::vector<Shape>>& trained_units, int n, const ShardingPlan& plan) {
+                             const std::vector<std::vector<Shape>>& trained_units, int n, const ShardingPlan& plan,
+                             bool nccl) {
   // Sums over units of their shard and whole sizes, and the largest layer unit.
   struct Totals {
     double shard = 0, whole = 0, root = 0, largest_layer = 0;
@@ -151,7 +153,8 @@ MemoryEstimate sharded_terms(const std::vector<std::vector<Shape>>& all_units,
   e.optimizer = 8 * trained.whole / n;
   if (!plan.shard_parameters) e.weights += 4 * (all.whole - trained.whole);  // frozen, whole
   // A unit's whole gradients (or its reduce-scatter buffer) while backward reaches the next.
-  const double unit_gradients = 4 * std::max(trained.root, trained.largest_layer);
+  const double wire = !nccl && plan.shard_parameters && cb < 4 ? cb : 4;
+  const double unit_gradients = wire * std::max(trained.root, trained.largest_layer);
   if (plan.shard_parameters) {
     // The root unit stays gathered through the step, with the layer running and the one
     // prefetched beside it; without resharding every layer stays gathered until its backward.
@@ -172,7 +175,7 @@ MemoryEstimate sharded_terms(const std::vector<std::vector<Shape>>& all_units,
 MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
   const int n = run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP];  // shards over dp_shard x cp
   const auto model = meta_model(run);
-  MemoryEstimate e = sharded_terms(sharding_units(*model, false), sharding_units(*model, true), n, plan);
+  MemoryEstimate e = sharded_terms(sharding_units(*model, false), sharding_units(*model, true), n, plan, run.nccl);
   e.activations = activation_bytes(run, static_cast<double>(run.model.num_hidden_layers),
                                    model_widths(*model, 1, false), true, true);
   return e;
@@ -218,7 +221,7 @@ MemoryEstimate estimate_megatron(const config::Config& cfg, const RunPlan& run) 
       // GradientBuckets' fp32 copy of every gradient, held through the step (as ddp's).
       if (dp > 1) e.gathered = 4 * trained;
     } else {
-      e = sharded_terms(units, units, shards, sharding);
+      e = sharded_terms(units, units, shards, sharding, run.nccl);
       e.weights += 4 * (local - trained);  // frozen boxes stay whole
     }
     // Autocast's 16-bit copies of the fp32 weights it casts (gathered parameters are already in

@@ -143,8 +143,9 @@ std::shared_ptr<model::CausalLM> create_run_model(const config::Config& cfg, con
   return m;
 }
 
-RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh) {
+RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool nccl) {
   RunPlan p;
+  p.nccl = nccl;
   p.model = model::ModelConfig::from_run_config(cfg);
   p.mesh = mesh;
   p.micro_batch = cfg.integer("per_device_train_batch_size");

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "lft/engine/shard_copy.h"
@@ -421,7 +422,7 @@ void ShardedDataParallel::launch_reduce(Unit& u) {
   c10::NoGradGuard no_grad;
   const std::int64_t k = u.reduce_layout.shard_numel;
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(shard_comm_.device());
-  u.reduce_in = at::zeros({k * shard_comm_.size()}, f32);
+  u.reduce_in = at::zeros({k * shard_comm_.size()}, f32.dtype(wire_dtype(u)));
   for (std::size_t r = 0; r < u.reduced.size(); ++r) {
     const std::size_t param = u.params[u.trained[u.reduced[r]]];
     at::Tensor& owner = dense_owner(param);
@@ -434,6 +435,19 @@ void ShardedDataParallel::launch_reduce(Unit& u) {
   // With frozen parameters the last gradient may come before the unit's backward has used them
   // all (a frozen norm after the adapters): such a unit is freed once backward has left it.
   if (plan_.shard_parameters && u.trained.size() == u.params.size()) free_parameters(u);
+}
+
+at::ScalarType ShardedDataParallel::wire_dtype(Unit& u) {
+  if (!shard_comm_.sums_16bit_into_fp32()) return at::kFloat;
+  std::optional<at::ScalarType> seen;
+  for (const std::size_t r : u.reduced) {
+    const at::Tensor& owner = dense_owner(u.params[u.trained[r]]);
+    if (!owner.defined() || !owner.grad().defined()) continue;
+    const at::ScalarType t = owner.grad().scalar_type();
+    if ((t != at::kBFloat16 && t != at::kHalf) || (seen && *seen != t)) return at::kFloat;
+    seen = t;
+  }
+  return seen.value_or(at::kFloat);
 }
 
 void ShardedDataParallel::finish_reduce(Unit& u) {

@@ -2,6 +2,7 @@
 // and for sizes that do not divide by the world size.
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <numeric>
 
 #include "mpi_test_util.h"
@@ -124,6 +125,38 @@ TEST(ReduceScatter, SumsInRankOrderTakesAnyShapeAndMaxAndOverlaps) {
   }
   EXPECT_TRUE(at::equal(sum_out.reshape({-1}), expected_sum));
   EXPECT_TRUE(at::equal(max_out, expected_max));
+}
+
+// 16-bit pieces summed into fp32 (MPI's reduce-scatter): the same bits as widening every input
+// to fp32 first, at half the bytes; equal and unequal shards, Sum and Max. Values that bf16 holds
+// exactly (at least rank 0's) whose fp32 sum the 16-bit dtype would round.
+TEST(ReduceScatter, SixteenBitPiecesSumIntoFp32AsWidenedInputsDo) {
+  const int size = world().size(), me = world().rank();
+  if (!world().sums_16bit_into_fp32()) GTEST_SKIP() << "the MPI communicator sums 16-bit pieces in fp32";
+  const auto counts = uneven_counts(size);
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  auto input_of = [&](int r, at::ScalarType dtype) {
+    const int bits = dtype == at::kBFloat16 ? 7 : 10;  // the dtype's mantissa
+    return (1.0 + at::arange(total, at::kDouble).remainder(5).mul(0.125) + std::ldexp(1.0, -bits - r)).to(dtype);
+  };
+  for (const at::ScalarType dtype : {at::kBFloat16, at::kHalf})
+    for (const bool equal : {true, false})
+      for (const ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+        const std::vector<int64_t> shards = equal ? std::vector<int64_t>{} : counts;
+        const int64_t mine = equal ? total / size : counts[me];
+        const at::Tensor in = equal ? input_of(me, dtype).narrow(0, 0, total / size * size).contiguous() : input_of(me, dtype);
+        at::Tensor out = at::empty({mine}, at::kFloat), widened_out = at::empty({mine}, at::kFloat);
+        world().reset_stats();
+        world().reduce_scatter(in, out, op, shards);
+        EXPECT_EQ(world().stats()[CollKind::ReduceScatter].bytes, static_cast<std::uint64_t>(in.numel()) * 2);
+        world().reduce_scatter(in.to(at::kFloat), widened_out, op, shards);
+        EXPECT_TRUE(at::equal(out, widened_out)) << dtype << (equal ? " equal" : " unequal") << " shards";
+        if (op == ReduceOp::Sum && size > 1 && mine > 0)  // the 16-bit sum would have rounded
+          EXPECT_FALSE(at::equal(out, out.to(dtype).to(at::kFloat))) << dtype;
+      }
+  at::Tensor narrow_out = at::empty({counts[me]}, at::kBFloat16);
+  EXPECT_THROW(world().reduce_scatter(at::zeros({total}, at::kFloat), narrow_out, ReduceOp::Sum, counts),
+               std::invalid_argument);
 }
 
 TEST(AllGather, EqualAndUnequalShards) {

@@ -256,6 +256,28 @@ TEST(ShardedComm, BytesPerStepMatchTheAlgorithm) {
   }
 }
 
+// fsdp2 in bf16 over MPI: the gathered layers' bf16 gradients travel as they are (the
+// communicator sums them in fp32), half the reduce-scatter bytes of the same run in fp32.
+TEST(ShardedComm, Bf16GradientsReduceScatterInHalfTheBytes) {
+  const int n = world().size();
+  if (n == 1 || n > 4) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
+  at::set_num_threads(1);
+  auto reduce_scatter_bytes = [](const std::string& extra) {
+    std::unique_ptr<DeviceMesh> mesh;
+    auto trainer = make_trainer(tiny_run("fsdp2", 2, 1, extra), world(), mesh);
+    trainer->step();
+    for (Communicator* c : trainer->engine().communicators()) c->reset_stats();
+    trainer->step();
+    std::uint64_t bytes = 0;
+    for (Communicator* c : trainer->engine().communicators()) bytes += c->stats()[CollKind::ReduceScatter].bytes;
+    return bytes;
+  };
+  const std::uint64_t fp32 = reduce_scatter_bytes(""),
+                      bf16 = reduce_scatter_bytes("bf16 = true\n[dist_config]\nmixed_precision = \"bf16\"\n");
+  EXPECT_GT(fp32, 0u);
+  EXPECT_EQ(2 * bf16, fp32);
+}
+
 // reshard_after_forward = true frees each layer's gathered storage right after its forward and
 // everything after backward; false keeps the layers until their backward.
 TEST(ShardedMemory, ReshardAfterForwardFreesGatheredLayers) {

@@ -67,12 +67,16 @@ class Communicator {
   // before reading seconds and waited_seconds. A no-op where the host measures them.
   virtual void settle_stats() {}
   virtual const char* backend() const = 0;
+  // Whether reduce_scatter carries 16-bit floats as they are and sums them in fp32 (into an fp32
+  // `out`): the sum of 16-bit gradients in fp32 at half the bytes of converting them first (MPI).
+  // NCCL sums 16-bit inputs in 16 bits, so its callers convert to fp32 before.
+  virtual bool sums_16bit_into_fp32() const { return false; }
 
   // In place: every rank's `t` becomes the reduction over the group.
   WorkPtr all_reduce_async(const at::Tensor& t, ReduceOp op = ReduceOp::Sum);
   // `in` holds every rank's shard back to back; `out` gets this rank's shard of the reduction.
   // counts empty: equal shards (in.numel() == size() * out.numel()); else counts[r] elements for
-  // rank r (unequal shards).
+  // rank r (unequal shards). `out` may be fp32 for a 16-bit `in` where sums_16bit_into_fp32().
   WorkPtr reduce_scatter_async(const at::Tensor& in, const at::Tensor& out,
                                ReduceOp op = ReduceOp::Sum, const std::vector<int64_t>& counts = {});
   // `out` gets every rank's `in`, in rank order. counts as for reduce_scatter.
@@ -129,7 +133,8 @@ class Communicator {
   // Default: do_send then do_recv (MPI posts both without blocking).
   virtual SendRecv do_send_recv(const at::Tensor& send, int dst, int send_tag, const at::Tensor& recv, int src,
                                 int recv_tag, CallInfo send_info, CallInfo recv_info);
-  // The bytes a backend hands the wire for `t` (an MPI 16-bit reduction travels as fp32).
+  // The bytes a backend hands the wire for `t`; `reduction`: the backend's reduction operator runs
+  // over it (MPI's all-reduce of 16-bit floats travels as fp32).
   virtual std::uint64_t wire_bytes(const at::Tensor& t, bool reduction) const;
 
  private:

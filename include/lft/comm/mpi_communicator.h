@@ -29,6 +29,7 @@ class MpiCommunicator : public Communicator {
 
   MPI_Comm handle() const { return comm_; }
   const char* backend() const override { return "mpi"; }
+  bool sums_16bit_into_fp32() const override { return true; }
 
  protected:
   WorkPtr do_all_reduce(const at::Tensor& t, ReduceOp op, CallInfo info) override;

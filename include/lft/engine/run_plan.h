@@ -76,6 +76,9 @@ struct RunPlan {
   model::FinetuningSpec finetuning;                  // which parameters train
   std::string adapter_folder;                        // adapter_name_or_path ("" when none)
   std::optional<config::DeepSpeedConfig> deepspeed;  // distributed = "deepspeed"
+  // The data-parallel collectives run over NCCL (a GPU per rank), which reduces 16-bit gradients
+  // as fp32; else over MPI, whose reduce-scatter carries them in 16 bits (Communicator).
+  bool nccl = false;
   MemoryEstimate memory;                             // from the engine (EngineInfo::estimate_memory)
 };
 
@@ -91,7 +94,7 @@ std::shared_ptr<model::CausalLM> create_run_model(const config::Config& cfg, con
 
 // Resolves the plan of `cfg` on `mesh` (collective-free; every rank reaches the same plan).
 // Throws config::ConfigError for a model or DeepSpeed file that does not fit.
-RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh);
+RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool nccl = false);
 
 // A ConfigError when the per-rank estimate of `plan` exceeds what `ranks_on_node` ranks can have
 // of `node_bytes` of memory: the run could not fit, so it does not start.

@@ -153,6 +153,9 @@ class ShardedDataParallel final : public model::LayerHooks {
   // The embedding's position among its unit's trained parameters.
   std::size_t embedding_slot(const Unit& u) const;
   void launch_reduce(Unit& u);
+  // The dtype a unit's gradients travel in: their own 16-bit dtype where the communicator sums
+  // 16-bit pieces in fp32 (the same sums, half the bytes), else fp32.
+  at::ScalarType wire_dtype(Unit& u);
   void finish_reduce(Unit& u);
   void finish_all_reduces();
   void open_step();
