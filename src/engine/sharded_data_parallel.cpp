@@ -422,7 +422,14 @@ void ShardedDataParallel::launch_reduce(Unit& u) {
   c10::NoGradGuard no_grad;
   const std::int64_t k = u.reduce_layout.shard_numel;
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(shard_comm_.device());
-  u.reduce_in = at::zeros({k * shard_comm_.size()}, f32.dtype(wire_dtype(u)));
+  const at::ScalarType wire = wire_dtype(u);
+  if (!reduce_send_.defined() || reduce_send_.scalar_type() != wire) {
+    std::int64_t largest = 0;
+    for (const auto& unit : units_) largest = std::max(largest, unit->reduce_layout.shard_numel);
+    reduce_send_ = at::empty({largest * shard_comm_.size()}, f32.dtype(wire));
+    reduce_receive_ = at::empty({largest}, f32);
+  }
+  u.reduce_in = reduce_send_.narrow(0, 0, k * shard_comm_.size()).zero_();
   for (std::size_t r = 0; r < u.reduced.size(); ++r) {
     const std::size_t param = u.params[u.trained[u.reduced[r]]];
     at::Tensor& owner = dense_owner(param);
@@ -430,7 +437,7 @@ void ShardedDataParallel::launch_reduce(Unit& u) {
     scatter_rows(u.reduce_layout, r, shapes_[param], owner.grad(), u.reduce_in);
     owner.mutable_grad().reset();
   }
-  u.reduce_out = at::empty({k}, f32);
+  u.reduce_out = reduce_receive_.narrow(0, 0, k);
   u.reduce = shard_comm_.reduce_scatter_async(u.reduce_in, u.reduce_out, ReduceOp::Sum);
   // With frozen parameters the last gradient may come before the unit's backward has used them
   // all (a frozen norm after the adapters): such a unit is freed once backward has left it.
@@ -447,7 +454,8 @@ at::ScalarType ShardedDataParallel::wire_dtype(Unit& u) {
     if ((t != at::kBFloat16 && t != at::kHalf) || (seen && *seen != t)) return at::kFloat;
     seen = t;
   }
-  return seen.value_or(at::kFloat);
+  // No gradient this micro-batch: zeros travel in whatever dtype the buffer has.
+  return seen.value_or(reduce_send_.defined() ? reduce_send_.scalar_type() : at::kFloat);
 }
 
 void ShardedDataParallel::finish_reduce(Unit& u) {
