@@ -132,7 +132,7 @@ TEST(ReduceScatter, SumsInRankOrderTakesAnyShapeAndMaxAndOverlaps) {
 // exactly (at least rank 0's) whose fp32 sum the 16-bit dtype would round.
 TEST(ReduceScatter, SixteenBitPiecesSumIntoFp32AsWidenedInputsDo) {
   const int size = world().size(), me = world().rank();
-  if (!world().sums_16bit_into_fp32()) GTEST_SKIP() << "the MPI communicator sums 16-bit pieces in fp32";
+  ASSERT_TRUE(world().sums_16bit_into_fp32()) << "the MPI communicator sums 16-bit pieces in fp32";
   const auto counts = uneven_counts(size);
   const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   auto input_of = [&](int r, at::ScalarType dtype) {

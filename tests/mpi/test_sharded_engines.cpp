@@ -259,8 +259,7 @@ TEST(ShardedComm, BytesPerStepMatchTheAlgorithm) {
 // fsdp2 in bf16 over MPI: the gathered layers' bf16 gradients travel as they are (the
 // communicator sums them in fp32), half the reduce-scatter bytes of the same run in fp32.
 TEST(ShardedComm, Bf16GradientsReduceScatterInHalfTheBytes) {
-  const int n = world().size();
-  if (n == 1 || n > 4) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
+  if (world().size() == 1) GTEST_SKIP() << "one rank reduce-scatters nothing";
   at::set_num_threads(1);
   auto reduce_scatter_bytes = [](const std::string& extra) {
     std::unique_ptr<DeviceMesh> mesh;
