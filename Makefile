@@ -29,14 +29,19 @@ python-env: $(BUILD)/CMakeCache.txt
 v1-env: python-env
 	@tools/install-v1-env
 
+# ctest, then tools/test-budget: the ten slowest tests, each label's sum, and a failure when the
+# whole suite took longer than its budget on this machine's CPU kind (docs/testing.md).
+CTEST_TIMED = start=$$(date +%s); status=0; (cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(1) $(CTEST_FLAGS)) \
+	|| status=$$?; tools/test-budget $(BUILD) $$(( $$(date +%s) - start )) || status=1; exit $$status
+
 # Every test: unit, multi-rank (1-8 ranks) and whole-job. None is skipped for want of the Python
 # environment: it is installed first.
 test: build python-env v1-env
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+	@$(call CTEST_TIMED,)
 
 # The quick loop while developing: everything but the tests labelled slow.
 test-fast: build python-env
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE slow $(CTEST_FLAGS)
+	@$(call CTEST_TIMED,-LE slow)
 
 # The main job: the bundled example on 2 ranks (README, "What make run does"). Builds lftrain only.
 run: $(BUILD)/CMakeCache.txt
