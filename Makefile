@@ -31,7 +31,8 @@ v1-env: python-env
 
 # ctest, then tools/test-budget: the ten slowest tests, each label's sum, and a failure when the
 # whole suite took longer than its budget on this machine's CPU kind (docs/testing.md).
-CTEST_TIMED = start=$$(date +%s); status=0; (cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(1) $(CTEST_FLAGS)) \
+CTEST_TIMED = start=$$(date +%s); status=0; rm -f $(BUILD)/Testing/last-run.xml; \
+	(cd $(BUILD) && ctest --output-on-failure --output-junit Testing/last-run.xml -j $(JOBS) $(1) $(CTEST_FLAGS)) \
 	|| status=$$?; tools/test-budget $(BUILD) $$(( $$(date +%s) - start )) || status=1; exit $$status
 
 # Every test: unit, multi-rank (1-8 ranks) and whole-job. None is skipped for want of the Python
