@@ -97,13 +97,18 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   if (opts.mode == Mode::PrintExample) return print_example(cfg, opts.example_index);
   const int ranks_per_gpu = static_cast<int>(cfg.integer("ranks_per_gpu"));
   const DeviceChoice device = select_device(rt.local_rank(), rt.local_size(), cfg.boolean("use_cpu"), ranks_per_gpu);
+  const std::vector<std::string> gpu_uuids = all_gather_strings(device.uuid);
+  const std::vector<std::string> device_names = all_gather_strings(device.name);
   run_agreed([&] {
     if (ranks_per_gpu > 1 && !device.cuda)
       throw config::ConfigError("config error: " + cfg.where("ranks_per_gpu") + ": ranks_per_gpu = " +
                                 std::to_string(ranks_per_gpu) + " shares a GPU between ranks, but this rank computes on the CPU (" +
                                 device.cpu_reason + "); remove ranks_per_gpu");
+    const std::string conflict = shared_gpu_conflict(gpu_uuids, ranks_per_gpu);
+    if (!conflict.empty()) throw config::ConfigError("config error: " + conflict + ", or use_cpu = true");
   });
   log0(startup_report(rt, cfg, *engine, shape, threads, device));
+  if (device.cuda) log0(gpu_binding_report(device_names));
   for (const std::string& note : cfg.notes()) log0("note: " + note);
   if (rt.node_count() > 1 || opts.mode == Mode::Check) log0(placement_report(shape, rt.hosts()));
   for (const std::string& w : placement_warnings(shape, rt.hosts())) log0("warning: " + w);

@@ -87,6 +87,12 @@ std::string startup_report(const Runtime& rt, const config::Config& cfg,
   return out;
 }
 
+std::string gpu_binding_report(const std::vector<std::string>& device_names) {
+  std::string out = "  gpus       which GPU each rank drives (as that rank numbers its visible GPUs):";
+  for (size_t r = 0; r < device_names.size(); ++r) out += "\n    rank " + std::to_string(r) + ": " + device_names[r];
+  return out;
+}
+
 std::string check_communication(MpiCommunicator& world, DeviceMesh& mesh) {
   const MeshShape& shape = mesh.shape();
   const int me = world.rank();

@@ -4,17 +4,28 @@
 
 #include <stdexcept>
 
+#include "lft/runtime/stream_event.h"
+
 namespace lft {
 namespace {
 
-// Complete when posted: the result is already queued on the caller's stream.
-class DoneWork final : public Work {
+// Complete when posted on the CPU. On a GPU the result is queued on the caller's current stream
+// (at offload's gather, the side stream): waiting makes the then-current stream (compute) wait
+// for that point, and the written tensor is kept from reuse until the posting stream is past it.
+class LocalWork final : public Work {
  public:
-  DoneWork(std::string what, CollStats* stats) : Work(std::move(what), stats) { test(); }
+  LocalWork(std::string what, CollStats* stats, const at::Device& device, const at::Tensor* written = nullptr)
+      : Work(std::move(what), stats), posted_(device, {written}) {
+    if (device.is_cpu()) test();
+  }
+  ~LocalWork() override { finish_in_destructor(); }
 
  protected:
-  void block() override {}
-  bool poll() override { return true; }
+  void block() override { posted_.order_current_stream(); }
+  bool poll() override { return posted_.complete(); }
+
+ private:
+  PostedOnStream posted_;
 };
 
 void require_self(int peer, const char* what) {
@@ -28,36 +39,40 @@ void require_self(int peer, const char* what) {
 LocalCommunicator::LocalCommunicator(std::string name, at::Device device)
     : Communicator(std::move(name), 0, 1, device) {}
 
+WorkPtr LocalCommunicator::done(CallInfo info, const at::Tensor* written) const {
+  return std::make_unique<LocalWork>(std::move(info.what), info.stats, device(), written);
+}
+
 WorkPtr LocalCommunicator::do_all_reduce(const at::Tensor&, ReduceOp, CallInfo info) {
-  return std::make_unique<DoneWork>(std::move(info.what), info.stats);  // sum, mean and max of one value
+  return done(std::move(info));  // sum, mean and max of one value
 }
 
 WorkPtr LocalCommunicator::do_reduce_scatter(const at::Tensor& in, const at::Tensor& out, ReduceOp,
                                              const std::vector<int64_t>&, CallInfo info) {
   out.copy_(in);
-  return std::make_unique<DoneWork>(std::move(info.what), info.stats);
+  return done(std::move(info), &out);
 }
 
 WorkPtr LocalCommunicator::do_all_gather(const at::Tensor& in, const at::Tensor& out,
                                          const std::vector<int64_t>&, CallInfo info) {
   out.copy_(in);
-  return std::make_unique<DoneWork>(std::move(info.what), info.stats);
+  return done(std::move(info), &out);
 }
 
 WorkPtr LocalCommunicator::do_all_to_all(const at::Tensor& in, const at::Tensor& out, CallInfo info) {
   out.copy_(in);
-  return std::make_unique<DoneWork>(std::move(info.what), info.stats);
+  return done(std::move(info), &out);
 }
 
 WorkPtr LocalCommunicator::do_broadcast(const at::Tensor&, int root, CallInfo info) {
   require_self(root, "broadcast root");
-  return std::make_unique<DoneWork>(std::move(info.what), info.stats);
+  return done(std::move(info));
 }
 
 WorkPtr LocalCommunicator::do_send(const at::Tensor& t, int dst, int tag, CallInfo info) {
   require_self(dst, "send to");
   sent_[tag].push_back(t.clone());
-  return std::make_unique<DoneWork>(std::move(info.what), info.stats);
+  return done(std::move(info));
 }
 
 WorkPtr LocalCommunicator::do_recv(const at::Tensor& t, int src, int tag, CallInfo info) {
@@ -73,9 +88,9 @@ WorkPtr LocalCommunicator::do_recv(const at::Tensor& t, int src, int tag, CallIn
                                 std::to_string(message.numel()) + " elements of another shape or dtype than the buffer's " +
                                 std::to_string(t.numel()));
   t.copy_(message.view(t.sizes()));
-  return std::make_unique<DoneWork>(std::move(info.what), info.stats);
+  return done(std::move(info), &t);
 }
 
-WorkPtr LocalCommunicator::do_barrier(CallInfo info) { return std::make_unique<DoneWork>(std::move(info.what), info.stats); }
+WorkPtr LocalCommunicator::do_barrier(CallInfo info) { return done(std::move(info)); }
 
 }  // namespace lft

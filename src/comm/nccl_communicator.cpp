@@ -77,10 +77,15 @@ void host_call(const std::string& what, Call&& call) {
   call();
 }
 
-cudaEvent_t timing_event() {
+// A CUDA event owned by everyone who holds it: the timings read a span's events once they are
+// complete and let them go, while the Work of the same operation may be waited (or tested) much
+// later: "post A, post and wait B, then wait A" must not wait on a destroyed or recycled handle.
+using SharedEvent = std::shared_ptr<CUevent_st>;
+
+SharedEvent timing_event() {
   cudaEvent_t e = nullptr;
   LFT_CUDA_CHECK(cudaEventCreate(&e));
-  return e;
+  return SharedEvent(e, [](cudaEvent_t done) { cudaEventDestroy(done); });
 }
 
 }  // namespace
@@ -92,12 +97,12 @@ struct NcclCommunicator::Timings {
   struct Span {
     CollStats* stats;
     bool waited;  // a stall of the compute stream, else the operation itself
-    cudaEvent_t begin, end;
+    SharedEvent begin, end;
   };
   std::deque<Span> pending;
 
-  void add(CollStats* stats, bool waited, cudaEvent_t begin, cudaEvent_t end) {
-    pending.push_back({stats, waited, begin, end});
+  void add(CollStats* stats, bool waited, SharedEvent begin, SharedEvent end) {
+    pending.push_back({stats, waited, std::move(begin), std::move(end)});
     settle(false);
   }
   // Adds the spans that are complete, in order; with `all`, waits for every one.
@@ -105,24 +110,16 @@ struct NcclCommunicator::Timings {
     while (!pending.empty()) {
       Span& s = pending.front();
       if (all) {
-        LFT_CUDA_CHECK(cudaEventSynchronize(s.end));
+        LFT_CUDA_CHECK(cudaEventSynchronize(s.end.get()));
       } else {
-        const cudaError_t rc = cudaEventQuery(s.end);
+        const cudaError_t rc = cudaEventQuery(s.end.get());
         if (rc == cudaErrorNotReady) return;
         LFT_CUDA_CHECK(rc);
       }
       float ms = 0;
-      LFT_CUDA_CHECK(cudaEventElapsedTime(&ms, s.begin, s.end));
+      LFT_CUDA_CHECK(cudaEventElapsedTime(&ms, s.begin.get(), s.end.get()));
       (s.waited ? s.stats->waited_seconds : s.stats->seconds) += 1e-3 * ms;
-      cudaEventDestroy(s.begin);
-      cudaEventDestroy(s.end);
-      pending.pop_front();
-    }
-  }
-  ~Timings() {
-    for (Span& s : pending) {
-      cudaEventDestroy(s.begin);
-      cudaEventDestroy(s.end);
+      pending.pop_front();  // the events live on while a Work still holds them
     }
   }
 };
@@ -134,26 +131,26 @@ namespace {
 // the host waits, under the watchdog: device_read.h).
 class NcclWork final : public Work {
  public:
-  NcclWork(std::string what, CollStats* stats, cudaStream_t stream, cudaEvent_t begin,
+  NcclWork(std::string what, CollStats* stats, cudaStream_t stream, SharedEvent begin,
            NcclCommunicator::Timings& timings)
-      : Work(std::move(what), stats, /*host_timed=*/false), stats_(stats), timings_(timings) {
-    end_ = timing_event();
-    LFT_CUDA_CHECK(cudaEventRecord(end_, stream));
-    timings_.add(stats, /*waited=*/false, begin, end_);  // the timings own both events
+      : Work(std::move(what), stats, /*host_timed=*/false), stats_(stats), timings_(timings),
+        end_(timing_event()) {
+    LFT_CUDA_CHECK(cudaEventRecord(end_.get(), stream));
+    timings_.add(stats, /*waited=*/false, std::move(begin), end_);
   }
   ~NcclWork() override { finish_in_destructor(); }
 
  protected:
   void block() override {
     cudaStream_t compute = current_stream();
-    cudaEvent_t stall_begin = timing_event(), stall_end = timing_event();
-    LFT_CUDA_CHECK(cudaEventRecord(stall_begin, compute));
-    LFT_CUDA_CHECK(cudaStreamWaitEvent(compute, end_, 0));
-    LFT_CUDA_CHECK(cudaEventRecord(stall_end, compute));
-    timings_.add(stats_, /*waited=*/true, stall_begin, stall_end);
+    SharedEvent stall_begin = timing_event(), stall_end = timing_event();
+    LFT_CUDA_CHECK(cudaEventRecord(stall_begin.get(), compute));
+    LFT_CUDA_CHECK(cudaStreamWaitEvent(compute, end_.get(), 0));
+    LFT_CUDA_CHECK(cudaEventRecord(stall_end.get(), compute));
+    timings_.add(stats_, /*waited=*/true, std::move(stall_begin), std::move(stall_end));
   }
   bool poll() override {
-    const cudaError_t rc = cudaEventQuery(end_);
+    const cudaError_t rc = cudaEventQuery(end_.get());
     if (rc == cudaErrorNotReady) return false;
     LFT_CUDA_CHECK(rc);
     return true;
@@ -162,7 +159,7 @@ class NcclWork final : public Work {
  private:
   CollStats* stats_;
   NcclCommunicator::Timings& timings_;
-  cudaEvent_t end_ = nullptr;  // owned by the timings, which outlive every Work of the communicator
+  SharedEvent end_;  // shared with the timings; alive while this Work may be waited or tested
 };
 
 }  // namespace
@@ -192,6 +189,10 @@ NcclCommunicator::NcclCommunicator(const MpiCommunicator& bootstrap, std::string
 
 NcclCommunicator::~NcclCommunicator() {
   if (comm_ == nullptr) return;
+  // Settling waits for every operation, and a dead peer can keep one from finishing: under the
+  // watchdog, which then aborts every communicator and ends the job with a report, not a hang.
+  Watchdog::Scope scope("finishing NCCL communicator '" + name() + "' (its last operations, then ncclCommDestroy)",
+                        Watchdog::collective_timeout(), "comm_timeout");
   timings_->settle(/*all=*/true);
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -231,14 +232,13 @@ cudaStream_t NcclCommunicator::enter(std::initializer_list<const at::Tensor*> te
   for (const at::Tensor* t : tensors)
     c10::cuda::CUDACachingAllocator::recordStream(t->storage().data_ptr(), stream_);
   begin_ = timing_event();
-  LFT_CUDA_CHECK(cudaEventRecord(begin_, stream_.stream()));
+  LFT_CUDA_CHECK(cudaEventRecord(begin_.get(), stream_.stream()));
   return stream_.stream();
 }
 
 WorkPtr NcclCommunicator::leave(CallInfo info) {
-  cudaEvent_t begin = begin_;
-  begin_ = nullptr;
-  return std::make_unique<NcclWork>(std::move(info.what), info.stats, stream_.stream(), begin, *timings_);
+  return std::make_unique<NcclWork>(std::move(info.what), info.stats, stream_.stream(), std::move(begin_),
+                                    *timings_);
 }
 
 WorkPtr NcclCommunicator::do_all_reduce(const at::Tensor& t, ReduceOp op, CallInfo info) {
@@ -354,7 +354,7 @@ Communicator::SendRecv NcclCommunicator::do_send_recv(const at::Tensor& send, in
   // One group, one span on the device: its time is counted on the send, the receive's from the
   // group's end.
   begin_ = timing_event();
-  LFT_CUDA_CHECK(cudaEventRecord(begin_, stream));
+  LFT_CUDA_CHECK(cudaEventRecord(begin_.get(), stream));
   out.recv = leave(std::move(recv_info));
   return out;
 }

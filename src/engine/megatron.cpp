@@ -8,11 +8,13 @@
 #include <stdexcept>
 
 #include "lft/engine/megatron_internal.h"
+#include "lft/engine/pipeline_schedule.h"
 #include "lft/engine/run_plan.h"
 #include "lft/comm/local_communicator.h"
 #include "lft/model/families.h"
 #include "lft/model/float8.h"
 #include "lft/model/parameter_storage.h"
+#include "lft/runtime/error.h"
 
 namespace lft::engine {
 namespace {
@@ -21,7 +23,19 @@ namespace {
 // is built.
 MegatronPlan plan_for(const EngineContext& ctx) {
   const auto meta = create_run_model(ctx.cfg, ctx.plan, at::TensorOptions().device(at::kMeta));
-  return make_megatron_plan(ctx.cfg, *meta, ctx.mesh.shape());
+  MegatronPlan plan = make_megatron_plan(ctx.cfg, *meta, ctx.mesh.shape());
+  // NCCL pairs the pipeline's sends and receives by posting order, not by tag: a schedule runs on
+  // it only where each direction's order is proven the same on both sides.
+  if (ctx.plan.nccl && plan.pp > 1) {
+    const std::string problem =
+        pipeline_message_order_problem(plan.schedule, plan.pp, plan.micro_batches, plan.virtual_stages);
+    if (!problem.empty())
+      throw UsageError("megatron: " + ctx.cfg.where("dist_config.pipeline_schedule") + " \"" +
+                       pipeline_schedule_name(plan.schedule) + "\" with pp = " + std::to_string(plan.pp) +
+                       ": NCCL matches point-to-point messages by order and " + problem +
+                       "\n  hint: use another pipeline_schedule or gradient_accumulation_steps");
+  }
+  return plan;
 }
 
 }  // namespace

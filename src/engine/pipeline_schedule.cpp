@@ -258,4 +258,76 @@ ScheduleTiming simulate_pipeline_actions(const std::vector<std::vector<PipelineA
   return timing;
 }
 
+namespace {
+
+// One point-to-point message of a step: what it carries, for which virtual stage (the receiver's),
+// for which micro-batch; the megatron engine's tag says the same.
+struct PipelineMessage {
+  bool gradient = false;
+  int virtual_stage = 0;
+  std::int64_t micro_batch = 0;
+  bool operator==(const PipelineMessage& o) const {
+    return gradient == o.gradient && virtual_stage == o.virtual_stage && micro_batch == o.micro_batch;
+  }
+};
+
+std::string message_str(const PipelineMessage& msg) {
+  return std::string(msg.gradient ? "gradient" : "activation") + " of virtual stage " +
+         std::to_string(msg.virtual_stage) + ", micro-batch " + std::to_string(msg.micro_batch);
+}
+
+}  // namespace
+
+std::string pipeline_message_order_problem(const std::vector<std::vector<PipelineAction>>& stages, int v) {
+  const int pp = static_cast<int>(stages.size());
+  if (pp < 2) return "";
+  const int last = pp * v - 1;
+  // sent[s][t]: what stage s sends to stage t, in posting order; received[t][s]: what t receives from s.
+  using Queues = std::vector<std::vector<std::vector<PipelineMessage>>>;
+  Queues sent(pp, std::vector<std::vector<PipelineMessage>>(pp)), received = sent;
+  for (int s = 0; s < pp; ++s) {
+    const int prev = (s + pp - 1) % pp, next = (s + 1) % pp;
+    for (const PipelineAction& a : stages[static_cast<std::size_t>(s)]) {
+      const int g = a.chunk * pp + s;
+      if (a.kind == Kind::Forward) {
+        if (g > 0) received[s][prev].push_back({false, g, a.micro_batch});
+        if (g < last) sent[s][next].push_back({false, g + 1, a.micro_batch});
+      } else {
+        if (g < last) received[s][next].push_back({true, g, a.micro_batch});
+        if (g > 0) sent[s][prev].push_back({true, g - 1, a.micro_batch});
+      }
+    }
+  }
+  for (int s = 0; s < pp; ++s) {
+    for (int t = 0; t < pp; ++t) {
+      const auto& out = sent[s][t];
+      const auto& in = received[t][s];
+      for (std::size_t i = 0; i < std::max(out.size(), in.size()); ++i) {
+        if (i < out.size() && i < in.size() && out[i] == in[i]) continue;
+        const std::string what = "message " + std::to_string(i + 1) + " from stage " + std::to_string(s) +
+                                 " to stage " + std::to_string(t) + ": ";
+        if (i >= out.size()) return what + "stage " + std::to_string(t) + " receives the " + message_str(in[i]) + ", never sent";
+        if (i >= in.size()) return what + "stage " + std::to_string(s) + " sends the " + message_str(out[i]) + ", never received";
+        return what + "stage " + std::to_string(s) + " sends the " + message_str(out[i]) + " where stage " +
+               std::to_string(t) + " receives the " + message_str(in[i]);
+      }
+    }
+  }
+  return "";
+}
+
+std::string pipeline_message_order_problem(PipelineScheduleKind kind, int pp, std::int64_t m, int v) {
+  std::vector<std::vector<PipelineAction>> train, forward_only;
+  for (int s = 0; s < pp; ++s) {
+    train.push_back(pipeline_actions(kind, pp, s, m, v));
+    forward_only.emplace_back();
+    for (std::int64_t mb = 0; mb < m; ++mb)
+      for (int c = 0; c < v; ++c) forward_only.back().push_back({Kind::Forward, mb, c});
+  }
+  const std::string problem = pipeline_message_order_problem(train, v);
+  if (!problem.empty()) return "a training step's " + problem;
+  const std::string eval = pipeline_message_order_problem(forward_only, v);
+  return eval.empty() ? "" : "a forward-only pass's " + eval;
+}
+
 }  // namespace lft::engine

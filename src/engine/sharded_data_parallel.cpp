@@ -200,9 +200,12 @@ at::Tensor ShardedDataParallel::master_view(const Unit& u, std::size_t i) const 
 
 at::Tensor ShardedDataParallel::to_device(const at::Tensor& host, at::ScalarType dtype) const {
   if (!plan_.offload) return host.to(dtype).contiguous();
-  at::Tensor out = at::empty(host.sizes(), host.options().dtype(dtype).device(shard_comm_.device()).pinned_memory(false));
-  out.copy_(host, /*non_blocking=*/host.is_pinned());
-  return out;
+  // Copied as it is (from pinned memory without blocking the host), then converted on the device:
+  // a copy that also changes the dtype converts on the CPU into pageable memory first, which
+  // blocks the host and leaves the pinned buffer and the side stream's overlap unused.
+  return host.to(host.options().device(shard_comm_.device()).pinned_memory(false), /*non_blocking=*/host.is_pinned(),
+                 /*copy=*/true)
+      .to(dtype);
 }
 
 void ShardedDataParallel::launch_gather(Unit& u) {

@@ -83,7 +83,16 @@ DeviceMesh::DeviceMesh(const MpiCommunicator& world, const MeshShape& shape, at:
   if (comms == DeviceComms::Nccl) throw std::invalid_argument("DeviceMesh: NCCL communicators need a build with NCCL");
 #endif
   for (int d = 0; d < kMeshDims; ++d) device_dims_[d] = device_communicator(*dims_[d], device, comms);
-  device_dp_ = device_communicator(*dp_, device, comms);
+  // With dp_replicate = 1 the dp group is the dp_shard group (with dp_shard = 1, dp_replicate),
+  // the same ranks in the same order: one communicator serves both (a NCCL communicator costs
+  // start-up time and device memory).
+  if (shape[MeshDim::DPReplicate] == 1) {
+    device_dp_same_ = device_dims_[static_cast<int>(MeshDim::DPShard)].get();
+  } else if (shape[MeshDim::DPShard] == 1) {
+    device_dp_same_ = device_dims_[static_cast<int>(MeshDim::DPReplicate)].get();
+  } else {
+    device_dp_ = device_communicator(*dp_, device, comms);
+  }
   if (dp_cp_) {
     device_dp_cp_ = device_communicator(*dp_cp_, device, comms);
     device_shard_cp_ = device_communicator(*shard_cp_, device, comms);
@@ -111,6 +120,7 @@ Communicator& DeviceMesh::device_comm(MeshDim d) {
 }
 
 Communicator& DeviceMesh::device_dp() {
+  if (device_dp_same_ != nullptr) return *device_dp_same_;
   return device_dp_ ? *device_dp_ : static_cast<Communicator&>(*dp_);
 }
 

@@ -1,5 +1,8 @@
 #include "lft/runtime/device.h"
 
+#include <cstdio>
+#include <map>
+
 #include "lft/build_config.h"
 
 #if LFT_HAS_CUDA
@@ -9,6 +12,30 @@
 #endif
 
 namespace lft {
+
+std::optional<int> gpu_index(int local_rank, int local_size, int visible, int ranks_per_gpu) {
+  if (visible <= 0) return std::nullopt;
+  const int wanted = local_rank / ranks_per_gpu;
+  if (static_cast<long>(visible) * ranks_per_gpu >= local_size) return wanted;
+  return wanted % visible;  // bound by the launcher: each rank sees its own GPU(s)
+}
+
+std::string shared_gpu_conflict(const std::vector<std::string>& uuids, int ranks_per_gpu) {
+  std::map<std::string, std::vector<int>> ranks_of;
+  for (int r = 0; r < static_cast<int>(uuids.size()); ++r)
+    if (!uuids[r].empty()) ranks_of[uuids[r]].push_back(r);
+  for (const auto& [uuid, ranks] : ranks_of) {
+    if (static_cast<int>(ranks.size()) <= ranks_per_gpu) continue;
+    std::string list;
+    for (int r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    return "ranks " + list + " would all compute on GPU " + uuid + " but ranks_per_gpu = " +
+           std::to_string(ranks_per_gpu) + " (NCCL cannot put two ranks of one communicator on one GPU)\n"
+           "  hint: give each rank its own GPU (srun --gpus-per-task=1, or --gpus-per-node=N with "
+           "--gpu-bind=single:1; mpirun with one CUDA_VISIBLE_DEVICES per rank), or set ranks_per_gpu = " +
+           std::to_string(ranks.size()) + " to share it through host-staged MPI communicators";
+  }
+  return "";
+}
 
 DeviceChoice select_device(int local_rank, int local_size, bool use_cpu, int ranks_per_gpu) {
   DeviceChoice d;
@@ -25,20 +52,23 @@ DeviceChoice select_device(int local_rank, int local_size, bool use_cpu, int ran
     d.cpu_reason = std::string("no usable GPU (") + cudaGetErrorString(rc) + ")";
     return d;
   }
-  if (static_cast<long>(count) * ranks_per_gpu < local_size) {
-    d.cpu_reason = std::to_string(local_size) + " ranks on this node but " + std::to_string(count) +
-                   " GPU(s) x ranks_per_gpu = " + std::to_string(ranks_per_gpu) +
-                   ": set ranks_per_gpu to share a GPU between ranks";
+  const std::optional<int> index = gpu_index(local_rank, local_size, count, ranks_per_gpu);
+  if (!index) {
+    d.cpu_reason = "no GPU visible to this rank";
     return d;
   }
-  const int index = local_rank / ranks_per_gpu;
-  LFT_CUDA_CHECK(cudaSetDevice(index));
+  LFT_CUDA_CHECK(cudaSetDevice(*index));
   cudaDeviceProp prop{};
-  LFT_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+  LFT_CUDA_CHECK(cudaGetDeviceProperties(&prop, *index));
+  char uuid[64];
+  const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
   d.cuda = true;
-  d.index = index;
+  d.index = *index;
+  d.uuid = uuid;
   d.shared = ranks_per_gpu > 1;
-  d.name = "cuda:" + std::to_string(index) + " (" + prop.name + ")" +
+  d.name = "cuda:" + std::to_string(*index) + " (" + prop.name + ", " + d.uuid + ")" +
            (d.shared ? ", shared by " + std::to_string(ranks_per_gpu) + " ranks" : "");
 #else
   (void)local_rank;

@@ -15,18 +15,20 @@ namespace {
 
 bool has_env(const char* name) { return std::getenv(name) != nullptr; }
 
-std::vector<std::string> gather_hostnames(const std::string& mine, int world_size) {
+}  // namespace
+
+std::vector<std::string> all_gather_strings(const std::string& mine) {
   constexpr int kLen = 256;
+  int world_size = 0;
+  LFT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
   std::vector<char> all(static_cast<size_t>(kLen) * world_size, '\0');
   char own[kLen] = {0};
   mine.copy(own, kLen - 1);
   LFT_MPI_CHECK(MPI_Allgather(own, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, MPI_COMM_WORLD));
-  std::vector<std::string> hosts;
-  for (int r = 0; r < world_size; ++r) hosts.emplace_back(&all[static_cast<size_t>(r) * kLen]);
-  return hosts;
+  std::vector<std::string> strings;
+  for (int r = 0; r < world_size; ++r) strings.emplace_back(&all[static_cast<size_t>(r) * kLen]);
+  return strings;
 }
-
-}  // namespace
 
 std::string detect_launcher(int world_size) {
   if (has_env("OMPI_MCA_orte_hnp_uri") || has_env("PRTE_LAUNCHED")) return "mpirun";
@@ -58,7 +60,7 @@ Runtime::Runtime(int* argc, char*** argv) {
   char name[256] = {0};
   gethostname(name, sizeof(name) - 1);
   hostname_ = name;
-  hosts_ = gather_hostnames(hostname_, world_size_);
+  hosts_ = all_gather_strings(hostname_);
   node_count_ = static_cast<int>(std::set<std::string>(hosts_.begin(), hosts_.end()).size());
   launcher_ = detect_launcher(world_size_);
 }

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -56,9 +57,13 @@ struct Trainer::State {
   std::shared_ptr<model::CausalLM> model;
   std::unique_ptr<engine::CommSequenceExchange> cp;  // [mesh] cp > 1: the sequences' exchange
   // What the run summary counts: the engine's communicators and the cp group's.
+  // Each once: one communicator can serve two groups of the same ranks (DeviceMesh::device_dp).
   std::vector<Communicator*> counted_communicators() const {
-    std::vector<Communicator*> out = engine->communicators();
-    if (cp) out.push_back(&cp->communicator());
+    std::vector<Communicator*> out;
+    std::vector<Communicator*> all = engine->communicators();
+    if (cp) all.push_back(&cp->communicator());
+    for (Communicator* c : all)
+      if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
     return out;
   }
   std::unique_ptr<TrainingData> data;

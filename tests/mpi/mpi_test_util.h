@@ -9,6 +9,7 @@
 
 #include "lft/comm/mpi_communicator.h"
 #include "lft/runtime/device.h"
+#include "lft/runtime/runtime.h"
 
 namespace lft::test {
 
@@ -20,6 +21,8 @@ inline MpiCommunicator& world() {
 
 // This rank's device, as lftrain picks it from the rank's place on its node: one GPU per rank,
 // or with `share_one_gpu` every rank of the node on GPU 0 (ranks_per_gpu = the node's ranks).
+// Where two ranks would share a GPU that is not shared (more ranks than GPUs), every rank gets
+// the CPU with lftrain's refusal as the reason, so GPU tests skip saying why. Collective.
 inline DeviceChoice this_ranks_device(bool share_one_gpu = false) {
   int local_rank = 0, local_size = 1;
   MPI_Comm node;
@@ -27,7 +30,11 @@ inline DeviceChoice this_ranks_device(bool share_one_gpu = false) {
   MPI_Comm_rank(node, &local_rank);
   MPI_Comm_size(node, &local_size);
   MPI_Comm_free(&node);
-  return select_device(local_rank, local_size, false, share_one_gpu ? local_size : 1);
+  const int ranks_per_gpu = share_one_gpu ? local_size : 1;
+  DeviceChoice device = select_device(local_rank, local_size, false, ranks_per_gpu);
+  const std::string conflict = shared_gpu_conflict(all_gather_strings(device.uuid), ranks_per_gpu);
+  if (!conflict.empty()) device = DeviceChoice{false, -1, false, "cpu", "", conflict};
+  return device;
 }
 
 // A fresh folder /tmp/<prefix>-XXXXXX, made by rank 0 and known to every rank (left in place).

@@ -5,8 +5,15 @@
 
 #include <string>
 
+#include "lft/build_config.h"
+#include "lft/comm/local_communicator.h"
 #include "lft/mesh/device_mesh.h"
+#include "lft/runtime/side_stream.h"
 #include "mpi_test_util.h"
+
+#if LFT_HAS_CUDA
+#include <ATen/cuda/Sleep.h>
+#endif
 
 namespace lft {
 namespace {
@@ -124,6 +131,30 @@ TEST(DeviceComm, StagedMeshOnCudaHasGpuDeviceCommunicators) {
   EXPECT_STREQ(mesh.device_comm(MeshDim::TP).backend(), "local");
   EXPECT_STREQ(mesh.device_comm(MeshDim::PP).backend(), "local");
   EXPECT_STREQ(mesh.device_comm(MeshDim::DPShard).backend(), world().size() == 1 ? "local" : "mpi");
+}
+
+// Offload at world 1: a shard's copy and its gather are queued on the side stream and the compute
+// stream reads the result after wait(). With a long sleep queued on the side stream first, the
+// read must see the gathered values, not what the buffer held before (the local Work was complete
+// on the host at once and its wait did nothing: the compute stream read the sentinel). Every rank
+// on its own local communicator on the shared GPU.
+TEST(DeviceComm, LocalGatherOnTheSideStreamIsWaitedForByTheComputeStream) {
+  const DeviceChoice device = shared_gpu();
+  LFT_REQUIRE_GPU(device);
+#if LFT_HAS_CUDA
+  const at::Device gpu(at::kCUDA, static_cast<c10::DeviceIndex>(device.index));
+  LocalCommunicator local("local", gpu);
+  const at::Tensor in = at::full({1 << 20}, 7.0f, at::TensorOptions().device(gpu));
+  const at::Tensor out = at::full({1 << 20}, -1.0f, in.options());
+  WorkPtr work;
+  {
+    const SideStreamScope side(gpu);
+    at::cuda::sleep(1'000'000'000);  // about half a second of the side stream before the copy
+    work = local.all_gather_async(in, out);
+  }
+  work->wait();
+  EXPECT_EQ(out.min().item<float>(), 7.0f);
+#endif
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include "mpi_test_util.h"
 
 #if LFT_HAS_NCCL
+#include <cuda_runtime_api.h>
+
 #include "lft/comm/nccl_communicator.h"
 #endif
 
@@ -88,6 +90,31 @@ TEST(Nccl, OwnStreamIsOrderedWithTheComputeStream) {
   EXPECT_TRUE(at::equal(theirs.cpu(), at::full({1000}, static_cast<float>((r + n - 1) % n))));
   EXPECT_EQ(nccl.stats()[CollKind::Send].calls, 1u);
   EXPECT_EQ(nccl.stats()[CollKind::Recv].calls, 1u);
+}
+
+// A Work stays usable after the device timings have read its events and let them go: post A and
+// B, wait B and settle every timing, post C (whose new events may take A's old handles), then test
+// and wait A. Before the Work shared its end event, settling destroyed it: "invalid resource
+// handle", or a wait on C's event instead of A's. At one rank too (the device check's first part).
+TEST(Nccl, WorkOutlivesItsSettledTimings) {
+  const DeviceChoice device = this_ranks_device();
+  LFT_REQUIRE_GPU(device);
+  NcclCommunicator nccl(world(), "nccl-world");
+  const int n = world().size();
+  const auto cuda = at::TensorOptions().device(at::kCUDA, device.index).dtype(at::kFloat);
+  at::Tensor a = at::full({4096}, 1.0f, cuda), b = at::full({4096}, 2.0f, cuda), c = at::full({4096}, 3.0f, cuda);
+  WorkPtr first = nccl.all_reduce_async(a);
+  WorkPtr second = nccl.all_reduce_async(b);
+  second->wait();
+  nccl.settle_stats();  // every span so far complete, read and dropped by the timings
+  WorkPtr third = nccl.all_reduce_async(c);
+  EXPECT_NO_THROW(while (!first->test()) {});
+  EXPECT_NO_THROW(first->wait());
+  third->wait();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(a.min().item<float>(), 1.0f * n);
+  EXPECT_EQ(b.max().item<float>(), 2.0f * n);
+  EXPECT_EQ(c.min().item<float>(), 3.0f * n);
 }
 
 TEST(Nccl, RejectsCpuTensors) {

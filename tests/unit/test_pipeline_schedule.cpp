@@ -246,5 +246,33 @@ TEST(PipelineSchedule, SimulationRejectsBrokenSchedules) {
   EXPECT_EQ(t.peak_live, (std::vector<int>{2, 1}));
 }
 
+// NCCL pairs a rank's sends to a peer with the peer's receives in posting order (the tags are
+// MPI's alone): over every schedule and shape the planner can pick (pp up to 8, m up to 4 pp, v up
+// to 4), a training step and a forward-only pass post each direction's messages in the order the
+// other side receives them. A stage that swaps two of its backwards is caught, naming the pair.
+TEST(PipelineSchedule, EveryDirectionPostsItsMessagesInTheReceiversOrder) {
+  int checked = 0;
+  for (Schedule kind : kAll) {
+    for (int pp = 2; pp <= 8; ++pp) {
+      for (std::int64_t m = 1; m <= 4 * pp; ++m) {
+        for (int v = 1; v <= 4; ++v) {
+          if (!pipeline_schedule_problem(kind, pp, m, v, pp * v).empty()) continue;
+          EXPECT_EQ(pipeline_message_order_problem(kind, pp, m, v), "")
+              << pipeline_schedule_name(kind) << " pp=" << pp << " m=" << m << " v=" << v;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 300);
+  // Stage 1 runs its backwards in another order than stage 0 expects their gradients.
+  const std::string problem = pipeline_message_order_problem({{F(0), F(1), B(0), B(1)}, {F(0), F(1), B(1), B(0)}}, 1);
+  EXPECT_CONTAINS(problem, "message 1 from stage 1 to stage 0");
+  EXPECT_CONTAINS(problem, "sends the gradient of virtual stage 0, micro-batch 1 where stage 0 receives the gradient of virtual stage 0, micro-batch 0");
+  // pp = 2 and interleaved: activations and gradients share a direction; swapping two forwards
+  // of the second stage (chunk 1 before chunk 0 of micro-batch 0) is caught too.
+  EXPECT_NE(pipeline_message_order_problem({{F(0), F(0, 1), B(0, 1), B(0)}, {F(0, 1), F(0), B(0, 1), B(0)}}, 2), "");
+}
+
 }  // namespace
 }  // namespace lft::engine

@@ -7,6 +7,9 @@
 
 #include "lft/build_config.h"
 #include "lft/config/config.h"
+#include <string>
+#include <vector>
+
 #include "lft/engine/registry.h"
 #include "lft/mesh/device_mesh.h"
 #include "lft/model/model_config.h"
@@ -18,6 +21,9 @@ namespace lft::app {
 std::string startup_report(const Runtime& rt, const config::Config& cfg,
                            const engine::EngineInfo& engine, const MeshShape& shape, int threads,
                            const DeviceChoice& device);
+
+// The start-up log's lines of which GPU each rank drives (names with UUIDs, by rank).
+std::string gpu_binding_report(const std::vector<std::string>& device_names);
 
 // Collective: an all-reduce over the world and over every mesh group whose result each rank can
 // predict from its coordinates. A wrong sum is a one-rank error (the rank that sees it aborts).

@@ -29,6 +29,8 @@ class LocalCommunicator final : public Communicator {
   WorkPtr do_barrier(CallInfo info) override;
 
  private:
+  // The Work of an operation just queued; `written`, the tensor it wrote (null: none).
+  WorkPtr done(CallInfo info, const at::Tensor* written = nullptr) const;
   std::map<int, std::deque<at::Tensor>> sent_;  // sends to itself by tag, until received
 };
 

@@ -53,7 +53,9 @@ class NcclCommunicator : public Communicator {
   ncclComm_t comm_ = nullptr;
   c10::cuda::CUDAStream stream_;
   std::unique_ptr<Timings> timings_;
-  cudaEvent_t begin_ = nullptr;  // the start of the operation being posted (enter to leave)
+  // The start of the operation being posted (enter to leave). Events are shared: a Work keeps
+  // its end event alive after the timings have read and dropped it (SharedEvent).
+  std::shared_ptr<CUevent_st> begin_;
 };
 
 // Ends the job with a report when a NCCL communicator has failed asynchronously (a peer died, a

@@ -81,4 +81,18 @@ ScheduleTiming simulate_pipeline_actions(const std::vector<std::vector<PipelineA
                                          std::int64_t m, int v, double forward_time,
                                          double backward_time);
 
+// Why the stages' point-to-point messages of one step would be matched wrongly where messages are
+// matched by posting order instead of by tag (NCCL: a pair's sends and receives pair off in the
+// order each side posts them), or "" when for every ordered pair of stages the sender posts its
+// messages in the order the receiver posts their receives. Each action posts as the megatron
+// engine does (megatron_run.cpp): a forward of virtual stage g receives g's activation from the
+// previous stage (g > 0) and sends g + 1's to the next (g < last); a backward receives g's output
+// gradient from the next stage (g < last) and sends g - 1's to the previous (g > 0). With pp = 2
+// the previous and the next stage are the same rank, so activations and gradients of the same
+// shape share one direction. `stages[s]`: stage s's actions (pp = stages.size()).
+std::string pipeline_message_order_problem(const std::vector<std::vector<PipelineAction>>& stages, int v);
+// The same for a schedule's step with backward (pipeline_actions) and for a forward-only pass
+// (evaluation: every micro-batch through every chunk, in that order).
+std::string pipeline_message_order_problem(PipelineScheduleKind kind, int pp, std::int64_t m, int v);
+
 }  // namespace lft::engine

@@ -89,6 +89,7 @@ class DeviceMesh {
   std::unique_ptr<MpiCommunicator> dp_;
   std::array<std::unique_ptr<Communicator>, kMeshDims> device_dims_;  // on a GPU
   std::unique_ptr<Communicator> device_dp_;
+  Communicator* device_dp_same_ = nullptr;  // device_dp() when it is a dims_ group's (one of dp_replicate, dp_shard is 1)
   std::unique_ptr<MpiCommunicator> dp_cp_, shard_cp_;  // only with cp > 1
   std::unique_ptr<Communicator> device_dp_cp_, device_shard_cp_;
 };

@@ -45,6 +45,9 @@ class Runtime {
 // mpirun inside a Slurm job it is 0 on every rank).
 std::string detect_launcher(int world_size);
 
+// Every rank's `mine` (up to 255 bytes each), indexed by rank. Collective over MPI_COMM_WORLD.
+std::vector<std::string> all_gather_strings(const std::string& mine);
+
 // Intra-op threads per rank: `requested` when > 0, else cores on the node / ranks on the node
 // (at least 1).
 int threads_per_rank(int requested, int local_size);
