@@ -23,6 +23,7 @@
 #include "lft/train/trainer.h"
 #include "lft/train/training_data.h"
 #include "lft/runtime/device.h"
+#include "lft/runtime/gemm_probe.h"
 #include "lft/runtime/log.h"
 #include "lft/runtime/memory.h"
 
@@ -127,6 +128,10 @@ int run_session(Runtime& rt, const CliOptions& opts) {
       engine::check_fits_in_memory(*plan, rt.local_size(), usable_node_memory_bytes(rt.local_size()));
   });
   log0(engine::plan_report(cfg, *plan));
+  if (rt.rank() == 0 && !device.cuda && plan->compute != at::kFloat) {  // rank 0 logs it
+    const std::string warning = slow_low_precision_warning(plan->compute, cpu_gemm_rates(plan->compute));
+    if (!warning.empty()) log0(warning);
+  }
 
   if (!opts.init_model_dir.empty()) {
     run_agreed([&] {
