@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 
 #include "internal.h"
@@ -27,6 +28,9 @@ bool under(const std::string& path, const char* table) {
   const std::string prefix = std::string(table) + ".";
   return path.compare(0, prefix.size(), prefix) == 0;
 }
+
+// A key=value argument of the command line (parse.cpp's location for them).
+bool from_command_line(const Item& item) { return item.loc.file == "<command line>"; }
 
 bool is_v1_marker(const std::string& path) {
   return std::any_of(std::begin(kV1Markers), std::end(kV1Markers), [&](const char* k) { return path == k; }) ||
@@ -68,14 +72,28 @@ class V1Mapper {
     in_.items.push_back(item);
   }
   void rename(const std::string& from, const std::string& to) {
-    if (auto item = take(from)) {
-      if (const Item* own = find_item(in_, to)) {
-        conflict(*item, *own);
-        return;
-      }
-      item->path = to;
-      in_.items.push_back(*item);
+    if (auto item = take(from)) merge_alias(std::move(*item), to);
+  }
+  // One rule for a key that arrives through two names (v1's and lftrain's, or main's top-level
+  // and 0.9.5's dist_config spelling): a command-line override replaces the file's value
+  // whichever name either uses; two values of the file (or of the command line) must be equal,
+  // else the error names both places.
+  void merge_alias(Item item, const std::string& to) {
+    auto own = std::find_if(in_.items.begin(), in_.items.end(), [&](const Item& i) { return i.path == to; });
+    if (own == in_.items.end()) {
+      item.path = to;
+      in_.items.push_back(std::move(item));
+      return;
     }
+    const bool item_overrides = from_command_line(item), own_overrides = from_command_line(*own);
+    if (item_overrides != own_overrides) {
+      if (item_overrides) {  // else the override already there stays
+        item.path = to;
+        *own = std::move(item);
+      }
+      return;
+    }
+    if (shown_value(item) != shown_value(*own)) conflict(item, *own);
   }
   void conflict(const Item& a, const Item& b) {
     problems_.check([&] {
@@ -106,10 +124,12 @@ class V1Mapper {
 
   void check_not_mixed() {
     original_ = in_.items;
+    // A command-line override names lftrain's keys, which are the classic trainer's too: it
+    // replaces a v1 key's value (merge_alias), it does not make the file classic.
     const Item* classic = nullptr;
     for (const char* k : kClassicMarkers)
-      if ((classic = find_item(in_, k)) != nullptr) break;
-    if (classic == nullptr) return;
+      if ((classic = find_item(in_, k)) != nullptr && !from_command_line(*classic)) break;
+    if (classic == nullptr || from_command_line(*classic)) return;
     const auto v1 = std::find_if(in_.items.begin(), in_.items.end(), [](const Item& i) { return is_v1_marker(i.path); });
     if (v1 == in_.items.end()) return;
     problems_.check([&] {
@@ -182,7 +202,19 @@ class V1Mapper {
                                 : "freeze takes freeze_trainable_layers, freeze_trainable_modules, freeze_extra_modules");
   }
 
+  // LlamaFactory main (#10641) reads the topology keys at the top level of the file; 0.9.5 reads
+  // them inside dist_config. Either place is read here, main's moved to 0.9.5's first.
+  void topology_keys() {
+    const std::pair<const char*, const char*> moved[] = {
+        {"cp_size", "dist_config.cp_size"},         {"cp_mode", "dist_config.cp_mode"},
+        {"dp_size", "dist_config.dp_size"},         {"mp_replicate_size", "dist_config.mp_replicate_size"},
+        {"mp_shard_size", "dist_config.mp_shard_size"}, {"dist_timeout", "dist_config.timeout"}};
+    for (const auto& [top, nested] : moved)
+      if (auto item = take(top)) merge_alias(std::move(*item), nested);
+  }
+
   void engine_keys() {
+    topology_keys();
     const auto name = take("dist_config.name");
     const std::string engine = name ? string_of(*name) : "";
     if (name && engine != "fsdp2" && engine != "deepspeed")
@@ -202,8 +234,7 @@ class V1Mapper {
         note(*pin, "no effect without offload_params: true (it pins the offloaded shards)");
     if (auto t = take("dist_config.timeout")) {
       if (std::holds_alternative<std::int64_t>(t->value)) t->value = static_cast<double>(std::get<std::int64_t>(t->value));
-      t->path = "comm_timeout";
-      in_.items.push_back(*t);
+      merge_alias(std::move(*t), "comm_timeout");
     }
     rename("dist_config.mp_replicate_size", "mesh.dp_replicate");
     rename("dist_config.mp_shard_size", "mesh.dp_shard");
@@ -313,8 +344,10 @@ bool is_v1_config(const Input& in) {
   if (!in.yaml) return false;
   const bool marked = std::any_of(in.items.begin(), in.items.end(), [](const Item& i) { return is_v1_marker(i.path); });
   if (marked) return true;
-  const bool classic = std::any_of(std::begin(kClassicMarkers), std::end(kClassicMarkers),
-                                   [&](const char* k) { return find_item(in, k) != nullptr; });
+  const bool classic = std::any_of(std::begin(kClassicMarkers), std::end(kClassicMarkers), [&](const char* k) {
+    const Item* item = find_item(in, k);
+    return item != nullptr && !from_command_line(*item);
+  });
   return !classic && find_item(in, "train_dataset") != nullptr;
 }
 

@@ -115,6 +115,42 @@ TEST(ConfigV1, ContextParallelKeysAreLftrainsMesh) {
             std::string::npos);
 }
 
+// LlamaFactory main (#10641) reads the topology keys at the top level; 0.9.5 inside dist_config.
+TEST(ConfigV1, TopologyKeysAtTheTopLevelAsMainReadsThem) {
+  const Config c = parse_yaml(v1_head() + "dist_config:\n  name: fsdp2\ncp_mode: ring\ncp_size: 2\ndist_timeout: 120\n");
+  EXPECT_EQ(c.integer("mesh.cp"), 2);
+  EXPECT_EQ(c.string("dist_config.cp_mode"), "ring");
+  EXPECT_DOUBLE_EQ(c.real("comm_timeout"), 120.0);
+  const Config m = parse_yaml(v1_head() + "dist_config:\n  name: fsdp2\nmp_replicate_size: 2\nmp_shard_size: 2\n");
+  EXPECT_EQ(m.integer("mesh.dp_replicate"), 2);
+  EXPECT_EQ(m.integer("mesh.dp_shard"), 2);
+  EXPECT_EQ(parse_yaml(v1_head() + "dist_config:\n  name: fsdp2\ndp_size: 2\n").integer("mesh.dp_shard"), 2);
+  // Both places alike: one value; unlike: an error naming both lines.
+  EXPECT_EQ(parse_yaml(v1_head() + "dist_config:\n  name: fsdp2\n  cp_size: 2\ncp_size: 2\n").integer("mesh.cp"), 2);
+  const std::string m2 = yaml_error(v1_head() + "dist_config:\n  name: fsdp2\n  cp_size: 4\ncp_size: 2\n");
+  EXPECT_CONTAINS(m2, "job.yaml:6:1");
+  EXPECT_CONTAINS(m2, "5 |   cp_size: 4");
+  EXPECT_CONTAINS(m2, "'cp_size' and 'dist_config.cp_size' both set dist_config.cp_size");
+}
+
+// One rule for a key given through two names: the file's two values must agree (else both places
+// are named); a command-line override wins over the file whichever name either uses.
+TEST(ConfigV1, AKeyUnderTwoNamesAgreesOrTheCommandLineWins) {
+  const std::string file = v1_head() + "dist_config:\n  name: fsdp2\n  timeout: 7\n  cp_size: 2\nmicro_batch_size: 2\n";
+  const std::string both = yaml_error(file + "comm_timeout: 900\n");
+  EXPECT_CONTAINS(both, "'dist_config.timeout' and 'comm_timeout' both set comm_timeout");
+  EXPECT_CONTAINS(both, "job.yaml:5:3");
+  EXPECT_CONTAINS(both, "8 | comm_timeout: 900");
+  const Config c = parse_config(file, "job.yaml", {"comm_timeout=900", "mesh.cp=1", "per_device_train_batch_size=4"});
+  EXPECT_DOUBLE_EQ(c.real("comm_timeout"), 900.0);
+  EXPECT_EQ(c.integer("mesh.cp"), 1);
+  EXPECT_EQ(c.integer("per_device_train_batch_size"), 4);
+  // v1's own name on the command line over lftrain's in the file.
+  const Config d = parse_config(v1_head() + "comm_timeout: 900\ndist_config:\n  name: fsdp2\n", "job.yaml",
+                                {"dist_config.timeout=30"});
+  EXPECT_DOUBLE_EQ(d.real("comm_timeout"), 30.0);
+}
+
 // batching_strategy: dynamic_batching is lftrain's key of the same name; as v1, it needs max_steps.
 TEST(ConfigV1, DynamicBatchingIsTheSameKeyAndNeedsMaxSteps) {
   const Config c = parse_yaml(v1_head() + "batching_strategy: dynamic_batching\nmax_steps: 10\n");
