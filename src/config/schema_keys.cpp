@@ -270,9 +270,10 @@ std::vector<KeySpec> build() {
       K("use_cpu", B, "Train on the CPU even where GPUs are present (the Hugging Face Trainer's use_cpu)")
           .def(false),
       K("ranks_per_gpu", I,
-        "Ranks that share one GPU: rank i of a node computes on GPU i / ranks_per_gpu, and the "
-        "device communicators are MPI staged through host memory (NCCL refuses two ranks on one "
-        "device). 1: one rank per GPU, NCCL")
+        "Ranks that share one GPU: rank i of a node computes on GPU i / ranks_per_gpu (a rank its "
+        "launcher bound to fewer GPUs takes one it sees), and the device communicators are MPI "
+        "staged through host memory (NCCL refuses two ranks on one device). 1: one rank per GPU, "
+        "NCCL; more ranks on one GPU are refused")
           .def(1)
           .min(1),
       K("bf16", B, "bfloat16 mixed precision (not together with fp16)").def(false),
