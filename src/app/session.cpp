@@ -98,8 +98,13 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   if (opts.mode == Mode::PrintExample) return print_example(cfg, opts.example_index);
   const int ranks_per_gpu = static_cast<int>(cfg.integer("ranks_per_gpu"));
   const DeviceChoice device = select_device(rt.local_rank(), rt.local_size(), cfg.boolean("use_cpu"), ranks_per_gpu);
-  const std::vector<std::string> gpu_uuids = all_gather_strings(device.uuid);
-  const std::vector<std::string> device_names = all_gather_strings(device.name);
+  // Every rank's GPU in one collective: "UUID\nname" ("\ncpu" on the CPU).
+  std::vector<std::string> gpu_uuids, device_names;
+  for (const std::string& both : all_gather_strings(device.uuid + "\n" + device.name)) {
+    const std::size_t cut = both.find('\n');
+    gpu_uuids.push_back(both.substr(0, cut));
+    device_names.push_back(both.substr(cut + 1));
+  }
   run_agreed([&] {
     if (ranks_per_gpu > 1 && !device.cuda)
       throw config::ConfigError("config error: " + cfg.where("ranks_per_gpu") + ": ranks_per_gpu = " +

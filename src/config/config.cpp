@@ -5,14 +5,12 @@
 #include <string>
 #include <variant>
 
+#include "internal.h"
+
 namespace lft::config {
 
-namespace {
-const char kCommandLine[] = "<command line>";
-}  // namespace
-
 std::string Location::str() const {
-  if (file == kCommandLine) {
+  if (file == detail::kCommandLine) {
     return "command-line argument " + std::to_string(line) + " '" + line_text + "'";
   }
   std::string out = file;

@@ -10,6 +10,9 @@
 
 namespace lft::config::detail {
 
+// The Location::file of a key=value argument of the command line (parse_override sets it).
+inline constexpr char kCommandLine[] = "<command line>";
+
 // ---- schema helpers (schema.cpp) ----
 
 // Range rules that the inclusive min/max of KeySpec cannot express.

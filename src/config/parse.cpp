@@ -18,7 +18,7 @@ using detail::Input;
 using detail::Item;
 using detail::ItemKind;
 
-const char kCommandLine[] = "<command line>";
+using detail::kCommandLine;
 
 // toml11 parses nested arrays and inline tables recursively: a value nested tens of thousands
 // deep overflowed the stack. The nesting is counted first, in one pass outside strings and

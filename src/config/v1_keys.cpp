@@ -29,8 +29,8 @@ bool under(const std::string& path, const char* table) {
   return path.compare(0, prefix.size(), prefix) == 0;
 }
 
-// A key=value argument of the command line (parse.cpp's location for them).
-bool from_command_line(const Item& item) { return item.loc.file == "<command line>"; }
+// A key=value argument of the command line.
+bool from_command_line(const Item& item) { return item.loc.file == kCommandLine; }
 
 bool is_v1_marker(const std::string& path) {
   return std::any_of(std::begin(kV1Markers), std::end(kV1Markers), [&](const char* k) { return path == k; }) ||

@@ -16,8 +16,6 @@
 namespace lft::config::detail {
 namespace {
 
-const char kCommandLine[] = "<command line>";
-
 void quote(std::string& msg, const Location* loc) {
   if (loc == nullptr || loc->file == kCommandLine || loc->line <= 0 || loc->line_text.empty()) {
     return;
