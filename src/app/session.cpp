@@ -16,6 +16,7 @@
 #include "lft/comm/watchdog.h"
 #include "lft/config/config.h"
 #include "lft/engine/mesh_plan.h"
+#include "lft/engine/parallel_config.h"
 #include "lft/engine/registry.h"
 #include "lft/model/fused.h"
 #include "lft/engine/run_plan.h"
@@ -132,7 +133,7 @@ int run_session(Runtime& rt, const CliOptions& opts) {
     if (!device.cuda)
       engine::check_fits_in_memory(*plan, rt.local_size(), usable_node_memory_bytes(rt.local_size()));
   });
-  log0(engine::plan_report(cfg, *plan));
+  log0(engine::plan_report(*plan));
   if (rt.rank() == 0 && !device.cuda && plan->compute != at::kFloat) {  // rank 0 logs it
     const std::string warning = slow_low_precision_warning(plan->compute, cpu_gemm_rates(plan->compute));
     if (!warning.empty()) log0(warning);
@@ -147,7 +148,7 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   }
   if (opts.mode == Mode::Check) {
     // The engine validates its layout against the model (megatron: heads, stages, micro-batches).
-    run_agreed([&] { engine->create(engine::EngineContext{cfg, mesh, *plan}); });
+    run_agreed([&] { engine->create(engine::EngineContext{mesh, *plan}); });
     std::string data_summary;
     run_agreed([&] { data_summary = train::check_training_data(cfg); });
     log0("check: data: " + data_summary);

@@ -2,6 +2,7 @@
 
 #include <c10/core/GradMode.h>
 
+#include "lft/engine/run_plan.h"
 #include "lft/model/causal_lm.h"
 
 #include <utility>
@@ -10,7 +11,7 @@ namespace lft::engine {
 
 DdpEngine::DdpEngine(const EngineContext& ctx, std::string name)
     : name_(std::move(name)),
-      comm_(ctx.mesh.device_dp_cp()), bucket_bytes_(ctx.cfg.real("ddp_bucket_cap_mb") * 1024.0 * 1024.0) {}
+      comm_(ctx.mesh.device_dp_cp()), bucket_bytes_(ctx.plan.parallel.bucket_bytes) {}
 
 void DdpEngine::prepare(model::CausalLM& model) {
   for (const auto& item : model.named_parameters()) {

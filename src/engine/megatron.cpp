@@ -17,43 +17,20 @@
 #include "lft/runtime/error.h"
 
 namespace lft::engine {
-namespace {
-
-// The model's parameters and roles without their memory, to validate a layout before the model
-// is built.
-MegatronPlan plan_for(const EngineContext& ctx) {
-  const auto meta = create_run_model(ctx.cfg, ctx.plan, at::TensorOptions().device(at::kMeta));
-  MegatronPlan plan = make_megatron_plan(ctx.cfg, *meta, ctx.mesh.shape());
-  // NCCL pairs the pipeline's sends and receives by posting order, not by tag: a schedule runs on
-  // it only where each direction's order is proven the same on both sides.
-  if (ctx.plan.nccl && plan.pp > 1) {
-    const std::string problem =
-        pipeline_message_order_problem(plan.schedule, plan.pp, plan.micro_batches, plan.virtual_stages);
-    if (!problem.empty())
-      throw UsageError("megatron: " + ctx.cfg.where("dist_config.pipeline_schedule") + " \"" +
-                       pipeline_schedule_name(plan.schedule) + "\" with pp = " + std::to_string(plan.pp) +
-                       ": NCCL matches point-to-point messages by order and " + problem +
-                       "\n  hint: use another pipeline_schedule or gradient_accumulation_steps");
-  }
-  return plan;
-}
-
-}  // namespace
-
 MegatronEngine::MegatronEngine(const EngineContext& ctx)
     : no_replicas_(std::make_unique<LocalCommunicator>("dp_none", ctx.mesh.device())),
       tp_(ctx.mesh.device_comm(MeshDim::TP)),
       pp_(ctx.mesh.device_comm(MeshDim::PP)),
       dp_(ctx.mesh.device_dp_cp()),  // the dp ranks, and the cp ranks that share their parameters
-      shard_(ctx.cfg.boolean("dist_config.use_distributed_optimizer") ? dp_ : ctx.mesh.device_shard_cp()),
-      replicate_(ctx.cfg.boolean("dist_config.use_distributed_optimizer") ? *no_replicas_
-                                                                           : ctx.mesh.device_comm(MeshDim::DPReplicate)),
+      shard_(ctx.plan.parallel.megatron->distributed_optimizer ? dp_ : ctx.mesh.device_shard_cp()),
+      replicate_(ctx.plan.parallel.megatron->distributed_optimizer ? *no_replicas_
+                                                                   : ctx.mesh.device_comm(MeshDim::DPReplicate)),
       pp_host_(ctx.mesh.comm(MeshDim::PP)),
       stage_(ctx.mesh.coord(MeshDim::PP)),
-      // Impossible settings end the job here, before the model is built or loaded.
-      plan_(plan_for(ctx)),
-      compute_dtype_(ctx.plan.compute),
-      bucket_bytes_(ctx.cfg.real("ddp_bucket_cap_mb") * 1024.0 * 1024.0) {}
+      // Checked when the run plan was resolved, before the model is built or loaded.
+      plan_(*ctx.plan.parallel.megatron),
+      sharding_(ctx.plan.parallel.sharded),
+      bucket_bytes_(ctx.plan.parallel.bucket_bytes) {}
 
 MegatronEngine::~MegatronEngine() = default;
 
@@ -65,7 +42,7 @@ void MegatronEngine::prepare(model::CausalLM& model) {
   place_parameters();
   share_float8_scales();
   if (params_.empty()) return;  // a stage that trains nothing (fine-tuning)
-  if (plan_.dp_sharding != DpSharding::NoShard) {
+  if (sharding_) {
     shard_data_parallel();
   } else if (dp_.size() > 1) {
     std::vector<at::Tensor> trained;
@@ -186,7 +163,7 @@ void MegatronEngine::place_parameters() {
 // The sharded engines' component over this rank's boxes: units by the model's layers (a stage
 // holds only its own), the boxes cut again over the shard group.
 void MegatronEngine::shard_data_parallel() {
-  const ShardingPlan plan = megatron_sharding_plan(plan_, compute_dtype_);
+  const ShardingPlan& plan = *sharding_;
   std::vector<DataParallelParameter> given;
   for (const Param& p : params_) {
     DataParallelParameter d;

@@ -181,9 +181,9 @@ MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
   return e;
 }
 
-MemoryEstimate estimate_megatron(const config::Config& cfg, const RunPlan& run) {
+MemoryEstimate estimate_megatron(const RunPlan& run) {
   const auto m = meta_model(run);
-  const MegatronPlan plan = make_megatron_plan(cfg, *m, run.mesh);
+  const MegatronPlan& plan = *run.parallel.megatron;
   const int dp = run.mesh[MeshDim::DPReplicate] * run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP];
   // The sharded component's group: every dp rank (use_distributed_optimizer) or dp_shard x cp.
   const int shards = plan.distributed_optimizer ? dp : run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP];

@@ -1,12 +1,13 @@
 #include "lft/engine/registry.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "lft/engine/ddp.h"
 #include "lft/engine/megatron.h"
-#include "lft/engine/megatron_plan.h"
 #include "lft/engine/memory_estimate.h"
 #include "lft/engine/none.h"
+#include "lft/engine/parallel_config.h"
 #include "lft/engine/sharded_engines.h"
 
 namespace lft::engine {
@@ -17,17 +18,8 @@ std::unique_ptr<Engine> make(const EngineContext& ctx) {
   return std::make_unique<E>(ctx);
 }
 
-MemoryEstimate whole_model(const config::Config&, const RunPlan& plan) { return estimate_replicated(plan, false); }
-MemoryEstimate whole_model_with_buckets(const config::Config&, const RunPlan& plan) {
-  return estimate_replicated(plan, true);
-}
-
-// megatron's sharding strategies put the data-parallel ranks on dp_shard by default; the
-// all-reduce and use_distributed_optimizer on dp_replicate.
-MeshDim megatron_fill(const config::Config& cfg) {
-  const bool shards = dp_sharding_of(cfg) != DpSharding::NoShard && !cfg.boolean("dist_config.use_distributed_optimizer");
-  return shards ? MeshDim::DPShard : MeshDim::DPReplicate;
-}
+MemoryEstimate whole_model(const RunPlan& plan) { return estimate_replicated(plan, false); }
+MemoryEstimate whole_model_with_buckets(const RunPlan& plan) { return estimate_replicated(plan, true); }
 
 }  // namespace
 
@@ -37,36 +29,50 @@ const std::vector<EngineInfo>& registry() {
       // none, ddp and megatron are classes of their own (src/engine/<name>.cpp); fsdp2, fsdp and
       // deepspeed are plans of the ShardedEngine (sharded.cpp), made in sharded_engines.cpp, and
       // fsdp NO_SHARD / ZeRO-0 are the DdpEngine under their own name.
-      {"none", "one rank, no communication", {}, MeshDim::DPReplicate, 1, "nothing",
+      {EnginePreset::None, "none", "one rank, no communication", {}, MeshDim::DPReplicate, 1, "nothing",
        make<NoneEngine>, whole_model},
-      {"ddp", "data parallel: every rank holds the whole model, gradients are all-reduced",
+      {EnginePreset::Ddp, "ddp", "data parallel: every rank holds the whole model, gradients are all-reduced",
        {MeshDim::DPReplicate, MeshDim::CP}, MeshDim::DPReplicate, 0, "MPI (CPU) or NCCL (GPU)", make<DdpEngine>,
        whole_model_with_buckets},
-      {"fsdp2", "per-parameter sharding (FSDP2); HSDP with [mesh] dp_replicate > 1",
+      {EnginePreset::Fsdp2, "fsdp2", "per-parameter sharding (FSDP2); HSDP with [mesh] dp_replicate > 1",
        {MeshDim::DPReplicate, MeshDim::DPShard, MeshDim::CP}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)",
        create_sharded, estimate_sharded_engine},
-      {"fsdp", "flat-buffer sharding (FSDP v1), dist_config.sharding_strategy",
+      {EnginePreset::Fsdp, "fsdp", "flat-buffer sharding (FSDP v1), dist_config.sharding_strategy",
        {MeshDim::DPReplicate, MeshDim::DPShard, MeshDim::CP}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)",
        create_sharded, estimate_sharded_engine},
-      {"deepspeed", "ZeRO stages 0-3 from a DeepSpeed JSON file (key `deepspeed`)",
+      {EnginePreset::DeepSpeed, "deepspeed", "ZeRO stages 0-3 from a DeepSpeed JSON file (key `deepspeed`)",
        {MeshDim::DPShard, MeshDim::CP}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)", create_sharded,
        estimate_sharded_engine},
-      {"megatron", "tensor (+ sequence) and pipeline parallel (1f1b, interleaved, gpipe) with data parallel on top",
+      {EnginePreset::Megatron, "megatron", "tensor (+ sequence) and pipeline parallel (1f1b, interleaved, gpipe) with data parallel on top",
        {MeshDim::PP, MeshDim::DPReplicate, MeshDim::DPShard, MeshDim::CP, MeshDim::TP}, MeshDim::DPReplicate, 0,
-       "MPI (CPU) or NCCL (GPU)", create_megatron, estimate_megatron, megatron_fill},
+       "MPI (CPU) or NCCL (GPU)", create_megatron, estimate_megatron, megatron_fill_dim},
   };
   return engines;
 }
 
-const EngineInfo& engine_for(const config::Config& cfg) {
-  const std::string& name = cfg.string("distributed");
+const EngineInfo& engine_info(EnginePreset preset) {
   for (const auto& e : registry())
-    if (e.name == name) return e;
-  std::string available;
-  for (const auto& e : registry()) available += (available.empty() ? "" : ", ") + e.name;
-  throw config::ConfigError("config error: " + cfg.where("distributed") + ": engine '" + name +
-                            "' is not available in this build of lftrain; available: " +
-                            available + " (see `lftrain --list-engines`)");
+    if (e.preset == preset) return e;
+  throw std::logic_error(std::string("engine preset ") + preset_name(preset) + " is not in the registry");
+}
+
+const char* preset_name(EnginePreset preset) {
+  switch (preset) {
+    case EnginePreset::None: return "none";
+    case EnginePreset::Ddp: return "ddp";
+    case EnginePreset::Fsdp2: return "fsdp2";
+    case EnginePreset::Fsdp: return "fsdp";
+    case EnginePreset::DeepSpeed: return "deepspeed";
+    case EnginePreset::Megatron: return "megatron";
+  }
+  return "none";
+}
+
+std::optional<EnginePreset> preset_named(const std::string& name) {
+  for (const EnginePreset p : {EnginePreset::None, EnginePreset::Ddp, EnginePreset::Fsdp2, EnginePreset::Fsdp,
+                               EnginePreset::DeepSpeed, EnginePreset::Megatron})
+    if (name == preset_name(p)) return p;
+  return std::nullopt;
 }
 
 std::string list_engines_text() {

@@ -5,168 +5,17 @@
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <vector>
 
-#include "lft/engine/context_parallel.h"
-#include "lft/engine/megatron_plan.h"
-#include "lft/engine/registry.h"
-#include "lft/model/adapter_weights.h"
 #include "lft/model/families.h"
 #include "lft/model/float8.h"
-#include "lft/model/layers.h"
-#include "lft/runtime/log.h"
 
 namespace lft::engine {
 
-namespace {
-
-// A list key's names, each value also split at commas ("q_proj,v_proj"), blanks trimmed.
-std::vector<std::string> names(const config::Config& cfg, const std::string& key) {
-  std::vector<std::string> out;
-  for (const std::string& value : cfg.strings(key)) {
-    std::size_t start = 0;
-    while (start <= value.size()) {
-      std::size_t end = value.find(',', start);
-      if (end == std::string::npos) end = value.size();
-      std::string name = value.substr(start, end - start);
-      name.erase(0, name.find_first_not_of(" \t"));
-      name.erase(name.find_last_not_of(" \t") + 1);
-      if (!name.empty()) out.push_back(name);
-      start = end + 1;
-    }
-  }
-  return out;
-}
-
-[[noreturn]] void adapter_conflict(const config::Config& cfg, const std::string& key, const std::string& theirs) {
-  throw config::ConfigError("config error: " + cfg.where(key) + ": " + key + " contradicts adapter_name_or_path " +
-                            cfg.string("adapter_name_or_path") + ", whose adapter has " + theirs +
-                            "\n  hint: remove " + key + ": training continues the adapter as it was made");
-}
-
-std::string text_of(const std::vector<std::string>& v) {
-  std::string out;
-  for (const std::string& s : v) out += (out.empty() ? "" : ",") + s;
-  return out;
-}
-
-void take_adapter_config(const config::Config& cfg, model::FinetuningSpec& f) {
-  const model::PeftAdapter adapter(cfg.string("adapter_name_or_path"));
-  if (cfg.is_set("lora_rank") && f.lora_rank != adapter.rank)
-    adapter_conflict(cfg, "lora_rank", "r = " + std::to_string(adapter.rank));
-  if (cfg.is_set("lora_alpha") && f.lora_alpha != adapter.lora_alpha)
-    adapter_conflict(cfg, "lora_alpha", "lora_alpha = " + std::to_string(adapter.lora_alpha));
-  if (cfg.is_set("use_rslora") && f.use_rslora != adapter.use_rslora)
-    adapter_conflict(cfg, "use_rslora", std::string("use_rslora = ") + (adapter.use_rslora ? "true" : "false"));
-  auto sorted = [](std::vector<std::string> v) {
-    std::sort(v.begin(), v.end());
-    return v;
-  };
-  // lora_target = "all" (LlamaFactory's default in its examples) leaves the choice to the adapter.
-  const bool all = f.lora_target == std::vector<std::string>{"all"};
-  if (cfg.is_set("lora_target") && !all && sorted(f.lora_target) != sorted(adapter.target_modules))
-    adapter_conflict(cfg, "lora_target", "target_modules = " + text_of(adapter.target_modules));
-  if (cfg.is_set("additional_target") && sorted(f.additional_target) != sorted(adapter.modules_to_save))
-    adapter_conflict(cfg, "additional_target", "modules_to_save = " + text_of(adapter.modules_to_save));
-  f.lora_rank = adapter.rank;
-  f.lora_alpha = adapter.lora_alpha;
-  f.use_rslora = adapter.use_rslora;
-  f.lora_target = adapter.target_modules;
-  f.additional_target = adapter.modules_to_save;
-  if (!cfg.is_set("lora_dropout")) f.lora_dropout = adapter.lora_dropout;
-}
-
-}  // namespace
-
-model::FinetuningSpec finetuning_spec(const config::Config& cfg) {
-  model::FinetuningSpec f;
-  f.type = cfg.string("finetuning_type");
-  if (f.type == "lora") {
-    f.lora_rank = cfg.integer("lora_rank");
-    f.lora_alpha = cfg.is_set("lora_alpha") ? static_cast<double>(cfg.integer("lora_alpha")) : 2.0 * static_cast<double>(f.lora_rank);
-    f.lora_dropout = cfg.real("lora_dropout");
-    f.use_rslora = cfg.boolean("use_rslora");
-    f.lora_target = names(cfg, "lora_target");
-    if (cfg.is_set("additional_target")) f.additional_target = names(cfg, "additional_target");
-    if (cfg.is_set("adapter_name_or_path")) take_adapter_config(cfg, f);
-  } else if (f.type == "freeze") {
-    f.freeze_trainable_layers = cfg.integer("freeze_trainable_layers");
-    f.freeze_trainable_modules = names(cfg, "freeze_trainable_modules");
-    if (cfg.is_set("freeze_extra_modules")) f.freeze_extra_modules = names(cfg, "freeze_extra_modules");
-  }
-  return f;
-}
-
-namespace {
-
-// _scaled_mm on CUDA takes only widths that are multiples of 16: each float8 linear's weight, as
-// every tensor-parallel rank holds it, is checked before anything starts (the token count is
-// padded instead: float8.cpp).
-void check_float8_widths(const config::Config& cfg, const model::CausalLM& model, int tp) {
-  for (const auto& item : model.named_modules()) {
-    const auto linear = std::dynamic_pointer_cast<model::LinearImpl>(item.value());
-    if (!linear || !linear->float8) continue;
-    const std::string name = item.key() + ".weight";
-    const model::TpSplit split = model.placement(name).tp;
-    for (int r = 0; r < tp; ++r) {
-      std::int64_t shape[2] = {linear->out_features, linear->in_features};
-      if (tp > 1 && split.split()) {
-        const TpSlice slice = tp_slice(split, tp, r);
-        shape[slice.dim] = slice.count;
-      }
-      for (const std::int64_t width : shape) {
-        if (width % model::kFloat8Multiple == 0) continue;
-        const std::string whole = "[" + std::to_string(linear->out_features) + ", " + std::to_string(linear->in_features) + "]";
-        const std::string shard = "[" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + "]";
-        throw config::ConfigError(
-            "config error: " + cfg.where("fp8") + ": fp8 = true multiplies through _scaled_mm, which takes widths that "
-            "are multiples of " + std::to_string(model::kFloat8Multiple) + "; " + name + " is " + whole +
-            (tp > 1 && split.split() ? ", " + shard + " on tensor-parallel rank " + std::to_string(r) + " of " + std::to_string(tp) : "") +
-            "\n  hint: choose hidden_size, intermediate_size and head counts whose widths (per tensor-parallel rank) are "
-            "multiples of " + std::to_string(model::kFloat8Multiple) + ", or remove fp8");
-      }
-    }
-  }
-}
-
-}  // namespace
-
-std::shared_ptr<model::CausalLM> create_run_model(const config::Config& cfg, const RunPlan& plan,
-                                                  const c10::TensorOptions& options) {
+std::shared_ptr<model::CausalLM> create_run_model(const RunPlan& plan, const c10::TensorOptions& options) {
   std::shared_ptr<model::CausalLM> m = model::create_causal_lm(plan.model, options);
   if (plan.fp8) model::use_float8_linears(*m);
-  try {
-    model::apply_finetuning(*m, plan.finetuning, options);
-  } catch (const model::FinetuningError& e) {
-    throw config::ConfigError("config error: " + cfg.where(e.key) + ": " + e.what());
-  }
+  model::apply_finetuning(*m, plan.finetuning, options);
   return m;
-}
-
-RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool nccl) {
-  RunPlan p;
-  p.nccl = nccl;
-  p.model = model::ModelConfig::from_run_config(cfg);
-  p.mesh = mesh;
-  p.micro_batch = cfg.integer("per_device_train_batch_size");
-  p.sequences_per_sample = cfg.string("stage") == "dpo" ? 2 : 1;
-  p.accumulation = cfg.integer("gradient_accumulation_steps");
-  p.global_batch = p.micro_batch * p.accumulation * mesh.dp_size();
-  p.seq_len = cfg.integer("cutoff_len");
-  p.compute = cfg.boolean("bf16") ? at::kBFloat16 : cfg.boolean("fp16") ? at::kHalf : at::kFloat;
-  p.gradient_checkpointing = cfg.boolean("gradient_checkpointing");
-  p.fp8 = cfg.boolean("fp8");
-  p.finetuning = finetuning_spec(cfg);
-  if (p.finetuning.type == "lora" && cfg.is_set("adapter_name_or_path")) p.adapter_folder = cfg.string("adapter_name_or_path");
-  // Module names (and float8 widths) checked before anything starts.
-  const std::shared_ptr<model::CausalLM> shape = create_run_model(cfg, p, at::TensorOptions().device(at::kMeta));
-  if (p.fp8) check_float8_widths(cfg, *shape, mesh[MeshDim::TP]);
-  check_context_parallel(cfg, p.model, mesh[MeshDim::CP], mesh[MeshDim::TP]);
-  if (config::capabilities_of(cfg.string("distributed")).deepspeed_config) p.deepspeed = config::read_deepspeed_config(cfg, mesh.dp_size());
-  p.memory = engine_for(cfg).estimate_memory(cfg, p);
-  if (cfg.boolean("async_checkpoint") && cfg.string("save_strategy") != "no")
-    p.memory.checkpoint_staging = p.memory.weights + p.memory.optimizer;
-  return p;
 }
 
 void check_fits_in_memory(const RunPlan& p, int ranks_on_node, double node_bytes) {
@@ -181,9 +30,9 @@ void check_fits_in_memory(const RunPlan& p, int ranks_on_node, double node_bytes
       "per_device_train_batch_size or cutoff_len");
 }
 
-std::string plan_report(const config::Config& cfg, const RunPlan& p) {
+std::string plan_report(const RunPlan& p) {
   std::string out = "plan:\n";
-  if (cfg.string("batching_strategy") == "dynamic_batching") {
+  if (p.dynamic_batching) {
     out += "  batch      micro-batches of at most " + std::to_string(p.micro_batch) + " x " + std::to_string(p.seq_len) +
            " padded tokens (dynamic_batching: each rank its own stream) x " + std::to_string(p.accumulation) +
            " accumulation x " + std::to_string(p.mesh.dp_size()) + " data-parallel per step\n";
@@ -193,10 +42,9 @@ std::string plan_report(const config::Config& cfg, const RunPlan& p) {
            std::to_string(p.global_batch) + (p.sequences_per_sample == 2 ? " pairs (chosen and rejected sequences)" : " sequences") +
            " of " + std::to_string(p.seq_len) + " tokens per step\n";
   }
-  const std::int64_t max_steps = cfg.integer("max_steps");
   char epochs[32];
-  std::snprintf(epochs, sizeof epochs, "%g", cfg.real("num_train_epochs"));
-  out += "  steps      " + (max_steps > 0 ? std::to_string(max_steps) + " (max_steps)"
+  std::snprintf(epochs, sizeof epochs, "%g", p.epochs);
+  out += "  steps      " + (p.max_steps > 0 ? std::to_string(p.max_steps) + " (max_steps)"
                                          : std::string(epochs) + " epoch(s) (num_train_epochs)");
   out += "\n  model      " + p.model.summary();
   if (p.finetuning.type == "lora")

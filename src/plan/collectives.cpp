@@ -75,7 +75,7 @@ void reduce_root(const StepInput& in, const ShardedOver& s, double reductions, W
   const double tokens = static_cast<double>(l.mesh[MeshDim::DPShard] * l.micro_batch * in.seq_len);
   const bool split = l.algorithm != Algorithm::Megatron && m.embedding_trained &&
                      engine::split_embedding_gradient(tokens, static_cast<double>(m.vocab), static_cast<double>(m.hidden),
-                                                      m.tied_embedding, l.engine == "fsdp2");
+                                                      m.tied_embedding, l.engine == engine::EnginePreset::Fsdp2);
   if (!split) {
     out.push_back(make("reduce-scatter the root unit's gradients", s.group, CollKind::ReduceScatter, 4 * m.root_trained,
                        reductions, When::Exposed));

@@ -6,6 +6,7 @@ namespace lft::plan {
 namespace {
 
 using engine::PipelineScheduleKind;
+using Preset = engine::EnginePreset;
 
 // Ascending.
 std::vector<std::int64_t> divisors(std::int64_t n) {
@@ -15,7 +16,7 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
   return out;
 }
 
-bool wanted(const LayoutSpace& s, const std::string& engine) {
+bool wanted(const LayoutSpace& s, engine::EnginePreset engine) {
   return s.engines.empty() || std::find(s.engines.begin(), s.engines.end(), engine) != s.engines.end();
 }
 
@@ -25,7 +26,7 @@ bool wanted(const LayoutSpace& s, const std::string& engine) {
 std::vector<Layout> engine_variants(const LayoutSpace& s, const MeshShape& mesh) {
   const int pp = mesh[MeshDim::PP], dpr = mesh[MeshDim::DPReplicate], tp = mesh[MeshDim::TP];
   const int shards = mesh[MeshDim::DPShard] * mesh[MeshDim::CP];
-  auto make = [&](const std::string& engine, Algorithm algorithm) {
+  auto make = [&](engine::EnginePreset engine, Algorithm algorithm) {
     Layout l;
     l.engine = engine;
     l.algorithm = algorithm;
@@ -33,28 +34,28 @@ std::vector<Layout> engine_variants(const LayoutSpace& s, const MeshShape& mesh)
     return l;
   };
   std::vector<Layout> out;
-  if (s.world == 1) return {make("none", Algorithm::Single)};
+  if (s.world == 1) return {make(Preset::None, Algorithm::Single)};
   const bool data_parallel_only = pp == 1 && tp == 1;
-  if (data_parallel_only && mesh[MeshDim::DPShard] == 1 && wanted(s, "ddp"))
-    out.push_back(make("ddp", Algorithm::Replicated));
-  if (data_parallel_only && shards > 1 && wanted(s, "fsdp2"))
+  if (data_parallel_only && mesh[MeshDim::DPShard] == 1 && wanted(s, Preset::Ddp))
+    out.push_back(make(Preset::Ddp, Algorithm::Replicated));
+  if (data_parallel_only && shards > 1 && wanted(s, Preset::Fsdp2))
     for (const bool reshard : {true, false}) {
-      Layout l = make("fsdp2", Algorithm::FullyShardedData);
+      Layout l = make(Preset::Fsdp2, Algorithm::FullyShardedData);
       l.reshard_after_forward = reshard;
       out.push_back(l);
     }
   // ZeRO-3 is fsdp2's algorithm on flat buffers: the planner leaves it to fsdp2.
-  if (data_parallel_only && dpr == 1 && shards > 1 && wanted(s, "deepspeed"))
+  if (data_parallel_only && dpr == 1 && shards > 1 && wanted(s, Preset::DeepSpeed))
     for (const int stage : {1, 2}) {
-      Layout l = make("deepspeed", stage == 1 ? Algorithm::ShardedOptimizer : Algorithm::ShardedGradients);
+      Layout l = make(Preset::DeepSpeed, stage == 1 ? Algorithm::ShardedOptimizer : Algorithm::ShardedGradients);
       l.zero_stage = stage;
       out.push_back(l);
     }
-  if (pp <= s.layers && wanted(s, "megatron")) {
+  if (pp <= s.layers && wanted(s, Preset::Megatron)) {
     // Sequence parallel and the distributed optimizer move the same bytes as their alternatives
     // and keep less in memory, so the planner always takes them where they apply. Over dp_shard
     // it weighs ZeRO-2 (whole parameters) against ZeRO-3 (gathered per layer).
-    Layout l = make("megatron", Algorithm::Megatron);
+    Layout l = make(Preset::Megatron, Algorithm::Megatron);
     l.sequence_parallel = tp > 1;
     std::vector<Layout> data_parallel;
     if (mesh[MeshDim::DPShard] == 1) {
@@ -149,10 +150,10 @@ std::string Layout::algorithm_text() const {
     case Algorithm::ShardedGradients:
       return "ZeRO-" + std::to_string(zero_stage);
     case Algorithm::FullyShardedData:
-      if (engine == "deepspeed") return "ZeRO-3";
-      return engine + (reshard_after_forward ? "" : " no-reshard");
+      if (engine == Preset::DeepSpeed) return "ZeRO-3";
+      return engine::preset_name(engine) + std::string(reshard_after_forward ? "" : " no-reshard");
     case Algorithm::Megatron: {
-      std::string out = "megatron";
+      std::string out = engine::preset_name(Preset::Megatron);
       if (sequence_parallel) out += " sp";
       if (mesh[MeshDim::PP] > 1)
         out += schedule == PipelineScheduleKind::Interleaved1F1B
@@ -164,7 +165,7 @@ std::string Layout::algorithm_text() const {
       return out;
     }
     default:
-      return engine == "deepspeed" ? "ZeRO-0" : engine;
+      return engine == Preset::DeepSpeed ? "ZeRO-0" : engine::preset_name(engine);
   }
 }
 
@@ -198,7 +199,7 @@ std::vector<Layout> enumerate_layouts(const LayoutSpace& space) {
 
 std::vector<std::string> layout_overrides(const Layout& l, const std::string& deepspeed_json) {
   std::vector<std::string> out = {
-      "distributed=" + l.engine,
+      std::string("distributed=") + engine::preset_name(l.engine),
       "mesh.pp=" + std::to_string(l.mesh[MeshDim::PP]),
       "mesh.dp_replicate=" + std::to_string(l.mesh[MeshDim::DPReplicate]),
       "mesh.dp_shard=" + std::to_string(l.mesh[MeshDim::DPShard]),
@@ -209,8 +210,8 @@ std::vector<std::string> layout_overrides(const Layout& l, const std::string& de
       "gradient_checkpointing=" + flag(l.checkpointing),
   };
   if (l.mesh[MeshDim::CP] > 1) out.push_back(std::string("dist_config.cp_mode=") + cp_mode(l));
-  if (l.engine == "fsdp2") out.push_back("dist_config.reshard_after_forward=" + flag(l.reshard_after_forward));
-  if (l.engine == "deepspeed") out.push_back("deepspeed=" + deepspeed_json);
+  if (l.engine == Preset::Fsdp2) out.push_back("dist_config.reshard_after_forward=" + flag(l.reshard_after_forward));
+  if (l.engine == Preset::DeepSpeed) out.push_back("deepspeed=" + deepspeed_json);
   if (l.algorithm == Algorithm::Megatron) {
     out.push_back("dist_config.sequence_parallel=" + flag(l.sequence_parallel));
     out.push_back("dist_config.use_distributed_optimizer=" + flag(l.distributed_optimizer));
@@ -222,8 +223,8 @@ std::vector<std::string> layout_overrides(const Layout& l, const std::string& de
 }
 
 std::string layout_config_lines(const Layout& l) {
-  std::string out = "distributed = \"" + l.engine + "\"\n";
-  if (l.engine == "deepspeed") out += "deepspeed = \"" + deepspeed_example(l.zero_stage) + "\"\n";
+  std::string out = std::string("distributed = \"") + engine::preset_name(l.engine) + "\"\n";
+  if (l.engine == Preset::DeepSpeed) out += "deepspeed = \"" + deepspeed_example(l.zero_stage) + "\"\n";
   out += "per_device_train_batch_size = " + std::to_string(l.micro_batch) + "\n";
   out += "gradient_accumulation_steps = " + std::to_string(l.accumulation) + "\n";
   out += "gradient_checkpointing = " + flag(l.checkpointing) + "\n";
@@ -232,7 +233,7 @@ std::string layout_config_lines(const Layout& l) {
     out += std::string(mesh_dim_name(static_cast<MeshDim>(d))) + " = " + std::to_string(l.mesh.sizes[d]) + "\n";
   std::string dist;
   if (l.mesh[MeshDim::CP] > 1) dist += std::string("cp_mode = \"") + cp_mode(l) + "\"\n";
-  if (l.engine == "fsdp2" && !l.reshard_after_forward) dist += "reshard_after_forward = false\n";
+  if (l.engine == Preset::Fsdp2 && !l.reshard_after_forward) dist += "reshard_after_forward = false\n";
   if (l.algorithm == Algorithm::Megatron) {
     dist += "sequence_parallel = " + flag(l.sequence_parallel) + "\n";
     dist += std::string("pipeline_schedule = \"") + engine::pipeline_schedule_name(l.schedule) + "\"\n";

@@ -72,10 +72,10 @@ std::string overrides_line(const std::vector<std::string>& overrides) {
 std::string engines_line(const PlanResult& p) {
   std::string predicted, refused;
   for (const EngineVerdict& v : p.engines) {
-    predicted += (predicted.empty() ? "" : ", ") + v.engine + " " + std::to_string(v.predicted);
+    predicted += (predicted.empty() ? "" : ", ") + std::string(engine::preset_name(v.engine)) + " " + std::to_string(v.predicted);
     if (v.refused > 0)
       refused +=
-          "refused  " + v.engine + ": " + std::to_string(v.refused) + " layout(s), e.g. " + v.first_refusal + "\n";
+          "refused  " + std::string(engine::preset_name(v.engine)) + ": " + std::to_string(v.refused) + " layout(s), e.g. " + v.first_refusal + "\n";
   }
   return "layouts  " + (predicted.empty() ? std::string("none") : predicted) + " predicted; " +
          std::to_string(p.sized) + " sized by their engine's memory estimate\n" + refused;

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "lft/engine/mesh_plan.h"
+#include "lft/engine/parallel_config.h"
 #include "lft/engine/registry.h"
 #include "lft/engine/run_plan.h"
 
@@ -64,7 +65,7 @@ std::shared_ptr<model::CausalLM> meta_model(const config::Config& cfg) {
   p.model = model::ModelConfig::from_run_config(cfg);
   p.fp8 = cfg.boolean("fp8");
   p.finetuning = engine::finetuning_spec(cfg);
-  return engine::create_run_model(cfg, p, at::TensorOptions().device(at::kMeta));
+  return engine::checked_meta_model(cfg, p);
 }
 
 StepInput step_input(const PlanRequest& r, const ModelShape& shape, const config::Config& cfg, const Layout& l) {
@@ -83,36 +84,35 @@ void add_shares(StepInput& in, const MegatronShares& shares) {
   in.stage_box = shares.stage_box;
 }
 
-// The layout a config asks for, as the cost model reads it.
-Layout config_layout(const config::Config& cfg, const engine::RunPlan& plan) {
+// The layout a config asks for, as the cost model reads it: its resolved parallel plan.
+Layout config_layout(const engine::RunPlan& plan) {
+  using engine::EnginePreset;
+  const engine::ParallelPlan& parallel = plan.parallel;
   Layout l;
-  l.engine = cfg.string("distributed");
+  l.engine = parallel.preset;
   l.mesh = plan.mesh;
   l.micro_batch = plan.micro_batch;
   l.accumulation = plan.accumulation;
   l.checkpointing = plan.gradient_checkpointing;
-  l.ring = cfg.string("dist_config.cp_mode") == "ring";
-  if (l.engine == "none") {
+  l.ring = parallel.cp_ring;
+  if (l.engine == EnginePreset::None) {
     l.algorithm = Algorithm::Single;
-  } else if (l.engine == "fsdp2") {
-    l.algorithm = Algorithm::FullyShardedData;
-    l.reshard_after_forward = cfg.boolean("dist_config.reshard_after_forward");
-  } else if (l.engine == "fsdp") {
-    const std::string& strategy = cfg.string("dist_config.sharding_strategy");
-    l.algorithm = strategy == "NO_SHARD" ? Algorithm::Replicated : Algorithm::FullyShardedData;
-    l.reshard_after_forward = strategy != "SHARD_GRAD_OP";
-  } else if (l.engine == "deepspeed") {
+  } else if (l.engine == EnginePreset::Fsdp2 || l.engine == EnginePreset::Fsdp) {
+    l.algorithm = parallel.sharded ? Algorithm::FullyShardedData : Algorithm::Replicated;  // fsdp NO_SHARD
+    if (parallel.sharded) l.reshard_after_forward = parallel.sharded->reshard_after_forward;
+  } else if (l.engine == EnginePreset::DeepSpeed) {
     l.zero_stage = plan.deepspeed ? plan.deepspeed->zero_stage : 0;
     const Algorithm by_stage[] = {Algorithm::Replicated, Algorithm::ShardedOptimizer, Algorithm::ShardedGradients,
                                   Algorithm::FullyShardedData};
     l.algorithm = by_stage[std::clamp(l.zero_stage, 0, 3)];
-  } else if (l.engine == "megatron") {
+  } else if (l.engine == EnginePreset::Megatron) {
+    const engine::MegatronPlan& m = *parallel.megatron;
     l.algorithm = Algorithm::Megatron;
-    l.sequence_parallel = cfg.boolean("dist_config.sequence_parallel") && l.mesh[MeshDim::TP] > 1;
-    l.distributed_optimizer = cfg.boolean("dist_config.use_distributed_optimizer");
-    if (!l.distributed_optimizer) l.dp_sharding = engine::dp_sharding_of(cfg);
-    l.schedule = engine::pipeline_schedule_kind(cfg.string("dist_config.pipeline_schedule"));
-    l.virtual_stages = static_cast<int>(cfg.integer("dist_config.virtual_pipeline_model_parallel_size"));
+    l.sequence_parallel = m.sequence_parallel;
+    l.distributed_optimizer = m.distributed_optimizer;
+    if (!l.distributed_optimizer) l.dp_sharding = m.dp_sharding;
+    l.schedule = m.schedule;
+    l.virtual_stages = m.virtual_stages;
   } else {
     l.algorithm = Algorithm::Replicated;  // ddp
   }
@@ -205,12 +205,10 @@ MegatronShares megatron_shares(const model::CausalLM& m, const engine::MegatronP
 }
 
 std::int64_t config_global_batch(const config::Config& cfg, int world) {
-  const std::string name = cfg.string("distributed") == "none" ? "ddp" : cfg.string("distributed");
-  const engine::EngineInfo* info = nullptr;
-  for (const engine::EngineInfo& e : engine::registry())
-    if (e.name == name) info = &e;
-  if (info == nullptr) info = &engine::engine_for(cfg);  // the error that names the engines built
-  const MeshShape mesh = engine::plan_mesh(cfg, *info, world);
+  // none runs one rank: the batch of a multi-rank plan is counted as ddp's.
+  const engine::EngineInfo& asked = engine::engine_for(cfg);
+  const engine::EngineInfo& info = asked.preset == engine::EnginePreset::None ? engine::engine_info(engine::EnginePreset::Ddp) : asked;
+  const MeshShape mesh = engine::plan_mesh(cfg, info, world);
   return cfg.integer("per_device_train_batch_size") * cfg.integer("gradient_accumulation_steps") * mesh.dp_size();
 }
 
@@ -230,13 +228,13 @@ PlanResult make_plan(const PlanRequest& r) {
   space.engines = r.engines;
 
   ZeroJsonFiles zero_files;
-  std::map<std::string, EngineVerdict> verdicts;
+  std::map<engine::EnginePreset, EngineVerdict> verdicts;
   std::map<std::tuple<int, int, int>, MegatronShares> shares;  // by (tp, pp, v)
   std::vector<Candidate> predicted;
   for (const Layout& layout : enumerate_layouts(space)) {
     Candidate c;
     c.layout = layout;
-    c.overrides = layout_overrides(layout, layout.engine == "deepspeed" ? zero_files.path(layout.zero_stage) : "");
+    c.overrides = layout_overrides(layout, layout.engine == engine::EnginePreset::DeepSpeed ? zero_files.path(layout.zero_stage) : "");
     EngineVerdict& verdict = verdicts[layout.engine];
     verdict.engine = layout.engine;
     StepInput in = step_input(r, result.model, base, layout);
@@ -282,8 +280,7 @@ PlanResult make_plan(const PlanRequest& r) {
       result.smallest = c;
   }
   if (!result.ranked.empty()) result.smallest.reset();
-  for (const char* name : {"none", "ddp", "fsdp2", "deepspeed", "megatron"})
-    if (verdicts.count(name) != 0) result.engines.push_back(verdicts[name]);
+  for (const auto& [preset, verdict] : verdicts) result.engines.push_back(verdict);  // in the presets' order
   return result;
 }
 
@@ -296,7 +293,7 @@ Candidate predict_config_layout(const PlanRequest& r, PlanResult& context) {
   context.global_batch = plan.global_batch;
 
   Candidate c;
-  c.layout = config_layout(cfg, plan);
+  c.layout = config_layout(plan);
   StepInput in = step_input(r, context.model, cfg, c.layout);
   if (c.layout.algorithm == Algorithm::Megatron)
     add_shares(in, megatron_shares(*model, engine::make_megatron_plan(cfg, *model, mesh)));

@@ -90,12 +90,12 @@ void Trainer::prepare_preference() {
   } else {
     // A second model of the same engine and layout, from the reference's weights.
     what = s.cfg.is_set("ref_model") ? "ref_model " + folder : "the starting weights (a second model: the policy has trained)";
-    const std::unique_ptr<engine::Engine> engine = engine::engine_for(s.cfg).create(engine::EngineContext{s.cfg, s.mesh, s.plan});
+    const std::unique_ptr<engine::Engine> engine = engine::engine_info(s.plan.parallel.preset).create(engine::EngineContext{s.mesh, s.plan});
     std::shared_ptr<model::CausalLM> model;
     {
       std::optional<model::UnallocatedParameters> unallocated;
       if (engine->reads_weight_shards()) unallocated.emplace();
-      model = engine::create_run_model(s.cfg, s.plan, at::TensorOptions().device(s.torch_device()));
+      model = engine::create_run_model(s.plan, at::TensorOptions().device(s.torch_device()));
     }
     model->set_context_parallel(s.cp.get());
     engine->prepare_from(*model, *starting_weights(s.cfg, s.plan, *model, folder));

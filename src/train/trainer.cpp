@@ -138,9 +138,9 @@ std::unique_ptr<model::WeightSource> starting_weights(const config::Config& cfg,
 namespace {
 
 // LlamaFactory's "trainable params" line, for freeze and LoRA runs (from the meta model's shapes).
-std::string trainable_summary(const config::Config& cfg, const engine::RunPlan& plan) {
+std::string trainable_summary(const engine::RunPlan& plan) {
   if (plan.finetuning.type == "full") return "";
-  const auto m = engine::create_run_model(cfg, plan, at::TensorOptions().device(at::kMeta));
+  const auto m = engine::create_run_model(plan, at::TensorOptions().device(at::kMeta));
   double all = 0, trained = 0;
   for (const auto& item : m->named_parameters()) {
     all += static_cast<double>(item.value().numel());
@@ -226,17 +226,17 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
   s.total = max_steps > 0 ? max_steps
                           : static_cast<std::int64_t>(std::ceil(cfg.real("num_train_epochs") *
                                                                 static_cast<double>(s.sampler->steps_per_epoch())));
-  s.engine = engine::engine_for(cfg).create(engine::EngineContext{cfg, mesh, plan});
+  s.engine = engine::engine_info(plan.parallel.preset).create(engine::EngineContext{mesh, plan});
   // A sharding engine reads only its share of the starting weights, into parameters that have no
   // memory yet: no rank ever holds the whole model.
   {
     std::optional<model::UnallocatedParameters> unallocated;
     if (s.engine->reads_weight_shards()) unallocated.emplace();
-    s.model = engine::create_run_model(cfg, plan, at::TensorOptions().device(s.torch_device()));
+    s.model = engine::create_run_model(plan, at::TensorOptions().device(s.torch_device()));
   }
   s.model->set_gradient_checkpointing(plan.gradient_checkpointing);
   if (mesh.shape()[MeshDim::CP] > 1) {
-    s.cp = std::make_unique<engine::CommSequenceExchange>(mesh.device_comm(MeshDim::CP), cfg.string("dist_config.cp_mode") == "ring");
+    s.cp = std::make_unique<engine::CommSequenceExchange>(mesh.device_comm(MeshDim::CP), plan.parallel.cp_ring);
     s.model->set_context_parallel(s.cp.get());
   }
   {
@@ -307,7 +307,7 @@ model::CausalLM& Trainer::model() { return *s_->model; }
 
 std::string Trainer::describe() const {
   const State& s = *s_;
-  return "model      " + s.plan.model.summary() + trainable_summary(s.cfg, s.plan) + "\ndata       " + s.data->describe() + "; " +
+  return "model      " + s.plan.model.summary() + trainable_summary(s.plan) + "\ndata       " + s.data->describe() + "; " +
          std::to_string(s.sampler->steps_per_epoch()) + " steps per epoch\n" + "training   " +
          std::to_string(s.total) + " steps of " + std::to_string(s.plan.global_batch) +
          (s.data->pairs() ? " pairs (pref_loss " + s.cfg.string("pref_loss") + ")" : " sequences") +

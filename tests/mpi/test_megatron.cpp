@@ -17,6 +17,7 @@
 #include "lft/config/config.h"
 #include "lft/engine/megatron.h"
 #include "lft/engine/mesh_plan.h"
+#include "lft/engine/parallel_config.h"
 #include "lft/engine/registry.h"
 #include "lft/engine/run_plan.h"
 #include "lft/model/families.h"
@@ -386,7 +387,7 @@ TEST(MegatronMemory, SetUpHoldsTheRanksShareNotTheModel) {
   reset_cpu_peak_bytes();
   const std::int64_t base = cpu_bytes_in_use();
   const engine::RunPlan plan = engine::resolve_run_plan(cfg, mesh.shape());
-  auto engine = info.create(engine::EngineContext{cfg, mesh, plan});
+  auto engine = info.create(engine::EngineContext{mesh, plan});
   std::optional<model::UnallocatedParameters> unallocated(std::in_place);
   const auto m = model::create_causal_lm(model_config);
   unallocated.reset();

@@ -17,6 +17,7 @@
 
 #include "lft/config/config.h"
 #include "lft/engine/mesh_plan.h"
+#include "lft/engine/parallel_config.h"
 #include "lft/engine/registry.h"
 #include "lft/engine/run_plan.h"
 #include "lft/model/hf_checkpoint.h"
@@ -151,7 +152,7 @@ TEST(ShardLoading, MemoryWhileLoadingIsTheShardsNotTheModel) {
   const engine::EngineInfo& info = engine::engine_for(cfg);
   DeviceMesh mesh(world(), engine::plan_mesh(cfg, info, n));
   const engine::RunPlan plan = engine::resolve_run_plan(cfg, mesh.shape());
-  const engine::EngineContext ctx{cfg, mesh, plan};
+  const engine::EngineContext ctx{mesh, plan};
   for (const bool shards : {true, false}) {
     reset_cpu_peak_bytes();
     const std::int64_t base = cpu_bytes_in_use();

@@ -10,6 +10,7 @@
 #include "lft/comm/mpi_communicator.h"
 #include "lft/config/config.h"
 #include "lft/engine/mesh_plan.h"
+#include "lft/engine/parallel_config.h"
 #include "lft/engine/registry.h"
 #include "lft/engine/run_plan.h"
 #include "lft/train/trainer.h"

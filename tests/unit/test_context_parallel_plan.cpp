@@ -8,6 +8,7 @@
 
 #include "lft/config/config.h"
 #include "lft/engine/mesh_plan.h"
+#include "lft/engine/parallel_config.h"
 #include "lft/engine/registry.h"
 #include "lft/engine/run_plan.h"
 

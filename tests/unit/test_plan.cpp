@@ -22,6 +22,8 @@
 namespace lft::plan {
 namespace {
 
+using Preset = engine::EnginePreset;
+
 std::string repo_root() {
   const std::string here = __FILE__;
   return here.substr(0, here.rfind('/')) + "/../..";
@@ -69,7 +71,7 @@ ModelShape shape(std::int64_t layers, double layer, double root) {
 }
 
 // An fp32 step of `engine` on one node of 2 devices: micro x accumulation sequences of seq_len.
-StepInput two_ranks_fp32(const ModelShape& model, std::int64_t seq_len, const std::string& engine,
+StepInput two_ranks_fp32(const ModelShape& model, std::int64_t seq_len, engine::EnginePreset engine,
                          Algorithm algorithm, std::int64_t micro, std::int64_t accumulation) {
   StepInput in;
   in.cluster = one_node(2);
@@ -122,7 +124,7 @@ TEST(PlanCostModel, DdpMovesTwiceTheGradientsOnce) {
   StepInput in;
   in.cluster = one_node(4);
   in.model = shape(4, 1e6, 5e5);  // 4.5 M trained elements: 18 MB of fp32 gradients
-  in.layout.engine = "ddp";
+  in.layout.engine = Preset::Ddp;
   in.layout.algorithm = Algorithm::Replicated;
   in.layout.mesh = mesh(1, 4, 1, 1);
   in.layout.accumulation = 3;  // ddp synchronises the last micro-batch only
@@ -144,7 +146,7 @@ TEST(PlanCostModel, FullyShardedMovesTheDocumentedVolume) {
   in.model = shape(4, 1e6, 5e5);
   in.model.embedding_trained = false;  // the whole root reduce-scattered (the split: the next test)
   in.compute_bytes = 4;  // fp32: P counts as the model's fp32 bytes
-  in.layout.engine = "fsdp2";
+  in.layout.engine = Preset::Fsdp2;
   in.layout.algorithm = Algorithm::FullyShardedData;
   in.layout.mesh = mesh(1, 1, 4, 1);
   const double P = 4 * in.model.params, P_layers = 4 * (in.model.params - in.model.root_params), share = 3.0 / 4;
@@ -173,7 +175,7 @@ TEST(PlanCostModel, SplitEmbeddingGradientGathersRowsInsteadOfReducingTheTable) 
   in.model.vocab = 4096;
   in.compute_bytes = 4;
   in.seq_len = 16;
-  in.layout.engine = "fsdp2";
+  in.layout.engine = Preset::Fsdp2;
   in.layout.algorithm = Algorithm::FullyShardedData;
   in.layout.mesh = mesh(1, 1, 4, 1);
   const double table = 4096.0 * 32, rows = 4 * 16 * (8 + 4 * 32) + 8 * 4;
@@ -196,19 +198,19 @@ TEST(PlanCostModel, SplitEmbeddingGradientGathersRowsInsteadOfReducingTheTable) 
   EXPECT_EQ(find(p, "reduce-scatter the root unit's gradients")->payload_bytes, 4 * 5e5);
   EXPECT_NE(find(p, "all-gather the embedding's looked-up gradient rows"), nullptr);
   in.model.tied_embedding = false;
-  for (const auto& [engine, seq_len] : {std::pair<std::string, std::int64_t>{"deepspeed", 16}, {"fsdp2", 4096}}) {
+  for (const auto& [engine, seq_len] : {std::pair<Preset, std::int64_t>{Preset::DeepSpeed, 16}, {Preset::Fsdp2, 4096}}) {
     in.layout.engine = engine;
     in.seq_len = seq_len;
     p = predict_step(in);
-    EXPECT_EQ(find(p, "all-gather the embedding's looked-up gradient rows"), nullptr) << engine << " " << seq_len;
-    EXPECT_EQ(find(p, "reduce-scatter the root unit's gradients")->payload_bytes, 4 * 5e5) << engine;
-    EXPECT_EQ(find(p, "reduce-scatter the root unit's gradients")->when, When::Exposed) << engine;
+    EXPECT_EQ(find(p, "all-gather the embedding's looked-up gradient rows"), nullptr) << engine::preset_name(engine) << " " << seq_len;
+    EXPECT_EQ(find(p, "reduce-scatter the root unit's gradients")->payload_bytes, 4 * 5e5) << engine::preset_name(engine);
+    EXPECT_EQ(find(p, "reduce-scatter the root unit's gradients")->when, When::Exposed) << engine::preset_name(engine);
   }
 }
 
 // The payloads tests/mpi/test_megatron.cpp measures for tp 2 (B = 2, T = 32, H = 32, L = 4, m = 8).
 TEST(PlanCostModel, MegatronPayloadsMatchTheMeasuredFormula) {
-  StepInput in = two_ranks_fp32(shape(4, 1e4, 1e4), 32, "megatron", Algorithm::Megatron, 2, 8);
+  StepInput in = two_ranks_fp32(shape(4, 1e4, 1e4), 32, Preset::Megatron, Algorithm::Megatron, 2, 8);
   in.layout.mesh = mesh(1, 1, 1, 2);
   const double B = 2, T = 32, H = 32, L = 4, m = 8, act = B * T * H * 4, loss = 3 * B * (T - 1) * 4;
   EXPECT_NEAR(sum_over(predict_step(in), "tp", CollKind::AllReduce, false), m * ((2 + 4 * L) * act + loss), 1e-9);
@@ -230,7 +232,7 @@ TEST(PlanCostModel, MegatronPayloadsMatchTheMeasuredFormula) {
 // and reduce-scatters every gradient, (2P + P_layers) per step; optim_grads one reduce-scatter and
 // one all-gather; no_shard (over dp_replicate) one all-reduce in buckets during the last backward.
 TEST(PlanCostModel, MegatronDataParallelIsTheShardedAlgorithmsOnTheStageBoxes) {
-  StepInput in = two_ranks_fp32(shape(4, 1e4, 1e4), 32, "megatron", Algorithm::Megatron, 2, 1);
+  StepInput in = two_ranks_fp32(shape(4, 1e4, 1e4), 32, Preset::Megatron, Algorithm::Megatron, 2, 1);
   in.stage_layers = {4};
   in.stage_box = shape(4, 1e4, 1e4);
   const double P = 4 * 5e4, layers = 4 * 4e4;
@@ -260,7 +262,7 @@ TEST(PlanCostModel, MegatronDataParallelIsTheShardedAlgorithmsOnTheStageBoxes) {
 // chunk 16, L = 2, 4 heads of 8, 2 kv heads, fp32, 3 micro-batches), with and without
 // checkpointing; the gradients then reduce over dp x cp.
 TEST(PlanCostModel, ContextParallelPayloadsMatchTheMeasuredFormula) {
-  StepInput in = two_ranks_fp32(shape(2, 1e4, 1e4), 31, "ddp", Algorithm::Replicated, 2, 3);
+  StepInput in = two_ranks_fp32(shape(2, 1e4, 1e4), 31, Preset::Ddp, Algorithm::Replicated, 2, 3);
   in.model.heads = 4;
   in.model.kv_heads = 2;
   in.model.head_dim = 8;
@@ -302,7 +304,7 @@ TEST(PlanCostModel, PipelineBubbleIsTheScheduleOne) {
   in.cluster.intra_node_latency_us = 0;
   in.model = shape(8, 1e6, 0);
   in.model.vocab = 0;  // no head: every stage does the same work
-  in.layout.engine = "megatron";
+  in.layout.engine = Preset::Megatron;
   in.layout.algorithm = Algorithm::Megatron;
   in.layout.mesh = mesh(4, 1, 1, 1);
   in.layout.accumulation = 8;
@@ -379,10 +381,10 @@ TEST(PlanLayouts, EveryLayoutKeepsTheGlobalBatch) {
     else
       EXPECT_EQ(l.mesh[MeshDim::PP] * l.mesh[MeshDim::TP], 1);
   }
-  space.engines = {"megatron"};
+  space.engines = {Preset::Megatron};
   int zero3 = 0;
   for (const Layout& l : enumerate_layouts(space)) {
-    EXPECT_EQ(l.engine, "megatron");
+    EXPECT_EQ(l.engine, Preset::Megatron);
     // dp_shard > 1 only with a sharding strategy; the distributed optimizer only without
     EXPECT_EQ(l.mesh[MeshDim::DPShard] > 1, l.dp_sharding != engine::DpSharding::NoShard) << l.engine_text();
     if (l.dp_sharding != engine::DpSharding::NoShard) EXPECT_FALSE(l.distributed_optimizer);
@@ -406,7 +408,7 @@ TEST(PlanLayouts, ContextParallelIsTriedForLongSequences) {
     SCOPED_TRACE(l.engine_text() + " " + l.mesh_text());
     EXPECT_LE(l.mesh[MeshDim::CP], 4);
     EXPECT_EQ(l.micro_batch * l.accumulation * l.mesh.dp_size(), 8);
-    int& most = cps[l.engine + (l.ring ? " ring" : "")];
+    int& most = cps[engine::preset_name(l.engine) + std::string(l.ring ? " ring" : "")];
     most = std::max(most, l.mesh[MeshDim::CP]);
   }
   for (const char* engine : {"ddp", "fsdp2", "deepspeed", "megatron"}) {
@@ -414,7 +416,7 @@ TEST(PlanLayouts, ContextParallelIsTriedForLongSequences) {
     EXPECT_EQ(cps[std::string(engine) + " ring"], 4) << engine;
   }
   Layout l;
-  l.engine = "fsdp2";
+  l.engine = Preset::Fsdp2;
   l.algorithm = Algorithm::FullyShardedData;
   l.mesh = mesh(1, 1, 2, 1);
   l.mesh[MeshDim::CP] = 4;
@@ -431,7 +433,7 @@ TEST(PlanLayouts, ContextParallelIsTriedForLongSequences) {
 // A tiny model on 4 ranks of one node.
 class PlanTiny : public ::testing::Test {
  protected:
-  PlanRequest request(double gib, std::vector<std::string> engines = {}) {
+  PlanRequest request(double gib, std::vector<Preset> engines = {}) {
     PlanRequest r;
     r.cluster = one_node(4, gib);
     r.cluster.device_tflops = 0.1;
@@ -474,24 +476,24 @@ TEST_F(PlanTiny, RanksByTokensPerSecondAndDropsWhatDoesNotFit) {
     EXPECT_GE(all.ranked[i - 1].prediction.tokens_per_s, all.ranked[i].prediction.tokens_per_s);
   bool megatron = false, fsdp2 = false;
   for (const Candidate& c : all.ranked) {
-    megatron |= c.layout.engine == "megatron";
-    fsdp2 |= c.layout.engine == "fsdp2";
+    megatron |= c.layout.engine == Preset::Megatron;
+    fsdp2 |= c.layout.engine == Preset::Fsdp2;
   }
   EXPECT_TRUE(megatron && fsdp2);
 
   // ddp alone, with memory just under its smallest layout: nothing fits, and the report says
   // what the smallest needs.
-  const PlanResult ddp = make_plan(request(64, {"ddp"}));
+  const PlanResult ddp = make_plan(request(64, {Preset::Ddp}));
   ASSERT_FALSE(ddp.ranked.empty());
   double smallest = ddp.ranked.front().prediction.memory_bytes;
   for (const Candidate& c : ddp.ranked) smallest = std::min(smallest, c.prediction.memory_bytes);
   const double gib = smallest / 1073741824.0 / 0.9;  // memory_headroom 0.1
-  const PlanResult tight = make_plan(request(gib * 0.99, {"ddp"}));
+  const PlanResult tight = make_plan(request(gib * 0.99, {Preset::Ddp}));
   EXPECT_TRUE(tight.ranked.empty());
   ASSERT_TRUE(tight.smallest.has_value());
   EXPECT_DOUBLE_EQ(tight.smallest->prediction.memory_bytes, smallest);
-  EXPECT_CONTAINS(plan_text(request(gib * 0.99, {"ddp"}), tight), "no layout fits in");
-  const PlanRequest roomier = request(gib * 1.01, {"ddp"});
+  EXPECT_CONTAINS(plan_text(request(gib * 0.99, {Preset::Ddp}), tight), "no layout fits in");
+  const PlanRequest roomier = request(gib * 1.01, {Preset::Ddp});
   const PlanResult loose = make_plan(roomier);
   ASSERT_FALSE(loose.ranked.empty());
   for (const Candidate& c : loose.ranked) EXPECT_LE(c.prediction.memory_bytes, roomier.cluster.usable_memory_bytes());
@@ -501,7 +503,7 @@ TEST_F(PlanTiny, ConfigLayoutIsPredictedCollectiveByCollective) {
   PlanRequest r = request(64);
   PlanResult context;
   const Candidate c = predict_config_layout(r, context);
-  EXPECT_EQ(c.layout.engine, "ddp");
+  EXPECT_EQ(c.layout.engine, Preset::Ddp);
   EXPECT_EQ(c.layout.mesh.dp_size(), 4);
   EXPECT_TRUE(c.fits);
   EXPECT_GT(c.prediction.memory_bytes, 0);
@@ -520,7 +522,7 @@ TEST(PlanLlama3, EightBillionFitsOnEightByEightH100) {
   r.overrides = {"model_name_or_path=" + root + "/inputs/models/llama3-8b",
                  "train_dataset=" + root + "/inputs/data/arithmetic.txt"};
   r.top = 3;
-  r.engines = {"fsdp2"};  // the unit budget: one engine's 48 layouts
+  r.engines = {Preset::Fsdp2};  // the unit budget: one engine's 48 layouts
   const PlanResult p = make_plan(r);
   EXPECT_EQ(p.global_batch, 128);
   EXPECT_NEAR(p.model.params, 8.03e9, 0.01e9);
@@ -544,7 +546,7 @@ TEST(PlanLlama3, LongContextSplitsTheSequence) {
                  "train_dataset=" + root + "/inputs/data/arithmetic.txt", "cutoff_len=131072",
                  "per_device_train_batch_size=1", "gradient_accumulation_steps=1"};
   r.top = 3;
-  r.engines = {"fsdp2"};
+  r.engines = {Preset::Fsdp2};
   const PlanResult p = make_plan(r);
   ASSERT_FALSE(p.ranked.empty()) << plan_text(r, p);
   for (const Candidate& c : p.ranked) EXPECT_GT(c.layout.mesh[MeshDim::CP], 1) << c.layout.mesh_text();

@@ -1,11 +1,10 @@
 // Context parallelism on the mesh's cp dim: the model's sequence exchange over the cp
-// communicator, and the checks that a run's model and engine can split its sequences.
+// communicator (the checks that a run can split its sequences: parallel_config.h).
 #pragma once
 
 #include <memory>
 
 #include "lft/comm/communicator.h"
-#include "lft/config/config.h"
 #include "lft/model/context_parallel.h"
 #include "lft/model/model_config.h"
 
@@ -30,10 +29,5 @@ class CommSequenceExchange final : public model::SequenceExchange {
   Communicator& comm_;
   bool ring_;
 };
-
-// ConfigError naming the keys when [mesh] cp > 1 cannot run: under Ulysses, attention heads that
-// do not divide over cp (x tp) (each cp rank attends with a share of them; key/value heads that do
-// not divide are repeated per query head before the exchange). Ring attention keeps every head.
-void check_context_parallel(const config::Config& cfg, const model::ModelConfig& model, int cp, int tp);
 
 }  // namespace lft::engine

@@ -56,7 +56,6 @@ at::Tensor micro_batch_loss(const MicroBatchOptions& options, const at::Tensor& 
 struct RunPlan;
 
 struct EngineContext {
-  const config::Config& cfg;
   DeviceMesh& mesh;
   const RunPlan& plan;  // the model, batch and precision, resolved once (run_plan.h)
 };

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -95,7 +96,9 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   Communicator& pp_host_;  // host values along the pipeline (the summary's wait times)
   int stage_ = 0;
   MegatronPlan plan_;
-  at::ScalarType compute_dtype_;  // the run's (autocast's); gathered parameters' with optim_grads_params
+  // The sharded component's policy when a sharding strategy is set (the parallel plan's: the
+  // parameters gathered in the run's compute dtype with optim_grads_params).
+  std::optional<ShardingPlan> sharding_;
   model::CausalLM* model_ = nullptr;
   std::int64_t vocab_begin_ = 0;  // the first vocabulary row this tensor-parallel rank holds
   std::vector<Param> params_;

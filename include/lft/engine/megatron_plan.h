@@ -17,7 +17,6 @@
 #include <utility>
 #include <vector>
 
-#include "lft/config/config.h"
 #include "lft/engine/dp_sharding.h"
 #include "lft/engine/pipeline_schedule.h"
 #include "lft/engine/sharded_data_parallel.h"
@@ -43,16 +42,6 @@ struct MegatronPlan {
   int virtual_stage(int stage, int chunk) const { return chunk * pp + stage; }
   int last_virtual_stage() const { return pp * virtual_stages - 1; }
 };
-
-// Validates the run configuration against the model (its layers and its parameters' roles; a
-// model built on the meta device will do) and the mesh; an impossible setting is a
-// config::ConfigError naming the key and the numbers.
-MegatronPlan make_megatron_plan(const config::Config& cfg, const model::CausalLM& model, const MeshShape& mesh);
-
-// The strategy `dist_config.data_parallel_sharding_strategy` (or use_distributed_optimizer) asks
-// for, before the mesh is known (the default mesh puts the data-parallel ranks on dp_shard when it
-// shards).
-DpSharding dp_sharding_of(const config::Config& cfg);
 
 // The sharded component's plan for plan.dp_sharding: per-parameter cuts (a box's shards are
 // boxes of it), parameters gathered in `compute` with optim_grads_params.

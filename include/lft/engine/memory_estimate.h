@@ -14,6 +14,6 @@ MemoryEstimate estimate_replicated(const RunPlan& run, bool buckets);
 // fsdp2, fsdp, ZeRO 1-3 on the dp_shard ranks (ShardingPlan).
 MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan);
 // megatron: this rank's tensor-parallel boxes of its pipeline stage's units.
-MemoryEstimate estimate_megatron(const config::Config& cfg, const RunPlan& run);
+MemoryEstimate estimate_megatron(const RunPlan& run);
 
 }  // namespace lft::engine

@@ -9,12 +9,14 @@
 
 #include "lft/config/config.h"
 #include "lft/engine/engine.h"
+#include "lft/engine/parallel_plan.h"
 #include "lft/engine/run_plan.h"
 #include "lft/mesh/device_mesh.h"
 
 namespace lft::engine {
 
 struct EngineInfo {
+  EnginePreset preset;
   std::string name;                 // the `distributed` value
   std::string summary;              // one line
   std::vector<MeshDim> mesh_dims;   // dims it can spread over (others must be 1)
@@ -22,19 +24,18 @@ struct EngineInfo {
   int max_ranks = 0;                // 0: any
   std::string needs;                // e.g. "NCCL for GPUs; MPI for CPU tensors"
   std::unique_ptr<Engine> (*create)(const EngineContext& ctx);
-  // Per-rank tensor memory of the run (memory_estimate.h); throws ConfigError like create.
-  MemoryEstimate (*estimate_memory)(const config::Config& cfg, const RunPlan& plan);
-  // Where the configuration moves the fill (megatron's sharding strategies fill dp_shard); null:
-  // fill_dim.
+  // Per-rank tensor memory of the run (memory_estimate.h).
+  MemoryEstimate (*estimate_memory)(const RunPlan& plan);
+  // Where the configuration moves the fill (megatron's sharding strategies fill dp_shard; a
+  // decoder, parallel_config.h); null: fill_dim.
   MeshDim (*fill_dim_for)(const config::Config& cfg) = nullptr;
 };
 
 // The engines this build has, in registry order.
 const std::vector<EngineInfo>& registry();
 
-// The engine `cfg` asks for. An engine name the schema knows but this build lacks is a
-// ConfigError that names the key's location and lists the available engines.
-const EngineInfo& engine_for(const config::Config& cfg);
+// The registry's entry of a preset (engine_for(cfg) in parallel_config.h reads `distributed`).
+const EngineInfo& engine_info(EnginePreset preset);
 
 // `lftrain --list-engines`.
 std::string list_engines_text();

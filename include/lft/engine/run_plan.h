@@ -1,6 +1,8 @@
 // The run, resolved once in the session from the config, the model folder and the DeepSpeed JSON:
-// the model, the batch arithmetic, the precision and a per-rank memory estimate that knows the
-// engine's sharding. The trainer, the engines and `lftrain --check` read it; none re-derives it.
+// the model, the batch arithmetic, the precision, the parallel plan and a per-rank memory
+// estimate that knows the engine's sharding. The trainer, the engines and `lftrain --check` read
+// it; none re-derives it. resolve_run_plan and finetuning_spec are its decoders (run_config.cpp):
+// the only functions here that read the configuration.
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -12,6 +14,7 @@
 
 #include "lft/config/config.h"
 #include "lft/config/deepspeed.h"
+#include "lft/engine/parallel_plan.h"
 #include "lft/mesh/device_mesh.h"
 #include "lft/model/finetuning.h"
 #include "lft/model/model_config.h"
@@ -76,6 +79,10 @@ struct RunPlan {
   model::FinetuningSpec finetuning;                  // which parameters train
   std::string adapter_folder;                        // adapter_name_or_path ("" when none)
   std::optional<config::DeepSpeedConfig> deepspeed;  // distributed = "deepspeed"
+  ParallelPlan parallel;                             // the engine preset and its layout (parallel_plan.h)
+  bool dynamic_batching = false;                     // batching_strategy = "dynamic_batching"
+  std::int64_t max_steps = -1;                       // the run's length, for the start-up log
+  double epochs = 0;                                 //   (num_train_epochs when max_steps <= 0)
   // The data-parallel collectives run over NCCL (a GPU per rank), which reduces 16-bit gradients
   // as fp32; else over MPI, whose reduce-scatter carries them in 16 bits (Communicator).
   bool nccl = false;
@@ -87,10 +94,12 @@ struct RunPlan {
 // and modules_to_save (a key that contradicts them is a ConfigError at that key).
 model::FinetuningSpec finetuning_spec(const config::Config& cfg);
 
-// The model of `plan` with its adapters and frozen parameters, built with `options`. ConfigError
-// (at the key) for a module name the model does not have.
-std::shared_ptr<model::CausalLM> create_run_model(const config::Config& cfg, const RunPlan& plan,
-                                                  const c10::TensorOptions& options);
+// The model of `plan` with its adapters and frozen parameters, built with `options`. The plan's
+// module names were checked when it was resolved (resolve_run_plan builds it on the meta device).
+std::shared_ptr<model::CausalLM> create_run_model(const RunPlan& plan, const c10::TensorOptions& options);
+
+// create_run_model on the meta device, a module name the model lacks a ConfigError at its key.
+std::shared_ptr<model::CausalLM> checked_meta_model(const config::Config& cfg, const RunPlan& plan);
 
 // Resolves the plan of `cfg` on `mesh` (collective-free; every rank reaches the same plan).
 // Throws config::ConfigError for a model or DeepSpeed file that does not fit.
@@ -101,6 +110,6 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool 
 void check_fits_in_memory(const RunPlan& plan, int ranks_on_node, double node_bytes);
 
 // Batch sizes, steps, model, precision and the memory estimate, for the start-up log.
-std::string plan_report(const config::Config& cfg, const RunPlan& plan);
+std::string plan_report(const RunPlan& plan);
 
 }  // namespace lft::engine

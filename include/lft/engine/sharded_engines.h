@@ -1,26 +1,20 @@
 // The `distributed` values served by ShardedEngine (sharded.h): fsdp2, fsdp and deepspeed each
-// read their own options into a ShardingPlan, or answer with the ddp engine (under their own
-// name) where the algorithm is all-reduce (fsdp NO_SHARD, ZeRO stage 0).
+// have their options read into the plan's ShardingPlan (parallel_config.cpp), or are answered
+// by the ddp engine (under their own name) where the algorithm is all-reduce (fsdp NO_SHARD,
+// ZeRO stage 0).
 //   fsdp2      [dist_config] mixed_precision, reshard_after_forward, offload_params, pin_memory
 //   fsdp       [dist_config] sharding_strategy, mixed_precision
 //   deepspeed  the JSON file of key `deepspeed` (ZeRO stage, bf16, offload, ...), in the run plan
 #pragma once
 
 #include <memory>
-#include <optional>
-
-#include "lft/config/config.h"
 #include "lft/engine/engine.h"
 #include "lft/engine/run_plan.h"
 #include "lft/engine/sharded.h"
 
 namespace lft::engine {
 
-// The plan of cfg's engine; nullopt where it is plain all-reduce. Throws config::ConfigError for
-// contradicting settings.
-std::optional<ShardingPlan> sharding_plan(const config::Config& cfg, const RunPlan& run);
-
 std::unique_ptr<Engine> create_sharded(const EngineContext& ctx);
-MemoryEstimate estimate_sharded_engine(const config::Config& cfg, const RunPlan& run);
+MemoryEstimate estimate_sharded_engine(const RunPlan& run);
 
 }  // namespace lft::engine

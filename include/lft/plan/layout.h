@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "lft/engine/parallel_plan.h"
 #include "lft/engine/dp_sharding.h"
 #include "lft/engine/pipeline_schedule.h"
 #include "lft/mesh/device_mesh.h"
@@ -24,7 +25,7 @@ enum class Algorithm {
 };
 
 struct Layout {
-  std::string engine = "ddp";  // the `distributed` value
+  engine::EnginePreset engine = engine::EnginePreset::Ddp;  // the `distributed` preset
   Algorithm algorithm = Algorithm::Replicated;
   int zero_stage = -1;  // deepspeed's ZeRO stage
   MeshShape mesh;
@@ -57,7 +58,7 @@ struct LayoutSpace {
   std::int64_t layers = 1;           // decoder layers (pipeline stages and chunks need one each)
   std::int64_t seq_len = 1;          // cutoff_len: context parallelism is tried for long ones
   std::int64_t max_micro_batch = 8;  // largest per_device_train_batch_size tried
-  std::vector<std::string> engines;  // among "ddp", "fsdp2", "deepspeed", "megatron"; empty: all
+  std::vector<engine::EnginePreset> engines;  // among ddp, fsdp2, deepspeed, megatron; empty: all
 };
 
 // Context parallelism is tried where each cp rank keeps at least this many tokens of a sequence:

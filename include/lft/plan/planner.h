@@ -23,7 +23,7 @@ struct PlanRequest {
   std::string config_name;             // its file name (TOML or YAML by the extension)
   std::vector<std::string> overrides;  // key=value from the command line
   int top = 10;                        // layouts to rank
-  std::vector<std::string> engines;    // "ddp", "fsdp2", "deepspeed", "megatron"; empty: all
+  std::vector<engine::EnginePreset> engines;  // ddp, fsdp2, deepspeed, megatron; empty: all
 };
 
 struct Candidate {
@@ -36,7 +36,7 @@ struct Candidate {
 
 // What the engines said of one engine's layouts.
 struct EngineVerdict {
-  std::string engine;
+  engine::EnginePreset engine = engine::EnginePreset::None;
   int predicted = 0;  // layouts the planner predicted
   int refused = 0;    // layouts the engine refused (config::ConfigError)
   std::string first_refusal;
