@@ -248,6 +248,16 @@ Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInf
                              base_name(saved.base_model) + " (" + base_text(saved.base_model_hash) + "); this run's base " +
                              base_name(run.base_model) + " is " + base_text(run.base_model_hash) +
                              ": its frozen weights differ, so resume on the base the checkpoint was trained on");
+  // A full-parameter DPO run computes its reference from the starting weights again: they must
+  // be the ones it started from (a checkpoint of a run that records none, SFT or older, is not held
+  // to it).
+  if (type == "full" && !saved.base_model_hash.empty() && !run.base_model_hash.empty() &&
+      saved.base_model_hash != run.base_model_hash)
+    throw CheckpointMismatch("checkpoint error: " + folder + " started from " + base_name(saved.base_model) + " (" +
+                             base_text(saved.base_model_hash) + "); this run starts from " + base_name(run.base_model) +
+                             " (" + base_text(run.base_model_hash) + "): stage dpo's reference log-probabilities would "
+                             "come from other weights than the run's first steps used, so resume with the model folder "
+                             "the run started from (or give that folder as ref_model)");
   const auto stored = store.tensors("model");
   std::vector<Slice> held;  // every rank's tensor names, to count the model's tensors
   for (const HeldTensor& t : params) held.push_back({"model/" + t.name, t.box.global_shape, t.box.offset, t.local});

@@ -45,7 +45,14 @@ class Fields {
 
 void read_finetuning(const Fields& root, RunInfo& run) {
   run.finetuning_type = root.has("finetuning_type") ? root.text("finetuning_type") : "full";
-  if (run.finetuning_type == "full") return;
+  if (run.finetuning_type == "full") {
+    // Optional: a full-parameter DPO run's starting weights (its reference), checked on resume.
+    if (root.has("base_model_hash")) {
+      run.base_model_hash = root.text("base_model_hash");
+      if (root.has("base_model")) run.base_model = root.text("base_model");
+    }
+    return;
+  }
   const std::string because = "finetuning_type = \"" + run.finetuning_type + "\"";
   if (run.finetuning_type != "freeze" && run.finetuning_type != "lora")
     throw UsageError("checkpoint error: " + because + " is not one this lftrain reads (full, freeze, lora): " +
@@ -80,8 +87,8 @@ void write_manifest(StoreWriter& w, const Manifest& m) {
   if (!run.config_file.empty()) w.set_attribute("/", "config_file", run.config_file);
   w.set_attribute("/", "global_batch", run.global_batch);
   w.set_attribute("/", "seed", run.seed);
-  if (run.finetuning_type != "full") {
-    w.set_attribute("/", "finetuning_type", run.finetuning_type);
+  if (run.finetuning_type != "full") w.set_attribute("/", "finetuning_type", run.finetuning_type);
+  if (run.finetuning_type != "full" || !run.base_model_hash.empty()) {
     w.set_attribute("/", "base_model", run.base_model);
     w.set_attribute("/", "base_model_hash", run.base_model_hash);
   }

@@ -331,6 +331,9 @@ std::string inspect_checkpoint(const std::string& path) {
     row("world size", std::to_string(run.world_size));
     row("global batch", std::to_string(run.global_batch));
     row("seed", std::to_string(run.seed));
+    if (run.finetuning_type == "full" && !run.base_model_hash.empty())  // a DPO run's reference
+      row("started from", (run.base_model.empty() ? std::string("the inline [model]") : run.base_model) + " (" +
+                              (run.base_model_hash.rfind("seed ", 0) == 0 ? run.base_model_hash : "hash " + run.base_model_hash) + ")");
     if (run.finetuning_type != "full") {
       row("finetuning", run.finetuning_type);
       row("base model", run.base_model.empty() ? "the inline [model], initialised with the seed"

@@ -4,6 +4,7 @@
 // string; true/false/yes/no/on/off -> bool; integers; floats including 1e-5 (which plain YAML
 // 1.1 would leave a string); null, ~ or nothing -> the key is absent. A sequence of scalars is a
 // list, a mapping a table.
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -204,6 +205,9 @@ void flatten_yaml(const std::string& text, const std::string& file_name, Input& 
     loc.file = file_name;
     loc.line = e.mark.line + 1;
     loc.column = e.mark.column + 1;
+    if (const auto* deep = dynamic_cast<const YAML::DeepRecursion*>(&e))  // yaml-cpp words it "bad file"
+      fail(file_name, &loc, "values nested more than " + std::to_string(deep->depth() - 1) + " levels deep",
+           "a config is a mapping of keys to values and a few nested tables");
     fail(file_name, &loc, "YAML syntax error: " + e.msg,
          "lftrain reads .yaml/.yml files as YAML and every other file as TOML");
   }

@@ -170,6 +170,19 @@ void preference_keys(const Input& in) {
   if (smoothing != nullptr && std::get<double>(smoothing->value) > 0 && loss != "sigmoid")
     fail(in.file, &smoothing->loc, "dpo_label_smoothing applies to pref_loss = \"sigmoid\" only, but " + shown(in, "pref_loss"),
          "remove dpo_label_smoothing, or use pref_loss = \"sigmoid\" (LlamaFactory checks the same)");
+  // beta scales the rewards: at 0 ipo's target 1 / (2 beta) and simpo's gamma / beta are infinite
+  // (inf and NaN at the first step), and sigmoid's and hinge's losses are constants, which train
+  // nothing without pref_ftx. orpo's beta weighs its odds-ratio term: 0 leaves the chosen NLL.
+  if (const Checked* beta = get(in, "pref_beta"); beta != nullptr && std::get<double>(beta->value) == 0) {
+    const bool divides = loss == "ipo" || loss == "simpo";
+    const bool constant = (loss == "sigmoid" || loss == "hinge") && std::get<double>(value(in, "pref_ftx")) == 0;
+    if (divides || constant)
+      fail(in.file, &beta->loc,
+           "pref_beta = 0 with pref_loss = \"" + loss + "\" " +
+               (divides ? std::string("divides by 0 (an infinite loss at the first step)")
+                        : std::string("makes the loss a constant: nothing would train (pref_ftx is 0)")),
+           "set pref_beta > 0 (LlamaFactory's default is 0.1)");
+  }
   const Checked* ref = get(in, "ref_model");
   if (ref != nullptr && (loss == "orpo" || loss == "simpo"))
     fail(in.file, &ref->loc, "pref_loss = \"" + loss + "\" is reference-free: it has no use for ref_model",

@@ -27,7 +27,7 @@ const std::vector<EngineCapabilities>& engine_capabilities() {
   static const std::vector<EngineCapabilities> engines = {
       {"none", true, false, false, false, false},       {"ddp", true, false, false, false, false},
       {"fsdp", false, false, false, false, false},      {"fsdp2", true, true, true, false, false},
-      {"deepspeed", false, false, true, true, false},   {"megatron", true, false, false, false, true},
+      {"deepspeed", false, false, true, true, false},   {"megatron", true, false, true, false, true},
   };
   return engines;
 }
@@ -154,22 +154,6 @@ std::string format_value(const Value& value) {
         }
       },
       value);
-}
-
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t up = row[j];
-      std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + cost});
-      diag = up;
-    }
-  }
-  return row[b.size()];
 }
 
 namespace detail {

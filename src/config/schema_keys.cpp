@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "lft/config/schema.h"
-#include "lft/optim/lr_schedule.h"
 
 namespace lft::config {
 namespace {
@@ -242,7 +241,10 @@ std::vector<KeySpec> build() {
         "Learning-rate schedule, as the Hugging Face Trainer's (\"constant\" has no warm-up; "
         "\"constant_with_warmup\" has)")
           .def("linear")
-          .allowed(optim::lr_scheduler_names()),
+          // transformers' SchedulerType names that optim::LrSchedule implements, in their order
+          // (test LrSchedule.TheSchemaAllowsEveryScheduleItBuilds holds the two lists equal).
+          .allowed({"linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup",
+                    "inverse_sqrt", "cosine_with_min_lr", "cosine_warmup_with_min_lr", "warmup_stable_decay"}),
       K("lr_scheduler_kwargs.num_cycles", F, "Cosine schedules: number of half-waves (cosine: 0.5)"),
       K("lr_scheduler_kwargs.power", F, "polynomial: power of the decay (1.0)"),
       K("lr_scheduler_kwargs.lr_end", F, "polynomial: final learning rate (1e-7)"),
@@ -400,19 +402,20 @@ std::vector<KeySpec> build() {
           .allowed({"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD"})
           .engines({"fsdp"}),
       K("dist_config.offload_params", B,
-        "Keep sharded parameters and optimizer state in host memory")
+        "Keep sharded parameters and optimizer state in host memory (megatron: with a "
+        "data_parallel_sharding_strategy or use_distributed_optimizer, the shards of its data parallelism)")
           .def(false)
-          .engines({"fsdp2"}),
+          .engines({"fsdp2", "megatron"}),
       K("dist_config.reshard_after_forward", B,
         "Free gathered parameters after forward and gather them again in backward")
           .def(true)
           .engines({"fsdp2"}),
       K("dist_config.pin_memory", B, "Pin the host memory of offloaded parameters")
           .def(false)
-          .engines({"fsdp2"}),
+          .engines({"fsdp2", "megatron"}),
       K("dist_config.fp8_enable_fsdp_float8_all_gather", B,
-        "FP8 all-gather of parameters; needs FP8, which this build does not implement, so it "
-        "must stay false")
+        "Gather the weights of float8 linears as e4m3 (one byte an element) with the whole weight's "
+        "scale; needs fp8 = true")
           .def(false)
           .engines({"fsdp2"}),
 

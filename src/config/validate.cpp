@@ -248,6 +248,11 @@ void check_path(const Input& in, const Item& item) {
     const fs::file_status st = fs::status(p, ec);
     const bool exists = fs::exists(st);
     const bool is_dir = fs::is_directory(st);
+    // A path that is there but cannot be followed (a symbolic link loop, a folder without search
+    // permission) says why, not "not found".
+    if (!exists && ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+      fail(in.file, &item.loc, key + "cannot reach " + shown + ": " + ec.message(),
+           "check the path and its symbolic links and permissions");
     switch (spec.path_check) {
       case PathCheck::File:
         if (!exists) fail(in.file, &item.loc, key + "file not found: " + shown, rel);

@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "lft/config/config.h"
 #include "lft/runtime/error.h"
 #include "lft/runtime/json_nesting.h"
+#include "lft/runtime/text.h"
 
 namespace lft::data {
 namespace {
@@ -35,7 +35,7 @@ std::string nearest_name(const std::string& name, const json& root) {
   std::string best;
   std::size_t best_distance = 3;  // further than 2 edits is no suggestion
   for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::size_t d = config::edit_distance(name, it.key());
+    const std::size_t d = lft::edit_distance(name, it.key());
     if (d < best_distance) {
       best_distance = d;
       best = it.key();

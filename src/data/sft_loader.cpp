@@ -2,6 +2,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -74,8 +76,17 @@ void apply_v1_sizes(SftRecords& records, const std::vector<DatasetSource>& sourc
         index = std::move(picked);
       };
       if (s.v1_size >= 0) pick(s.v1_size);
-      if (s.v1_weight >= 0)
-        pick(static_cast<std::int64_t>(static_cast<double>(index.size()) * s.v1_weight));
+      if (s.v1_weight >= 0) {
+        // len * weight records, each held as an index and a copy before tokenizing: a count past
+        // what one process can hold is the file's mistake, named, not an allocation failure.
+        const double drawn = static_cast<double>(index.size()) * s.v1_weight;
+        if (!(drawn <= static_cast<double>(std::numeric_limits<std::int32_t>::max())))
+          throw UsageError("dataset \"" + s.name + "\" (" + s.path + "): weight " + std::to_string(s.v1_weight) + " x " +
+                           std::to_string(index.size()) + " records would draw " + std::to_string(drawn) +
+                           " records, more than one process holds\n  hint: give the weight as the share of the "
+                           "dataset to draw, e.g. weight: 0.5 or 2");
+        pick(static_cast<std::int64_t>(drawn));
+      }
     }
     for (const std::int64_t i : index) out.push_back(records.conversations[begin + static_cast<std::size_t>(i)]);
     begin += static_cast<std::size_t>(n);
@@ -218,6 +229,12 @@ SftData load_sft_data(const std::vector<DatasetSource>& sources, const SftOption
   SftData data;
   data.train = SftDataset(seqs, std::move(train_rows), sp.pad);
   if (!eval_rows.empty()) data.eval = SftDataset(seqs, std::move(eval_rows), sp.pad);
+  // Every step would divide a loss of 0 by a weight of 0 (NaN): refused before any work.
+  if (data.train.trained_tokens() == 0)
+    throw UsageError("the training data has no trained token: " + std::to_string(data.train.num_sequences()) +
+                     " sequences, every token's loss weight 0 (a v1 message's \"loss_weight\": 0 on every answer, "
+                     "or answers that cutoff_len = " + std::to_string(o.cutoff_len) + " cuts away)"
+                     "\n  hint: give the answers a loss_weight > 0 (v1's default for an assistant message is 1)");
   const SequenceStats& st = seqs->stats;
   summary += "\n" + o.stage + ": " + std::to_string(st.examples) + " examples -> " +
              std::to_string(seqs->num_sequences()) + " sequences (" +

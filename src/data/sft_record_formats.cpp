@@ -1,6 +1,7 @@
 #include "sft_record_formats.h"
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -261,6 +262,9 @@ std::string parse_messages(const json& record, Conversation& out) {
           weight->get<double>() < 0) {
         return where + " has a \"loss_weight\" that is not a number >= 0";
       }
+      // Weights are held as 32-bit floats: a larger one would become inf, and the loss NaN.
+      if (weight->get<double>() > static_cast<double>(std::numeric_limits<float>::max()))
+        return where + " has a \"loss_weight\" of " + weight->dump() + ", more than a 32-bit float holds (3.4e38)";
       msg.loss_weight = weight->get<float>();
       msg.weight_given = true;
     }

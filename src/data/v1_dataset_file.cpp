@@ -1,11 +1,13 @@
 // LlamaFactory v1's dataset files (v1/core/data_engine.py, plugins/data_plugins/{loader,converter}.py).
 #include "lft/data/v1_dataset_file.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <sys/stat.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "lft/runtime/error.h"
@@ -30,6 +32,10 @@ std::string scalar(const YAML::Node& node, const std::string& file, const std::s
 
 const std::set<std::string> kKeys{"path", "source", "converter", "size", "weight", "split", "streaming"};
 
+// The most records one entry's size may draw: the draws are held as 64-bit indices and copies of
+// the records before tokenizing, so a larger count cannot be a dataset this process can hold.
+constexpr std::int64_t kMaxDrawn = (std::int64_t{1} << 31) - 1;
+
 }  // namespace
 
 bool is_v1_dataset_file(const std::string& path) {
@@ -42,14 +48,24 @@ std::vector<DatasetSource> read_v1_dataset_file(const std::string& file) {
   YAML::Node root;
   try {
     root = YAML::LoadFile(file);
+  } catch (const YAML::DeepRecursion& e) {  // yaml-cpp words it "bad file"
+    throw UsageError(file + ":" + std::to_string(e.mark.line + 1) + ": values nested more than " +
+                     std::to_string(e.depth() - 1) + " levels deep: a v1 dataset file maps names to flat entries");
   } catch (const YAML::Exception& e) {
     throw UsageError(file + ": YAML error: " + e.what());
   }
   if (!root.IsMap() || root.size() == 0)
     throw UsageError(file + ": a v1 dataset file maps dataset names to {path, source, converter, size, weight}");
   std::vector<DatasetSource> out;
+  std::map<std::string, int> lines;  // each entry's line: a name given twice is refused, as v1 does
   for (const auto& kv : root) {
     const std::string name = kv.first.Scalar();
+    const int line = kv.first.Mark().line + 1;
+    if (const auto seen = lines.find(name); seen != lines.end())
+      bad(file + ":" + std::to_string(line), name,
+          "named twice (also at line " + std::to_string(seen->second) + "): both entries would be read",
+          "give each dataset one entry, or name them apart");
+    lines.emplace(name, line);
     const YAML::Node& e = kv.second;
     if (!e.IsMap()) bad(file, name, "an entry is a mapping", "give path, source: local and a converter");
     for (const auto& key : e)
@@ -95,6 +111,10 @@ std::vector<DatasetSource> read_v1_dataset_file(const std::string& file) {
       bad(file, name, "size must be an integer and weight a number", "write e.g. size: 500 or weight: 0.5");
     }
     if (e["size"] && s.v1_size < 0) bad(file, name, "size must be >= 0", "write e.g. size: 500");
+    if (e["size"] && s.v1_size > kMaxDrawn)
+      bad(file, name, "size: " + std::to_string(s.v1_size) + " would draw more records than one process holds (at most " +
+                          std::to_string(kMaxDrawn) + ")",
+          "give the number of records to draw, e.g. size: 500");
     if (e["weight"] && !(s.v1_weight >= 0 && std::isfinite(s.v1_weight)))
       bad(file, name, "weight must be a number >= 0", "write e.g. weight: 0.5");
     out.push_back(std::move(s));

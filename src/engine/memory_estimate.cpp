@@ -15,7 +15,7 @@ namespace lft::engine {
 namespace {
 
 std::shared_ptr<model::CausalLM> meta_model(const RunPlan& run) {
-  return model::create_finetuning_model(run.model, run.finetuning, at::TensorOptions().device(at::kMeta));
+  return create_run_model(run, at::TensorOptions().device(at::kMeta));  // the one builder
 }
 
 // Elements of the model's parameters: all of them, or those that train.
@@ -187,7 +187,8 @@ MemoryEstimate estimate_megatron(const RunPlan& run) {
   const int dp = run.mesh[MeshDim::DPReplicate] * run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP];
   // The sharded component's group: every dp rank (use_distributed_optimizer) or dp_shard x cp.
   const int shards = plan.distributed_optimizer ? dp : run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP];
-  const ShardingPlan sharding = megatron_sharding_plan(plan, run.compute);
+  // The plan's policy (with offload where asked); without a sharding strategy its defaults.
+  const ShardingPlan sharding = run.parallel.sharded ? *run.parallel.sharded : megatron_sharding_plan(plan, run.compute);
   const Widths widths = model_widths(*m, plan.tp, plan.sequence_parallel);
   // Chunks whose activations a stage holds at once, from the schedule itself.
   std::vector<int> live(static_cast<std::size_t>(plan.pp), 1);

@@ -42,12 +42,18 @@ MeshShape plan_mesh(const config::Config& cfg, const EngineInfo& engine, int wor
   }
   if (fill >= 0) {
     int others = 1;
-    for (int d = 0; d < kMeshDims; ++d)
-      if (d != fill) others *= shape.sizes[d];
+    std::string fixed;  // the dims that multiply to `others`, each where the file sets it
+    for (int d = 0; d < kMeshDims; ++d) {
+      if (d == fill) continue;
+      others *= shape.sizes[d];
+      if (shape.sizes[d] != 1)
+        fixed += (fixed.empty() ? "" : ", ") + (cfg.is_set(key_of(d)) ? cfg.where(key_of(d)) : key_of(d)) + " = " +
+                 std::to_string(shape.sizes[d]);
+    }
     if (world_size % others != 0)
       fail((cfg.is_set(key_of(fill)) ? cfg.where(key_of(fill)) : "key '" + key_of(fill) + "'") +
-               " fills the mesh, but the other dims multiply to " + std::to_string(others) +
-               ", which does not divide the job's " + std::to_string(world_size) + " ranks",
+               " fills the mesh, but the other dims multiply to " + std::to_string(others) + " (" + fixed +
+               "), which does not divide the job's " + std::to_string(world_size) + " ranks",
            "make the fixed [mesh] dims divide the rank count");
     shape.sizes[fill] = world_size / others;
   }

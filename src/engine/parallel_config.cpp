@@ -160,7 +160,8 @@ void check_context_parallel(const config::Config& cfg, const model::ModelConfig&
              " does not divide the model's " + std::to_string(model.num_attention_heads) +
              " attention heads: Ulysses gives each cp rank whole sequences of heads / " + (tp > 1 ? "(tp x cp)" : "cp") +
              " heads",
-         "choose a cp that divides num_attention_heads" + std::string(tp > 1 ? " / tp" : ""));
+         "choose a cp that divides num_attention_heads" + std::string(tp > 1 ? " / tp" : "") +
+             ", or dist_config.cp_mode = \"ring\" (ring attention keeps every head on every cp rank)");
 }
 
 ParallelPlan resolve_parallel_plan(const config::Config& cfg, const RunPlan& run, const model::CausalLM& meta) {
@@ -171,8 +172,23 @@ ParallelPlan resolve_parallel_plan(const config::Config& cfg, const RunPlan& run
   check_context_parallel(cfg, run.model, run.mesh[MeshDim::CP], run.mesh[MeshDim::TP]);
   if (p.preset == EnginePreset::Megatron) {
     p.megatron = make_megatron_plan(cfg, meta, run.mesh, run.nccl);
-    if (p.megatron->dp_sharding != DpSharding::NoShard)
-      p.sharded = megatron_sharding_plan(*p.megatron, run.compute);
+    if (p.megatron->dp_sharding != DpSharding::NoShard) p.sharded = megatron_sharding_plan(*p.megatron, run.compute);
+    // Offload is the sharded component's (fsdp2's keys): over megatron's tensor-parallel boxes as
+    // over fsdp2's whole parameters.
+    const bool offload = cfg.boolean("dist_config.offload_params"), pin = cfg.boolean("dist_config.pin_memory");
+    if (offload && !p.sharded)
+      fail(cfg.where("dist_config.offload_params") +
+               ": offload_params keeps the shards of megatron's sharded data parallelism in host memory, and this run "
+               "has none (no data_parallel_sharding_strategy, no use_distributed_optimizer)",
+           "set dist_config.data_parallel_sharding_strategy (optim, optim_grads, optim_grads_params) or "
+           "use_distributed_optimizer, or remove offload_params");
+    if (pin && !offload)
+      fail(cfg.where("dist_config.pin_memory") + ": pin_memory pins the offloaded shards, and offload_params is false",
+           "set offload_params = true, or remove pin_memory");
+    if (p.sharded) {
+      p.sharded->offload = offload;
+      p.sharded->pin_memory = pin;
+    }
   } else {
     p.sharded = sharding_plan(cfg, run);
   }

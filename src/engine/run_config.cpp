@@ -153,6 +153,7 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool 
   p.gradient_checkpointing = cfg.boolean("gradient_checkpointing");
   p.fp8 = cfg.boolean("fp8");
   p.finetuning = finetuning_spec(cfg);
+  p.seed = static_cast<std::uint64_t>(cfg.integer("seed"));
   if (p.finetuning.type == "lora" && cfg.is_set("adapter_name_or_path")) p.adapter_folder = cfg.string("adapter_name_or_path");
   // Module names (and float8 widths) checked before anything starts.
   const std::shared_ptr<model::CausalLM> shape = checked_meta_model(cfg, p);

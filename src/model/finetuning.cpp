@@ -178,11 +178,4 @@ void apply_finetuning(CausalLM& model, const FinetuningSpec& spec, const c10::Te
                           "no parameter trains: freeze_trainable_layers = 0 and no freeze_extra_modules");
 }
 
-std::shared_ptr<CausalLM> create_finetuning_model(const ModelConfig& config, const FinetuningSpec& spec,
-                                                  const c10::TensorOptions& options) {
-  std::shared_ptr<CausalLM> model = create_causal_lm(config, options);
-  apply_finetuning(*model, spec, options);
-  return model;
-}
-
 }  // namespace lft::model

@@ -46,6 +46,20 @@ void write_mistral(const ModelConfig& c, nlohmann::ordered_json& j) {
 
 }  // namespace
 
+LayerParameters llama_layer_parameters(const ModelConfig& c, std::int64_t) {
+  const std::int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim(), kv = c.num_key_value_heads * c.head_dim(),
+                     ffn = c.intermediate_size;
+  LayerParameters p;
+  p.token_matmul = h * q + 2 * h * kv + q * h  // q, k, v, o
+                   + 3 * h * ffn;              // gate, up, down
+  p.all = p.token_matmul + c.norms_per_layer * h;
+  if (c.attention_bias) p.all += q + 2 * kv;
+  if (c.attention_out_bias) p.all += h;
+  if (c.mlp_bias) p.all += 2 * ffn + h;
+  if (c.qk_norm) p.all += 2 * c.head_dim();
+  return p;
+}
+
 void read_silu_activation(const HfConfigReader& r, ModelConfig& c) {
   const std::string act = r.string("hidden_act", "silu");
   if (act != "silu") config_field_error(r.file, "hidden_act", "'" + act + "' is not supported (silu)");

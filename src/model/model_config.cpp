@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -258,18 +259,26 @@ std::int64_t ModelConfig::num_parameters() const {
   return num_non_embedding_parameters() + embed + (tie_word_embeddings ? 0 : embed);
 }
 
-std::int64_t ModelConfig::num_non_embedding_parameters() const {
-  const std::int64_t h = hidden_size, q = num_attention_heads * head_dim(),
-                     kv = num_key_value_heads * head_dim(), ffn = intermediate_size;
-  std::int64_t layer = norms_per_layer * h                  // RMSNorms
-                       + h * q + 2 * h * kv + q * h         // q, k, v, o
-                       + 3 * h * ffn;                       // gate, up, down
-  if (attention_bias) layer += q + 2 * kv;
-  if (attention_out_bias) layer += h;
-  if (mlp_bias) layer += 2 * ffn + h;
-  if (qk_norm) layer += 2 * head_dim();
-  return num_hidden_layers * layer + h;  // + final norm
+namespace {
+
+// The family's count of each decoder layer, summed.
+LayerParameters all_layers(const ModelConfig& c) {
+  const FamilySpec* family = find_family(c.model_type);
+  if (family == nullptr) throw std::invalid_argument("no model family for model_type '" + c.model_type + "'");
+  LayerParameters sum;
+  for (std::int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const LayerParameters p = family->layer_parameters(c, layer);
+    sum.all += p.all;
+    sum.token_matmul += p.token_matmul;
+  }
+  return sum;
 }
+
+}  // namespace
+
+std::int64_t ModelConfig::num_non_embedding_parameters() const { return all_layers(*this).all + hidden_size; }  // + final norm
+
+std::int64_t ModelConfig::token_matmul_parameters() const { return all_layers(*this).token_matmul; }
 
 std::string ModelConfig::summary() const {
   std::string s = model_type + " " + std::to_string(num_hidden_layers) + " layers, hidden " +

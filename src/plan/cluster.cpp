@@ -174,7 +174,7 @@ std::string unknown_key_hint(const std::string& key) {
   std::string best;
   std::size_t best_distance = 3;  // suggest only close names
   for (const KeyRule& r : key_rules()) {
-    const std::size_t d = config::edit_distance(key, r.key);
+    const std::size_t d = lft::edit_distance(key, r.key);
     if (d < best_distance) {
       best_distance = d;
       best = r.key;

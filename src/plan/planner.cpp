@@ -13,6 +13,7 @@
 #include "lft/engine/parallel_config.h"
 #include "lft/engine/registry.h"
 #include "lft/engine/run_plan.h"
+#include "planner_config.h"
 
 namespace lft::plan {
 namespace {
@@ -59,25 +60,6 @@ config::Config parse_with(const PlanRequest& r, const std::vector<std::string>& 
   return config::parse_config(r.config_text, r.config_name, all);
 }
 
-// The run's model on the meta device, with its adapters and frozen parameters: shapes, no memory.
-std::shared_ptr<model::CausalLM> meta_model(const config::Config& cfg) {
-  engine::RunPlan p;
-  p.model = model::ModelConfig::from_run_config(cfg);
-  p.fp8 = cfg.boolean("fp8");
-  p.finetuning = engine::finetuning_spec(cfg);
-  return engine::checked_meta_model(cfg, p);
-}
-
-StepInput step_input(const PlanRequest& r, const ModelShape& shape, const config::Config& cfg, const Layout& l) {
-  StepInput in;
-  in.cluster = r.cluster;
-  in.model = shape;
-  in.layout = l;
-  in.seq_len = cfg.integer("cutoff_len");
-  in.compute_bytes = cfg.boolean("bf16") || cfg.boolean("fp16") ? 2 : 4;
-  in.ddp_bucket_bytes = cfg.real("ddp_bucket_cap_mb") * 1024.0 * 1024.0;
-  return in;
-}
 
 void add_shares(StepInput& in, const MegatronShares& shares) {
   in.stage_layers = shares.stage_layers;
@@ -129,7 +111,7 @@ void refuse(EngineVerdict& v, const config::ConfigError& e) {
 void describe_model(const config::Config& cfg, const model::CausalLM& m, PlanResult& out) {
   out.model_summary = m.config().summary();
   out.model = model_shape(m);
-  out.seq_len = cfg.integer("cutoff_len");
+  out.seq_len = config_settings(cfg).seq_len;
 }
 
 }  // namespace
@@ -202,14 +184,6 @@ MegatronShares megatron_shares(const model::CausalLM& m, const engine::MegatronP
   out.stage_box = *std::max_element(boxes.begin(), boxes.end(),
                                      [](const ModelShape& a, const ModelShape& b) { return a.trained < b.trained; });
   return out;
-}
-
-std::int64_t config_global_batch(const config::Config& cfg, int world) {
-  // none runs one rank: the batch of a multi-rank plan is counted as ddp's.
-  const engine::EngineInfo& asked = engine::engine_for(cfg);
-  const engine::EngineInfo& info = asked.preset == engine::EnginePreset::None ? engine::engine_info(engine::EnginePreset::Ddp) : asked;
-  const MeshShape mesh = engine::plan_mesh(cfg, info, world);
-  return cfg.integer("per_device_train_batch_size") * cfg.integer("gradient_accumulation_steps") * mesh.dp_size();
 }
 
 PlanResult make_plan(const PlanRequest& r) {

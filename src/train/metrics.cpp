@@ -9,7 +9,7 @@
 namespace lft::train {
 
 StepFlops step_flops(const FlopShape& shape, std::int64_t tokens, std::int64_t attention_pairs) {
-  const double layer_weights = static_cast<double>(shape.layers) * static_cast<double>(shape.layer_matmul_params);
+  const double layer_weights = static_cast<double>(shape.layers_matmul_params);
   const double matmul = (layer_weights + static_cast<double>(shape.head_params)) * static_cast<double>(tokens);
   const double attention = static_cast<double>(shape.layers) * static_cast<double>(shape.attention_width) *
                            static_cast<double>(attention_pairs);

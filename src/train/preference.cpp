@@ -4,16 +4,6 @@
 
 namespace lft::train {
 
-PreferenceOptions PreferenceOptions::from(const config::Config& cfg) {
-  PreferenceOptions o;
-  o.loss = cfg.string("pref_loss");
-  o.beta = cfg.real("pref_beta");
-  o.ftx = cfg.real("pref_ftx");
-  o.simpo_gamma = cfg.real("simpo_gamma");
-  o.label_smoothing = cfg.real("dpo_label_smoothing");
-  return o;
-}
-
 PairTerms pair_terms(const PreferenceOptions& o, const at::Tensor& logps, const at::Tensor& lengths,
                      const at::Tensor& reference) {
   const at::Tensor pairs = logps.view({-1, 2});

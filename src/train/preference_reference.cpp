@@ -14,19 +14,32 @@
 
 #include "lft/comm/device_read.h"
 #include "lft/comm/watchdog.h"
-#include "lft/engine/registry.h"
+#include "lft/engine/parallelize.h"
 #include "lft/model/layers.h"
 #include "lft/model/parameter_storage.h"
+#include "lft/runtime/error.h"
 #include "lft/runtime/log.h"
 #include "trainer_state.h"
 
 namespace lft::train {
 void Trainer::prepare_preference() {
   State& s = *s_;
-  s.preference = PreferenceOptions::from(s.cfg);
+  s.preference = s.options.preference;
   const std::int64_t sequences = s.data->num_sequences();
   s.answer_lengths.resize(static_cast<std::size_t>(sequences));
   for (std::int64_t i = 0; i < sequences; ++i) s.answer_lengths[static_cast<std::size_t>(i)] = s.data->weight_sum({i});
+  // A loss over per-token means (ipo, orpo, simpo) or with pref_ftx divides by an answer's
+  // trained tokens: an answer that cutoff_len cuts to nothing would make its step NaN (0 / 0).
+  // sigmoid and hinge take its log-probability as 0, as LlamaFactory does.
+  if (s.preference->averages() || s.preference->ftx > 0)
+    for (std::int64_t i = 0; i < sequences; ++i)
+      if (s.answer_lengths[static_cast<std::size_t>(i)] <= 0)
+        throw UsageError("stage dpo: pair " + std::to_string(i / 2 + 1) + " of the training data (in the dataset files' order) "
+                         "keeps no token of its " + (i % 2 == 0 ? "chosen" : "rejected") + " answer at cutoff_len = " +
+                         std::to_string(s.plan.seq_len) + ": its prompt takes them all (or the answer is empty), and pref_loss = \"" +
+                         s.preference->loss + "\"" + (s.preference->ftx > 0 ? " with pref_ftx" : "") +
+                         " divides by the answer's length\n  hint: raise cutoff_len, shorten or remove that record, or use "
+                         "pref_loss = \"sigmoid\" or \"hinge\" without pref_ftx (an empty answer's log-probability counts 0)");
   if (!s.preference->uses_reference()) return;
   // The summed log-probability of the sequences of steps [s.step, s.total) under `model`, run
   // through `engine`, in the micro-batches those steps train them in (the same sequences padded
@@ -45,7 +58,9 @@ void Trainer::prepare_preference() {
     std::vector<char> known(static_cast<std::size_t>(s.data->num_samples()), 0);
     std::vector<std::vector<std::int64_t>> steps;  // the global batches computed
     std::vector<at::Tensor> sums;                  // this rank's sequences of each, in training order
+    std::int64_t known_pairs = 0;
     for (std::int64_t step = s.step; step < s.total; ++step, walk.advance()) {
+      if (known_pairs == s.data->num_samples()) break;  // every pair known: the later steps only repeat them
       const std::vector<std::int64_t> indices = walk.global_batch_indices();
       if (std::all_of(indices.begin(), indices.end(), [&](std::int64_t i) { return known[static_cast<std::size_t>(i)]; }))
         continue;
@@ -55,7 +70,11 @@ void Trainer::prepare_preference() {
         batches.push_back(s.device_batch(s.data->batch(seqs)));
       }
       sums.push_back(engine.run_micro_batches(model, batches, options));
-      for (const std::int64_t i : indices) known[static_cast<std::size_t>(i)] = 1;
+      for (const std::int64_t i : indices) {
+        char& k = known[static_cast<std::size_t>(i)];
+        known_pairs += k ? 0 : 1;
+        k = 1;
+      }
       steps.push_back(indices);
     }
     const at::Tensor local = at::cat(sums);
@@ -78,9 +97,9 @@ void Trainer::prepare_preference() {
   if (s.step >= s.total) return;
   const auto start = Clock::now();
   const bool lora = s.plan.finetuning.type == "lora";
-  std::string folder = s.cfg.is_set("ref_model") ? s.cfg.string("ref_model") : "";
+  std::string folder = s.options.ref_model;
   const bool separate = !folder.empty() || (!lora && s.step > 0);
-  if (folder.empty() && s.cfg.is_set("model_name_or_path")) folder = s.cfg.string("model_name_or_path");
+  if (folder.empty()) folder = s.options.model_folder;
   std::string what;
   std::int64_t pairs = 0;
   Watchdog::Scope scope("the reference log-probabilities of stage dpo", Watchdog::setup_timeout(), "setup_timeout");
@@ -89,17 +108,9 @@ void Trainer::prepare_preference() {
     pairs = reference_pass(*s.engine, *s.model);
   } else {
     // A second model of the same engine and layout, from the reference's weights.
-    what = s.cfg.is_set("ref_model") ? "ref_model " + folder : "the starting weights (a second model: the policy has trained)";
-    const std::unique_ptr<engine::Engine> engine = engine::engine_info(s.plan.parallel.preset).create(engine::EngineContext{s.mesh, s.plan});
-    std::shared_ptr<model::CausalLM> model;
-    {
-      std::optional<model::UnallocatedParameters> unallocated;
-      if (engine->reads_weight_shards()) unallocated.emplace();
-      model = engine::create_run_model(s.plan, at::TensorOptions().device(s.torch_device()));
-    }
-    model->set_context_parallel(s.cp.get());
-    engine->prepare_from(*model, *starting_weights(s.cfg, s.plan, *model, folder));
-    pairs = reference_pass(*engine, *model);
+    what = !s.options.ref_model.empty() ? "ref_model " + folder : "the starting weights (a second model: the policy has trained)";
+    const engine::ParallelModel reference = engine::parallelize(s.plan, s.mesh, s.torch_device(), folder);
+    pairs = reference_pass(*reference.engine, *reference.model);
   }
   for (Communicator* c : s.counted_communicators()) c->reset_stats();  // count training only
   log0("dpo: reference log-probabilities of " + std::to_string(pairs) + " pairs from " + what + " in " +

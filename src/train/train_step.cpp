@@ -73,7 +73,7 @@ StepResult Trainer::step() {
   options.loss_factor = (s.scaler ? s.scaler->scale() : 1.0) / (s.preference ? static_cast<double>(global) : targets);
   if (s.preference) options.objective = preference_objective(*s.preference);
   if (s.plan.finetuning.type == "lora" && s.plan.finetuning.lora_dropout > 0)  // new masks each step and dp rank
-    s.model->set_dropout_seed(model::mix_seed(model::mix_seed(static_cast<std::uint64_t>(s.cfg.integer("seed")) + 1,
+    s.model->set_dropout_seed(model::mix_seed(model::mix_seed(s.options.seed + 1,
                                                               static_cast<std::uint64_t>(s.step)),
                                               static_cast<std::uint64_t>(dp_rank)));
   const at::Tensor local = s.engine->run_micro_batches(*s.model, batches, options);
@@ -132,12 +132,22 @@ StepResult Trainer::step() {
     unscale_gradients(*s.engine, scale);
     r.grad_norm /= scale;
   }
-  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))
-    throw RunFailure("step " + std::to_string(s.step + 1) + ": the loss is " + std::to_string(r.loss) +
-                     " and the gradient norm " + std::to_string(r.grad_norm) +
-                     "; stopping before the update (nothing was written). Lower learning_rate, "
-                     "set max_grad_norm, or check the data.");
-  const double max_norm = s.cfg.real("max_grad_norm");
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    const std::string what = "step " + std::to_string(s.step + 1) + ": the loss is " + std::to_string(r.loss) +
+                             " and the gradient norm " + std::to_string(r.grad_norm) +
+                             "; stopping before the update (nothing was written). ";
+    // The cause lftrain can see is named; the learning-rate advice is for the rest.
+    if (!s.preference && !(targets > 0)) {
+      std::string samples;
+      for (std::size_t i = 0; i < indices.size() && i < 8; ++i) samples += (i ? ", " : "") + std::to_string(indices[i]);
+      throw RunFailure(what + "Its global batch trains no token (a loss summed over a weight of 0): samples " + samples +
+                       (indices.size() > 8 ? ", ..." : "") + " of the training data have every answer's loss weight 0 "
+                       "(v1 messages' \"loss_weight\") or cut away at cutoff_len. Give those answers a weight, or "
+                       "raise cutoff_len.");
+    }
+    throw RunFailure(what + "Lower learning_rate, set max_grad_norm, or check the data.");
+  }
+  const double max_norm = s.options.max_grad_norm;
   if (max_norm > 0) scale_gradients(*s.engine, std::min(1.0, max_norm / (r.grad_norm + 1e-6)));
   r.lr = s.schedule->lr(s.step);
   s.optimizer->step(r.lr);

@@ -14,13 +14,9 @@
 #include "lft/comm/mpi_util.h"
 #include "lft/comm/watchdog.h"
 #include "lft/data/tokenizer.h"
-#include "lft/engine/registry.h"
-#include "lft/model/adapter_weights.h"
+#include "lft/engine/parallelize.h"
 #include "lft/model/families.h"
-#include "lft/model/finetuning.h"
 #include "lft/model/hf_checkpoint.h"
-#include "lft/model/init.h"
-#include "lft/model/parameter_storage.h"
 #include "lft/optim/adamw.h"
 #include "lft/runtime/error.h"
 #include "lft/runtime/memory.h"
@@ -48,11 +44,9 @@ LossScaleOptions loss_scale_options(const engine::RunPlan& plan) {
   return o;
 }
 
-void check_vocabulary(const config::Config& cfg, const model::ModelConfig& model, const data::Tokenizer& tok) {
+void check_vocabulary(const TrainOptions& o, const model::ModelConfig& model, const data::Tokenizer& tok) {
   if (model.vocab_size >= tok.vocab_size()) return;
-  throw config::ConfigError("config error: " +
-                            (cfg.is_set("model_name_or_path") ? cfg.where("model_name_or_path")
-                                                              : cfg.where("model.vocab_size")) +
+  throw config::ConfigError("config error: " + o.vocab_source +
                             ": the " + tok.name() + " tokenizer has " + std::to_string(tok.vocab_size()) +
                             " ids but the model's vocab_size is " + std::to_string(model.vocab_size));
 }
@@ -102,38 +96,8 @@ at::Tensor Trainer::State::lengths_of(const std::vector<std::int64_t>& sequences
 
 namespace {
 
-// What micro-batches are padded to a multiple of: pad_to_multiple_of, and with sequence
-// parallelism also of tp (each rank takes an equal slice of every sequence).
-std::int64_t pad_multiple(const config::Config& cfg, const engine::RunPlan& plan) {
-  const std::int64_t multiple = cfg.integer("pad_to_multiple_of");
-  if (multiple == 0 || !config::capabilities_of(cfg.string("distributed")).sequence_parallel ||
-      !cfg.boolean("dist_config.sequence_parallel"))
-    return multiple;
-  return std::lcm(multiple, static_cast<std::int64_t>(plan.mesh[MeshDim::TP]));
-}
 
 }  // namespace
-
-std::unique_ptr<model::WeightSource> starting_weights(const config::Config& cfg, const engine::RunPlan& plan,
-                                                      model::CausalLM& model, const std::string& folder) {
-  const auto seed = static_cast<std::uint64_t>(cfg.integer("seed"));
-  const double norm = plan.model.initial_norm_weight();
-  if (folder.empty()) {
-    if (plan.adapter_folder.empty()) return std::make_unique<model::InitWeights>(model, seed, norm);
-    auto adapter = std::make_shared<const model::PeftAdapter>(plan.adapter_folder);
-    adapter->check_shapes(model);
-    return std::make_unique<model::FinetuningWeights>(std::make_unique<model::InitWeights>(model, seed, norm),
-                                                      std::make_unique<model::PeftAdapterWeights>(adapter), adapter);
-  }
-  auto base = std::make_unique<model::HfWeights>(folder, model, model::is_lora_parameter);
-  if (plan.finetuning.type != "lora") return base;
-  if (plan.adapter_folder.empty())
-    return std::make_unique<model::FinetuningWeights>(std::move(base), std::make_unique<model::InitWeights>(model, seed, norm));
-  auto adapter = std::make_shared<const model::PeftAdapter>(plan.adapter_folder);
-  adapter->check_shapes(model);
-  return std::make_unique<model::FinetuningWeights>(std::move(base), std::make_unique<model::PeftAdapterWeights>(adapter),
-                                                    adapter);
-}
 
 namespace {
 
@@ -168,15 +132,6 @@ std::string weight_files_summary(const std::string& folder) {
   return text;
 }
 
-// The classic trainer's `template` defaults to "default", which a family's chat models were not
-// trained with: say so when a conversation run leaves it unset.
-void note_family_template(const config::Config& cfg, const model::ModelConfig& model) {
-  if (cfg.string("stage") == "pt" || cfg.is_set("template")) return;
-  const model::FamilySpec* family = model::find_family(model.model_type);
-  if (family == nullptr || family->chat_template.empty() || family->chat_template == cfg.string("template")) return;
-  log0("note: `template` is not set, so conversations are rendered with template = \"" + cfg.string("template") +
-       "\"; " + model.model_type + " chat models use template = \"" + family->chat_template + "\"");
-}
 
 }  // namespace
 
@@ -195,70 +150,64 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     set_cpu_memory_budget(static_cast<std::int64_t>(estimate.total() + estimate.mpi_staging + estimate.checkpoint_staging));
   }
   s.data = std::make_unique<TrainingData>(cfg, mesh.world());
-  s.data->set_pad_to_multiple_of(pad_multiple(cfg, plan));
-  if (cfg.boolean("async_checkpoint")) s.async_saver = std::make_unique<ckpt::AsyncSaver>(mesh.world());
-  check_vocabulary(cfg, plan.model, s.data->tokenizer());
+  s.data->set_pad_to_multiple_of(s.options.pad_multiple);
+  if (s.options.async_checkpoint) s.async_saver = std::make_unique<ckpt::AsyncSaver>(mesh.world());
+  check_vocabulary(s.options, plan.model, s.data->tokenizer());
   note_family_template(cfg, plan.model);
   // LlamaFactory prints the first training example once the data is ready.
   if (world_rank_or_minus_one() == 0 && s.data->num_sequences() > 0) {
     try {
-      log0(format_training_example(*s.data, 0, "training example:", cfg.string("stage") == "pt"));
+      log0(format_training_example(*s.data, 0, "training example:", s.options.stage == "pt"));
     } catch (const std::exception& e) {
       log0(std::string("warning: cannot print the first training example: ") + e.what());
     }
   }
   // dynamic_batching draws each rank's stream in the per-rank order: the sampler (which then
   // counts epochs) records it, so a resume on another data-parallel size is refused.
-  const bool dynamic = cfg.string("batching_strategy") == "dynamic_batching";
+  const bool dynamic = s.options.dynamic_batching;
   s.sampler = std::make_unique<data::GlobalSampler>(
-      s.data->num_samples(), plan.global_batch, static_cast<std::uint64_t>(cfg.integer("seed")),
-      cfg.string("sample_order") == "per_rank" || dynamic
+      s.data->num_samples(), plan.global_batch, s.options.seed,
+      s.options.sample_per_rank || dynamic
           ? static_cast<int>(plan.global_batch / (plan.micro_batch * plan.accumulation))
           : 0);
   if (dynamic) {
     std::vector<std::int64_t> lengths;
     for (std::int64_t i = 0; i < s.data->num_samples(); ++i) lengths.push_back(s.data->real_tokens({i}));
-    s.dynamic = std::make_unique<data::DynamicBatches>(std::move(lengths), static_cast<std::uint64_t>(cfg.integer("seed")),
+    s.dynamic = std::make_unique<data::DynamicBatches>(std::move(lengths), s.options.seed,
                                                        mesh.shape().dp_size(), plan.micro_batch, plan.accumulation,
                                                        plan.seq_len);
   }
-  const std::int64_t max_steps = cfg.integer("max_steps");
+  const std::int64_t max_steps = s.options.max_steps;
   s.total = max_steps > 0 ? max_steps
-                          : static_cast<std::int64_t>(std::ceil(cfg.real("num_train_epochs") *
+                          : static_cast<std::int64_t>(std::ceil(s.options.epochs *
                                                                 static_cast<double>(s.sampler->steps_per_epoch())));
-  s.engine = engine::engine_info(plan.parallel.preset).create(engine::EngineContext{mesh, plan});
-  // A sharding engine reads only its share of the starting weights, into parameters that have no
-  // memory yet: no rank ever holds the whole model.
   {
-    std::optional<model::UnallocatedParameters> unallocated;
-    if (s.engine->reads_weight_shards()) unallocated.emplace();
-    s.model = engine::create_run_model(plan, at::TensorOptions().device(s.torch_device()));
-  }
-  s.model->set_gradient_checkpointing(plan.gradient_checkpointing);
-  if (mesh.shape()[MeshDim::CP] > 1) {
-    s.cp = std::make_unique<engine::CommSequenceExchange>(mesh.device_comm(MeshDim::CP), plan.parallel.cp_ring);
-    s.model->set_context_parallel(s.cp.get());
-  }
-  {
-    const std::string folder = cfg.is_set("model_name_or_path") ? cfg.string("model_name_or_path") : "";
+    const std::string& folder = s.options.model_folder;
     const std::string what = folder.empty() ? "the initial weights" : folder;
     Watchdog::Scope scope("loading " + what, Watchdog::setup_timeout(), "setup_timeout");
     const auto start = Clock::now();
-    log0(folder.empty() ? "weights: initialising from seed " + std::to_string(cfg.integer("seed")) + " ..."
+    log0(folder.empty() ? "weights: initialising from seed " + std::to_string(s.options.seed) + " ..."
                         : "weights: reading " + folder + " (" + weight_files_summary(folder) + ") ...");
-    s.engine->prepare_from(*s.model, *starting_weights(cfg, plan, *s.model, folder));
+    engine::ParallelModel laid = engine::parallelize(plan, mesh, s.torch_device(), folder);
+    s.model = std::move(laid.model);
+    s.engine = std::move(laid.engine);
+    s.cp = std::move(laid.cp);
     log0("weights: ready in " + format_seconds(seconds_since(start)));
   }
-  // The frozen weights' identity, which a resume must match: the seed's initialisation of an
-  // inline [model], or the model folder's bytes.
-  if (plan.finetuning.type != "full" && !cfg.is_set("model_name_or_path"))
-    s.base_model_hash = "seed " + std::to_string(cfg.integer("seed"));
-  if (plan.finetuning.type != "full" && cfg.is_set("model_name_or_path")) {
+  // The starting weights' identity, which a resume must match where the run reads them again: the
+  // frozen base of LoRA and freeze, and the reference model of a full-parameter DPO run (its
+  // reference log-probabilities are computed from the starting weights at every start). The
+  // seed's initialisation of an inline [model], or the model folder's bytes.
+  const bool reads_start_again = plan.finetuning.type != "full" ||
+                                 (s.options.stage == "dpo" && s.options.preference.uses_reference() && s.options.ref_model.empty());
+  if (reads_start_again && s.options.model_folder.empty())
+    s.base_model_hash = "seed " + std::to_string(s.options.seed);
+  if (reads_start_again && !s.options.model_folder.empty()) {
     // World rank 0 reads the base's files once; the others take its hash (or its error).
     std::string hash;
     if (world_rank_or_minus_one() == 0) {
       try {
-        hash = model::model_folder_hash(cfg.string("model_name_or_path"));
+        hash = model::model_folder_hash(s.options.model_folder);
       } catch (const std::exception& e) {
         hash = std::string("!") + e.what();
       }
@@ -268,20 +217,10 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     s.base_model_hash = hash;
   }
   for (Communicator* c : s.counted_communicators()) c->reset_stats();  // count training only
-  optim::AdamWOptions o;
-  o.beta1 = cfg.real("adam_beta1");
-  o.beta2 = cfg.real("adam_beta2");
-  o.eps = cfg.real("adam_epsilon");
-  o.weight_decay = cfg.real("weight_decay");
-  o.decay_all = cfg.boolean("decay_all_parameters");
-  s.optimizer = std::make_unique<optim::AdamW>(s.engine->parameters(), s.engine->parameter_names(), o);
-  optim::LrScheduleSpec lr;
-  lr.name = cfg.string("lr_scheduler_type");
-  lr.base_lr = cfg.real("learning_rate");
-  lr.warmup_steps = optim::resolve_warmup_steps(cfg.integer("warmup_steps"), cfg.real("warmup_ratio"), s.total);
+  s.optimizer = std::make_unique<optim::AdamW>(s.engine->parameters(), s.engine->parameter_names(), s.options.adamw);
+  optim::LrScheduleSpec lr = s.options.lr;
+  lr.warmup_steps = optim::resolve_warmup_steps(s.options.warmup_steps, s.options.warmup_ratio, s.total);
   lr.total_steps = s.total;
-  for (const std::string& key : optim::lr_scheduler_kwarg_names())
-    if (cfg.is_set("lr_scheduler_kwargs." + key)) lr.kwargs[key] = cfg.real("lr_scheduler_kwargs." + key);
   try {
     s.schedule = std::make_unique<optim::LrSchedule>(lr);
   } catch (const std::invalid_argument& e) {
@@ -290,9 +229,9 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
   resume_if_asked();
   if (s.data->pairs()) prepare_preference();
   const model::ModelConfig& m = plan.model;
-  const std::int64_t q = m.num_attention_heads * m.head_dim(), kv = m.num_key_value_heads * m.head_dim();
+  const std::int64_t q = m.num_attention_heads * m.head_dim();
   s.flop_shape.layers = m.num_hidden_layers;
-  s.flop_shape.layer_matmul_params = m.hidden_size * (2 * q + 2 * kv + 3 * m.intermediate_size);
+  s.flop_shape.layers_matmul_params = m.token_matmul_parameters();
   s.flop_shape.head_params = m.vocab_size * m.hidden_size;
   s.flop_shape.attention_width = q;
   s.flop_shape.recompute = plan.gradient_checkpointing;
@@ -310,7 +249,7 @@ std::string Trainer::describe() const {
   return "model      " + s.plan.model.summary() + trainable_summary(s.plan) + "\ndata       " + s.data->describe() + "; " +
          std::to_string(s.sampler->steps_per_epoch()) + " steps per epoch\n" + "training   " +
          std::to_string(s.total) + " steps of " + std::to_string(s.plan.global_batch) +
-         (s.data->pairs() ? " pairs (pref_loss " + s.cfg.string("pref_loss") + ")" : " sequences") +
+         (s.data->pairs() ? " pairs (pref_loss " + s.options.preference.loss + ")" : " sequences") +
          (s.plan.compute == at::kBFloat16 ? ", bf16 compute over fp32 weights"
           : s.scaler ? ", fp16 compute over fp32 weights, loss scale " + std::to_string(s.scaler->scale())
                      : ", fp32") +
@@ -328,7 +267,7 @@ void Trainer::lock_output_dir() {
   std::string error;
   if (world_rank_or_minus_one() == 0) {
     try {
-      s.lock = std::make_unique<OutputLock>(s.cfg.string("output_dir"));
+      s.lock = std::make_unique<OutputLock>(s.options.output_dir);
     } catch (const UsageError& e) {
       error = e.what();
     }
@@ -342,7 +281,7 @@ int Trainer::run() {
   State& s = *s_;
   lock_output_dir();
   log0(describe());
-  const std::string out_dir = s.cfg.string("output_dir");
+  const std::string& out_dir = s.options.output_dir;
   std::optional<TrainingLog> log_file;  // on one rank
   if (s.mesh.dp().rank() == 0 && s.mesh.coord() == MeshCoord{}) {
     try {
@@ -356,10 +295,10 @@ int Trainer::run() {
   double window_loss = 0.0, window_seconds = 0.0;
   StepFlops window_flops;
   std::int64_t window_steps = 0, window_tokens = 0, window_padded = 0;
-  const std::int64_t every = s.cfg.integer("logging_steps");
-  const bool saving = s.cfg.string("save_strategy") == "steps";
-  const std::int64_t save_every = s.cfg.integer("save_steps");
-  const std::int64_t eval_every = s.data->has_eval() ? s.cfg.integer("eval_steps") : 0;
+  const std::int64_t every = s.options.logging_steps;
+  const bool saving = s.options.save_every_steps;
+  const std::int64_t save_every = s.options.save_steps;
+  const std::int64_t eval_every = s.data->has_eval() ? s.options.eval_steps : 0;
   auto log_eval = [&] {
     const double loss = evaluate();
     log0("eval at step " + std::to_string(s.step) + ": eval_loss " + std::to_string(loss) + " over " +
@@ -425,9 +364,9 @@ int Trainer::run() {
   log0(run_summary());
   // plot_loss after everything is saved, on the rank that wrote trainer_log.jsonl (world rank 0,
   // mesh coordinate 0), as LlamaFactory plots on world process 0. A failed plot loses nothing.
-  if (log_file && s.cfg.boolean("plot_loss")) {
+  if (log_file && s.options.plot_loss) {
     try {
-      plot_losses(out_dir, log_file->path(), [](const std::string& line) { log0(line); }, s.cfg.string("stage"));
+      plot_losses(out_dir, log_file->path(), [](const std::string& line) { log0(line); }, s.options.stage);
     } catch (const std::exception& e) {
       log0(std::string("warning: plot_loss: ") + e.what());
     }

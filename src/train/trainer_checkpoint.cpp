@@ -47,19 +47,19 @@ std::vector<ckpt::HeldTensor> Trainer::held_tensors() {
 ckpt::RunInfo Trainer::run_info() const {
   const State& s = *s_;
   ckpt::RunInfo info;
-  info.engine = s.cfg.string("distributed");
+  info.engine = s.plan.parallel.engine();
   info.mesh.assign(s.mesh.shape().sizes.begin(), s.mesh.shape().sizes.end());
   info.world_size = s.mesh.shape().world_size();
   info.config_text = s.cfg.source_text();
   info.config_file = s.cfg.source_name();
   for (const auto& o : s.cfg.overrides()) info.config_text += "\n# override: " + o;
   info.global_batch = s.plan.global_batch;
-  info.seed = s.cfg.integer("seed");
+  info.seed = static_cast<std::int64_t>(s.options.seed);
   const model::FinetuningSpec& f = s.plan.finetuning;
   info.finetuning_type = f.type;
+  info.base_model = s.options.model_folder;
+  info.base_model_hash = s.base_model_hash;  // full: empty, but for a DPO run's reference (trainer.cpp)
   if (f.type == "full") return info;
-  info.base_model = s.cfg.is_set("model_name_or_path") ? s.cfg.string("model_name_or_path") : "";
-  info.base_model_hash = s.base_model_hash;
   if (f.type != "lora") return info;
   info.lora_rank = f.lora_rank;
   info.lora_alpha = f.lora_alpha;
@@ -75,11 +75,11 @@ ckpt::RunInfo Trainer::run_info() const {
 
 void Trainer::resume_if_asked() {
   State& s = *s_;
-  if (!s.cfg.is_set("resume_from_checkpoint")) return;
+  if (s.options.resume_from_checkpoint.empty()) return;
   const auto folder =
-      ckpt::find_checkpoint(s.mesh.world(), s.cfg.string("output_dir"), s.cfg.string("resume_from_checkpoint"));
+      ckpt::find_checkpoint(s.mesh.world(), s.options.output_dir, s.options.resume_from_checkpoint);
   if (!folder) {
-    log0("resume: no complete checkpoint in " + s.cfg.string("output_dir") + "; starting from step 0");
+    log0("resume: no complete checkpoint in " + s.options.output_dir + "; starting from step 0");
     return;
   }
   log0("resume: reading " + *folder + " ...");
@@ -90,7 +90,7 @@ void Trainer::resume_if_asked() {
   s.sampler->restore(p.sampler);
   s.step = p.step;
   s.tokens_seen = p.tokens_seen;
-  if (same_path(*folder, s.cfg.string("output_dir") + "/" + ckpt::checkpoint_name(p.step))) s.saved_step = p.step;
+  if (same_path(*folder, s.options.output_dir + "/" + ckpt::checkpoint_name(p.step))) s.saved_step = p.step;
   if (s.scaler && p.loss_scale > 0) s.scaler->restore(p.loss_scale);
   log0("resume: " + *folder + " at step " + std::to_string(p.step) + " (epoch " + std::to_string(p.sampler.epoch) +
        ", " + std::to_string(s.sampler->consumed_samples()) + " samples consumed), loaded in " +
@@ -101,14 +101,14 @@ std::string Trainer::save(bool background) {
   State& s = *s_;
   if (s.async_saver) s.async_saver->wait();
   ckpt::SaveOptions o;
-  o.output_dir = s.cfg.string("output_dir");
+  o.output_dir = s.options.output_dir;
   if (s.step == s.saved_step) {  // a stop signal right after a save, or a finished run resumed
     const std::string folder = o.output_dir + "/" + ckpt::checkpoint_name(s.step);
     log0("step " + std::to_string(s.step) + " is already saved in " + folder);
     return folder;
   }
-  o.per_rank = s.cfg.string("checkpoint_format") == "per_rank";
-  o.total_limit = s.cfg.integer("save_total_limit");
+  o.per_rank = s.options.per_rank_checkpoints;
+  o.total_limit = s.options.save_total_limit;
   ckpt::Progress p;
   p.step = s.step;
   p.tokens_seen = s.tokens_seen;

@@ -29,6 +29,7 @@
 #include "lft/train/loss_scaler.h"
 #include "lft/train/output_lock.h"
 #include "lft/train/preference.h"
+#include "lft/train/train_options.h"
 #include "lft/train/metrics.h"
 #include "lft/train/trainer.h"
 #include "lft/train/training_data.h"
@@ -41,15 +42,10 @@ inline double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The model's starting weights: `folder`'s (a Hugging Face model folder; "" = the seed's
-// initialisation), and with LoRA the adapters from adapter_name_or_path (or PEFT's initialisation
-// from the seed).
-std::unique_ptr<model::WeightSource> starting_weights(const config::Config& cfg, const engine::RunPlan& plan,
-                                                      model::CausalLM& model, const std::string& folder);
-
 struct Trainer::State {
-  const config::Config& cfg;
+  const config::Config& cfg;  // for the training data (training_data.cpp) and the checkpoint's copy of the file
   const engine::RunPlan& plan;
+  const TrainOptions options;
   DeviceMesh& mesh;
   DeviceChoice device;
   MpiCommunicator world;  // every rank: the stop signal, the summary
@@ -90,7 +86,7 @@ struct Trainer::State {
   PreferenceMetrics preference_metrics;
 
   State(const config::Config& c, const engine::RunPlan& p, DeviceMesh& m, const DeviceChoice& d)
-      : cfg(c), plan(p), mesh(m), device(d), world(m.world(), "world", false) {}
+      : cfg(c), plan(p), options(train_options(c, p)), mesh(m), device(d), world(m.world(), "world", false) {}
   at::Device torch_device() const { return device.torch_device(); }
   // On the compute device; with stage dpo the reference log-probabilities of `sequences` too.
   engine::MicroBatch device_batch(const data::Batch& b, const std::vector<std::int64_t>& sequences = {}) const;

@@ -108,4 +108,14 @@ grep -q "from the starting weights (a second model" <<<"$text" || { echo "$text"
 python3 tests/e2e/compare_logs.py "$work/full_1/trainer_log.jsonl" "$work/resume_b/trainer_log.jsonl" 3 3 1e-5 >/dev/null ||
   fail "the resumed step 3 differs from the uninterrupted run's"
 echo "dpo_engines: resumed at step 2 (fsdp2 x2 -> none x1): step 3 = the uninterrupted run's"
+# The model folder replaced by other weights of the same shapes: the resumed run's reference would
+# come from them, so the resume is refused, naming both (issue 50, case 7).
+"$build/lftrain" --init-model "$work/other_model" --tokenizer tests/fixtures/tokenizers/llama3 inputs/tiny_llama3.toml \
+  seed=7 >/dev/null 2>&1 || fail "writing another model folder"
+text=$(mpirun --oversubscribe --bind-to none -np 1 "$build/lftrain" "${common[@]}" output_dir="$work/resume_c" \
+       model_name_or_path="$work/other_model" distributed=none gradient_accumulation_steps=4 \
+       resume_from_checkpoint="$work/resume_a/checkpoint-2" 2>&1) && { echo "$text" | tail -20; fail "resuming on other starting weights ran"; }
+grep -q "started from $tiny (hash [0-9a-f]*); this run starts from $work/other_model (hash" <<<"$text" ||
+  { echo "$text" | tail -20; fail "resuming on other starting weights: no message naming both"; }
+echo "dpo_engines: a resume on replaced starting weights is refused, naming both"
 echo "dpo_engines: ok"

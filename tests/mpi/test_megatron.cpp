@@ -88,6 +88,8 @@ std::vector<Layout> layouts() {
       {"dp2 ZeRO-2 (optim_grads)", 2, "dp_shard = 2\n", zero2, 2},
       {"dp2 ZeRO-3 (optim_grads_params)", 2, "", zero3, 2},
       {"dp2 ZeRO-3 checkpointing", 2, "", zero3, 2, false, "gradient_checkpointing = true\n"},
+      // fsdp2's offload through the same sharded component (issue 44): shards in host memory.
+      {"dp2 ZeRO-3 offload", 2, "", zero3 + "offload_params = true\n", 2},
       {"dp2 (bucketed all-reduce in backward)", 2, "dp_replicate = 2\n", "", 2, false, "ddp_bucket_cap_mb = 0.05\n"},
       {"tp4 sp (kv heads replicated)", 4, "tp = 4\n", sp},
       {"pp4 1f1b", 4, "pp = 4\n", "", 1, true},
@@ -97,6 +99,7 @@ std::vector<Layout> layouts() {
       {"pp2 x dp2", 4, "pp = 2\ndp_replicate = 2\n", "", 2},
       {"tp2 x dp2 sp", 4, "tp = 2\ndp_replicate = 2\n", sp, 2},
       {"tp2 x dp2 sp ZeRO-3", 4, "tp = 2\ndp_shard = 2\n", sp + zero3, 2},
+      {"tp2 x dp2 sp ZeRO-2 offload", 4, "tp = 2\ndp_shard = 2\n", sp + zero2 + "offload_params = true\n", 2},
       {"pp2 x dp2 ZeRO-3 1f1b", 4, "pp = 2\ndp_shard = 2\n", zero3, 2},
       {"pp2 x dp2 ZeRO-3 interleaved checkpointing", 4, "pp = 2\ndp_shard = 2\n", inter + zero3, 2, false,
        "gradient_checkpointing = true\n"},

@@ -266,7 +266,7 @@ TEST(Config, KeyNotForEngine) {
   m = error_of(data_line() + "[dist_config]\noffload_params = true\n" + model_table());
   EXPECT_CONTAINS(m,
                   "run.toml:3:1: key 'dist_config.offload_params' applies only to distributed "
-                  "= \"fsdp2\" (this run has distributed = \"none\")");
+                  "= \"fsdp2\" or \"megatron\" (this run has distributed = \"none\")");
   m = error_of(data_line() + "ddp_bucket_cap_mb = 10\n" + model_table(), {"distributed=fsdp"});
   EXPECT_CONTAINS(m,
                   "run.toml:2:1: key 'ddp_bucket_cap_mb' applies only to distributed = "

@@ -193,6 +193,13 @@ TEST(ConfigRules, MissingTrainDatasetFile) {
   const std::string dir = temp_dir("not_a_file");
   EXPECT_CONTAINS(error_of("train_dataset = \"" + dir + "\"\n" + model_table()),
                   "is a directory, not a file");
+  // A symbolic link loop is there but cannot be followed: said so, not "not found" (issue 50).
+  const std::string loop = dir + "/loop.jsonl";
+  std::filesystem::remove(loop);
+  std::filesystem::create_symlink(loop, loop);
+  const std::string looped = error_of("train_dataset = \"" + loop + "\"\n" + model_table());
+  EXPECT_CONTAINS(looped, "run.toml:1:1: key 'train_dataset': cannot reach \"" + loop + "\": ");
+  EXPECT_CONTAINS(looped, "symbolic link");
 }
 
 TEST(ConfigRules, ModelFolderNeedsConfigJson) {

@@ -4,8 +4,10 @@
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "lft/config/config.h"
+#include "lft/config/schema.h"
 #include "test_util.h"
 
 namespace lft::config {
@@ -149,6 +151,67 @@ TEST(ConfigV1, AKeyUnderTwoNamesAgreesOrTheCommandLineWins) {
   const Config d = parse_config(v1_head() + "comm_timeout: 900\ndist_config:\n  name: fsdp2\n", "job.yaml",
                                 {"dist_config.timeout=30"});
   EXPECT_DOUBLE_EQ(d.real("comm_timeout"), 30.0);
+}
+
+// Every key that reaches lftrain under two names (v1's, main's top-level topology keys, and
+// lftrain's own): a command-line override with lftrain's name replaces the file's v1 value, and
+// the file giving both names two values is an error naming both (issue 50's one rule, walked).
+TEST(ConfigV1, EveryAliasPairFollowsTheOneRule) {
+  struct Alias {
+    std::string v1_lines;  // the file's lines that set the key under v1's name, to value A
+    std::string key;       // lftrain's name
+    std::string b;         // another value, as a command-line override writes it
+    std::string extra;     // lines the v1 key needs beside it
+  };
+  const std::string lora = "peft_config:\n  name: lora\n";
+  const std::string freeze = "peft_config:\n  name: freeze\n";
+  const std::string fsdp2 = "dist_config:\n  name: fsdp2\n";
+  const std::vector<Alias> aliases = {
+      {"micro_batch_size: 2\n", "per_device_train_batch_size", "4", ""},
+      {"enable_activation_checkpointing: true\n", "gradient_checkpointing", "false", ""},
+      {"  r: 8\n", "lora_rank", "16", lora},
+      {"  lora_alpha: 16\n", "lora_alpha", "32", lora},
+      {"  lora_dropout: 0.0\n", "lora_dropout", "0.1", lora},
+      {"  target_modules: all\n", "lora_target", "q_proj", lora},
+      {"  use_rslora: false\n", "use_rslora", "true", lora},
+      {"  modules_to_save: lm_head\n", "additional_target", "embed_tokens", lora},
+      {"  freeze_trainable_layers: 1\n", "freeze_trainable_layers", "2", freeze},
+      {"  freeze_trainable_modules: all\n", "freeze_trainable_modules", "mlp", freeze},
+      {"  freeze_extra_modules: lm_head\n", "freeze_extra_modules", "embed_tokens", freeze},
+      {"  timeout: 7\n", "comm_timeout", "900", fsdp2},
+      {"  cp_size: 2\n", "mesh.cp", "1", fsdp2},
+      {"  mp_replicate_size: 2\n", "mesh.dp_replicate", "1", fsdp2},
+      {"  mp_shard_size: 2\n", "mesh.dp_shard", "1", fsdp2},
+      {"cp_size: 2\n", "mesh.cp", "1", fsdp2},
+      {"dist_timeout: 7\n", "comm_timeout", "900", fsdp2},
+      {"cp_mode: ring\n", "dist_config.cp_mode", "ulysses", fsdp2},
+  };
+  // A key's value as text, whatever its type.
+  const auto shown = [](const Config& c, const std::string& key) {
+    switch (find_key(key)->type) {
+      case ValueType::Int: return std::to_string(c.integer(key));
+      case ValueType::Float: return std::to_string(c.real(key));
+      case ValueType::Bool: return std::string(c.boolean(key) ? "true" : "false");
+      default: return c.string(key);
+    }
+  };
+  for (const Alias& a : aliases) {
+    SCOPED_TRACE(a.v1_lines + " ~ " + a.key);
+    const std::string file = v1_head() + a.extra + a.v1_lines;
+    // The command line's value wins over the file's v1 value, under lftrain's name.
+    const Config overridden = parse_config(file, "job.yaml", {a.key + "=" + a.b});
+    const Config plain = parse_config(v1_head() + a.extra, "job.yaml", {a.key + "=" + a.b});
+    EXPECT_EQ(shown(overridden, a.key), shown(plain, a.key));
+    EXPECT_NE(shown(parse_config(file, "job.yaml"), a.key), shown(plain, a.key));  // the file's own value differs
+    // Both names in the file, two values: an error that names lftrain's key (or the mix of v1's
+    // and the classic trainer's keys, for a classic-only name).
+    const std::size_t dot = a.key.find('.');
+    if (dot != std::string::npos && a.extra.find(a.key.substr(0, dot) + ":") != std::string::npos) continue;
+    const std::string own = dot == std::string::npos ? a.key + ": " + a.b + "\n"
+                                                     : a.key.substr(0, dot) + ":\n  " + a.key.substr(dot + 1) + ": " + a.b + "\n";
+    const std::string both = yaml_error(file + own);
+    EXPECT_TRUE(both.find("both set " + a.key) != std::string::npos || both.find("mixes") != std::string::npos) << both;
+  }
 }
 
 // batching_strategy: dynamic_batching is lftrain's key of the same name; as v1, it needs max_steps.

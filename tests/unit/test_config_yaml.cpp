@@ -266,6 +266,10 @@ TEST(ConfigYaml, SyntaxErrorsAreLocated) {
   m = yaml_error("seed: 1\n\tbf16: true\n");  // a tab as indentation
   EXPECT_CONTAINS(m, "config error: run.yaml:2:");
   EXPECT_CONTAINS(m, "YAML syntax error");
+  // Nesting past yaml-cpp's limit: said so, not yaml-cpp's "bad file".
+  m = yaml_error("seed: 1\nx: " + std::string(3000, '[') + std::string(3000, ']') + "\n");
+  EXPECT_CONTAINS(m, "config error: run.yaml:2:");
+  EXPECT_CONTAINS(m, "values nested more than");
   // YAML text in a file that is not .yaml/.yml is read as TOML.
   m = toml_error("seed: 1\n");
   EXPECT_CONTAINS(m, "run.toml: TOML syntax error");

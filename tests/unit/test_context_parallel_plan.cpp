@@ -51,6 +51,11 @@ TEST(ContextParallelPlan, LayoutsThatCannotSplitTheSequencesAreRefused) {
   const std::string heads = error_of(toml("ddp", 4, "cp = 8\n"), 8);
   EXPECT_NE(heads.find("mesh.cp = 8 does not divide the model's 4 attention heads"), std::string::npos) << heads;
   EXPECT_NE(heads.find("job.toml:"), std::string::npos) << heads;
+  EXPECT_NE(heads.find("or dist_config.cp_mode = \"ring\""), std::string::npos) << heads;  // issue 50: the way out
+  // A cp that does not divide the ranks: the dims that multiply are named at their lines (issue 50).
+  const std::string fill = error_of(toml("fsdp2", 2, "cp = 3\n"), 2);
+  EXPECT_NE(fill.find("the other dims multiply to 3 (job.toml:12:1: key 'mesh.cp' = 3), which does not divide the job's 2 ranks"),
+            std::string::npos) << fill;
   EXPECT_EQ(error_of(toml("fsdp2", 2, "cp = 4\n"), 4), "");  // 2 kv heads repeated over 4 cp ranks
   // Ring attention keeps every head on every rank: any cp.
   EXPECT_EQ(error_of(toml("ddp", 4, "cp = 8\n", "[dist_config]\ncp_mode = \"ring\"\n"), 8), "");

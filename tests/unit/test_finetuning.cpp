@@ -31,7 +31,11 @@ std::set<std::string> trained(const CausalLM& m) {
   return out;
 }
 
-std::shared_ptr<CausalLM> build(const FinetuningSpec& spec) { return create_finetuning_model(tiny(), spec); }
+std::shared_ptr<CausalLM> build(const FinetuningSpec& spec) {
+  std::shared_ptr<CausalLM> model = create_causal_lm(tiny(), {});
+  apply_finetuning(*model, spec);
+  return model;
+}
 
 std::string error_of(const FinetuningSpec& spec, std::string* key = nullptr) {
   try {

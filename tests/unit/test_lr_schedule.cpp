@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "lft/config/schema.h"
 #include "lft/optim/lr_schedule.h"
 #include "test_util.h"
 
@@ -204,6 +205,14 @@ TEST(LrSchedule, NamesInHfOrder) {
                                       "constant", "constant_with_warmup", "inverse_sqrt",
                                       "cosine_with_min_lr", "cosine_warmup_with_min_lr",
                                       "warmup_stable_decay"}));
+}
+
+// The config schema accepts exactly the schedules this builds (config does not include optim: the
+// schema lists them itself).
+TEST(LrSchedule, TheSchemaAllowsEveryScheduleItBuilds) {
+  const config::KeySpec* key = config::find_key("lr_scheduler_type");
+  ASSERT_NE(key, nullptr);
+  EXPECT_EQ(key->allowed, lr_scheduler_names());
 }
 
 // The lr_scheduler_kwargs table of the config schema holds these.

@@ -52,6 +52,19 @@ MegatronPlan plan(const config::Config& cfg, int pp, int tp) {
 
 using Layers = std::vector<std::pair<std::int64_t, std::int64_t>>;
 
+// Offload belongs to the sharded data-parallel component: megatron takes it with a sharding
+// strategy (ZeRO over its boxes) and refuses it, naming the key, without one.
+TEST(MegatronPlan, OffloadRidesOnTheShardedComponent) {
+  const std::string offload = "offload_params = true\n";
+  const std::string none = test::message_of<config::ConfigError>([&] { resolve_run_plan(run(offload), mesh(1, 1)); });
+  EXPECT_NE(none.find("megatron.toml:"), std::string::npos) << none;
+  EXPECT_NE(none.find("offload_params keeps the shards of megatron's sharded data parallelism"), std::string::npos) << none;
+  const RunPlan sharded = resolve_run_plan(run(offload + "data_parallel_sharding_strategy = \"optim_grads_params\"\n"), mesh(1, 1));
+  ASSERT_TRUE(sharded.parallel.sharded.has_value());
+  EXPECT_TRUE(sharded.parallel.sharded->offload);
+  EXPECT_TRUE(sharded.memory.offload);  // the estimate counts the shards on the host
+}
+
 TEST(MegatronPlan, LayersBalancedOrGivenForTheFirstAndLastStage) {
   EXPECT_EQ(plan(run(""), 3, 1).stage_layers, (Layers{{0, 3}, {3, 6}, {6, 8}}));
   EXPECT_EQ(plan(run("decoder_first_pipeline_num_layers = 1\ndecoder_last_pipeline_num_layers = 2\n"), 3, 1)

@@ -20,7 +20,7 @@ train::FlopShape qwen3_0_6b(bool recompute) {
   const std::int64_t h = 1024, q = 16 * 128, kv = 8 * 128, ffn = 3072;
   train::FlopShape s;
   s.layers = 28;
-  s.layer_matmul_params = h * q + 2 * h * kv + q * h + 3 * h * ffn;
+  s.layers_matmul_params = 28 * (h * q + 2 * h * kv + q * h + 3 * h * ffn);
   s.head_params = 151936 * h;
   s.attention_width = q;
   s.recompute = recompute;
@@ -44,7 +44,7 @@ TEST(StepFlops, HardwareFlopsAddTheRecomputedForward) {
   const train::StepFlops ckpt = train::step_flops(qwen3_0_6b(true), tokens, pairs);
   EXPECT_DOUBLE_EQ(ckpt.model, plain.model);
   const train::FlopShape s = qwen3_0_6b(true);
-  const double layers_forward = 2.0 * 28 * static_cast<double>(s.layer_matmul_params) * tokens +
+  const double layers_forward = 2.0 * static_cast<double>(s.layers_matmul_params) * tokens +
                                 4.0 * 28 * 2048 * static_cast<double>(pairs);
   EXPECT_DOUBLE_EQ(ckpt.hardware, plain.model + layers_forward);
 }

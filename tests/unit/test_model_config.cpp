@@ -2,10 +2,13 @@
 // parameter counts, and the errors that name the file and field.
 #include <gtest/gtest.h>
 
+#include <ATen/ATen.h>
+
 #include <fstream>
 #include <string>
 
 #include "lft/config/config.h"
+#include "lft/model/families.h"
 #include "lft/model/model_config.h"
 #include "test_util.h"
 
@@ -85,6 +88,30 @@ TEST(ModelConfig, ReadsTransformers4Fields) {
       "x.json");
   EXPECT_EQ(mha.num_key_value_heads, 2);
   EXPECT_EQ(mha.max_position_embeddings, 2048);
+}
+
+// Each family's count (FamilySpec::layer_parameters) is what its model builds: the parameters of
+// a meta-device model, every family with every optional part switched on; and a token's matmul
+// weights are the layers' 2-D weights (a dense layer uses all of them).
+TEST(ModelConfig, EachFamilyCountsTheParametersItsModelBuilds) {
+  for (const FamilySpec& family : families()) {
+    SCOPED_TRACE(family.model_type);
+    std::string json = llama_json();
+    json.replace(json.find("\"llama\""), 7, "\"" + family.model_type + "\"");
+    ModelConfig c = ModelConfig::from_hf_json(json, "x.json");
+    for (const bool extras : {false, true}) {
+      c.attention_bias = c.attention_out_bias = c.mlp_bias = extras;
+      const auto model = create_causal_lm(c, at::TensorOptions().device(at::kMeta));
+      std::int64_t all = 0, layer_matmul = 0;
+      for (const auto& item : model->named_parameters()) {
+        all += item.value().numel();
+        const bool in_layer = item.key().rfind("model.layers.", 0) == 0;
+        if (in_layer && item.value().dim() == 2) layer_matmul += item.value().numel();
+      }
+      EXPECT_EQ(c.num_parameters(), all);
+      EXPECT_EQ(c.token_matmul_parameters(), layer_matmul);
+    }
+  }
 }
 
 TEST(ModelConfig, SummaryAndParameterCount) {

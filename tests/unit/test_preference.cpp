@@ -201,6 +201,18 @@ TEST(PreferenceConfig, RulesOfStageDpo) {
   EXPECT_NE(error_of("stage = \"dpo\"\npacking = true\n").find("never packed"), std::string::npos);
   EXPECT_NE(error_of("stage = \"dpo\"\nval_size = 0.1\n").find("not built"), std::string::npos);
   EXPECT_NE(error_of("stage = \"dpo\"\npref_loss = \"kto_pair\"\n").find("pref_loss"), std::string::npos);
+  // pref_beta = 0 (issue 50, case 5): refused where the loss divides by it or becomes a constant,
+  // at its line; orpo's beta only weighs a term, and sigmoid with pref_ftx still trains its NLL.
+  for (const char* loss : {"ipo", "simpo"}) {
+    const std::string e = error_of(std::string("stage = \"dpo\"\npref_loss = \"") + loss + "\"\npref_beta = 0\n");
+    EXPECT_NE(e.find("run.toml:3"), std::string::npos) << e;
+    EXPECT_NE(e.find("divides by 0"), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of("stage = \"dpo\"\npref_beta = 0.0\n").find("nothing would train"), std::string::npos);
+  EXPECT_NE(error_of("stage = \"dpo\"\npref_loss = \"hinge\"\npref_beta = 0\n").find("nothing would train"),
+            std::string::npos);
+  EXPECT_NO_THROW(config::parse_config("stage = \"dpo\"\npref_loss = \"orpo\"\npref_beta = 0\n" + base, "run.toml", {}));
+  EXPECT_NO_THROW(config::parse_config("stage = \"dpo\"\npref_beta = 0\npref_ftx = 1\n" + base, "run.toml", {}));
   const config::Config ok = config::parse_config("stage = \"dpo\"\npref_loss = \"simpo\"\n" + base, "run.toml", {});
   EXPECT_EQ(train::PreferenceOptions::from(ok).loss, "simpo");
   EXPECT_FALSE(train::PreferenceOptions::from(ok).uses_reference());

@@ -206,6 +206,20 @@ TEST(SftDatasetTest, V1MessagesLossWeights) {
   ASSERT_EQ(w.train.num_sequences(), 1);
   EXPECT_DOUBLE_EQ(w.train.total_weight(), 0.5 * static_cast<double>(4 + 11));  // abcd<|im_end|>\n
   EXPECT_CONTAINS(w.summary, "1 dropped (nothing to train)");
+
+  // Issue 50, case 3: every answer weighted 0 trains nothing: refused before any step, packed or not.
+  const std::string zeros = tmp.write(
+      "z.jsonl",
+      R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "loss_weight": 0}]}
+{"messages": [{"role": "user", "content": "r"}, {"role": "assistant", "content": "b", "loss_weight": 0.0}]}
+)");
+  for (const bool packing : {false, true}) {
+    SftOptions z = options("qwen", 1024);
+    z.packing = packing;
+    const std::string e = test::message_of<UsageError>([&] { load_sft_data({zeros}, z, tok, kByteSpecial); });
+    EXPECT_TRUE(e.find("no training sequence") != std::string::npos || e.find("no trained token") != std::string::npos)
+        << e;
+  }
 }
 
 TEST(SftDatasetTest, PretrainMatchesPackedDataset) {

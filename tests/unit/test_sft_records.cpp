@@ -229,6 +229,7 @@ TEST(SftRecordsTest, MessagesContentPartsWeightsAndTools) {
 {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "loss_weight": -1}]}
 {"messages": [{"role": "user", "content": "q"}, {"role": "system", "content": "late"}]}
 {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": 7}]}
+{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "loss_weight": 1e300}]}
 )");
   const SftRecords r = read(path);
   EXPECT_EQ(r.files[0].format, "messages");
@@ -240,7 +241,7 @@ TEST(SftRecordsTest, MessagesContentPartsWeightsAndTools) {
   expect_message(m[3], Role::Observation, "r", 0.0f);
   expect_message(m[4], Role::Assistant, "c", 1.0f);
   const FileReport& f = r.files[0];
-  ASSERT_EQ(f.bad, 4);
+  ASSERT_EQ(f.bad, 5);
   EXPECT_EQ(f.first_bad[0], path +
                                 ":2: message 1: content of type \"image\" is not supported "
                                 "(text only)");
@@ -248,6 +249,8 @@ TEST(SftRecordsTest, MessagesContentPartsWeightsAndTools) {
   EXPECT_EQ(f.first_bad[2], path + ":4: message 2 is a system message after the first turn");
   EXPECT_EQ(f.first_bad[3],
             path + ":5: message 2: \"content\" is a number, not a string or a list");
+  // Issue 50, case 3: a weight a 32-bit float cannot hold would be inf, the loss NaN.
+  EXPECT_EQ(f.first_bad[4], path + ":6: message 2 has a \"loss_weight\" of 1e+300, more than a 32-bit float holds (3.4e38)");
 }
 
 TEST(SftRecordsTest, FileLevelErrors) {

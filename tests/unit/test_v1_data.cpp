@@ -4,9 +4,11 @@
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "lft/data/python_random.h"
 #include "lft/data/sampler.h"
+#include "lft/data/sft_dataset.h"
 #include "lft/data/tokenizer.h"
 #include "lft/data/v1_dataset_file.h"
 #include "lft/data/v1_render.h"
@@ -113,6 +115,37 @@ TEST(V1DatasetFile, EntriesBecomeSources) {
   EXPECT_NE(error("d:\n  path: " + dir + "v1_a.json\n  source: local\n  shuffle: true\n").find("unknown key 'shuffle'"),
             std::string::npos);
   EXPECT_NE(error("d:\n  path: /nonexistent.json\n  source: local\n").find("does not exist"), std::string::npos);
+}
+
+// Issue 50, cases 2 and 6: an entry named twice, and a size or weight that would draw more records
+// than a process holds, are refused naming the file (and line) and the entry, not a bad_alloc.
+TEST(V1DatasetFile, AnEntryTwiceAndImpossibleDrawsAreRefused) {
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "v1_b.json") << R"([{"instruction": "q", "input": "", "output": "a"}])";
+  const std::string file = dir + "v1_hostile.yaml";
+  const std::string entry = "  path: " + dir + "v1_b.json\n  source: local\n  converter: alpaca\n";
+  const auto error = [&](const std::string& text) {
+    std::ofstream(file) << text;
+    return test::message_of<UsageError>([&] { read_v1_dataset_file(file); });
+  };
+  const std::string twice = error("d:\n" + entry + "e:\n" + entry + "d:\n" + entry);
+  EXPECT_NE(twice.find(file + ":9: dataset \"d\": named twice (also at line 1)"), std::string::npos) << twice;
+  // Nesting past yaml-cpp's limit: said so at the line, not yaml-cpp's "bad file" (issue 50).
+  const std::string deep = error("d:\n  converter: " + std::string(3000, '[') + std::string(3000, ']') + "\n");
+  EXPECT_NE(deep.find(file + ":2: values nested more than "), std::string::npos) << deep;
+  EXPECT_EQ(deep.find("bad file"), std::string::npos) << deep;
+  const std::string huge = error("d:\n" + entry + "  size: 1000000000000\n");
+  EXPECT_NE(huge.find("size: 1000000000000 would draw more records than one process holds"), std::string::npos) << huge;
+
+  std::ofstream(file) << "d:\n" << entry << "  weight: 1.0e+300\n";
+  const std::vector<DatasetSource> sources = read_v1_dataset_file(file);
+  SftOptions o;
+  o.template_name = "default";
+  o.cutoff_len = 64;
+  const ByteTokenizer tok;
+  const std::string weight = test::message_of<UsageError>([&] { load_sft_data(sources, o, tok, SpecialTokens{ByteTokenizer::kBos, ByteTokenizer::kEos, ByteTokenizer::kPad}); });
+  EXPECT_NE(weight.find("dataset \"d\""), std::string::npos) << weight;
+  EXPECT_NE(weight.find("more than one process holds"), std::string::npos) << weight;
 }
 
 }  // namespace

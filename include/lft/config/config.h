@@ -10,6 +10,7 @@
 
 #include "lft/config/schema.h"
 #include "lft/runtime/error.h"
+#include "lft/runtime/text.h"
 
 namespace lft::config {
 
@@ -97,7 +98,6 @@ std::string help_text();
 // docs/config.md, generated from the same table.
 std::string reference_markdown();
 
-// Edit distance used for "did you mean" suggestions.
-std::size_t edit_distance(const std::string& a, const std::string& b);
+
 
 }  // namespace lft::config

@@ -78,6 +78,7 @@ struct RunPlan {
   bool fp8 = false;                                  // float8 linears (float8.h)
   model::FinetuningSpec finetuning;                  // which parameters train
   std::string adapter_folder;                        // adapter_name_or_path ("" when none)
+  std::uint64_t seed = 0;                            // the initialisation's (and LoRA's) seed
   std::optional<config::DeepSpeedConfig> deepspeed;  // distributed = "deepspeed"
   ParallelPlan parallel;                             // the engine preset and its layout (parallel_plan.h)
   bool dynamic_batching = false;                     // batching_strategy = "dynamic_batching"

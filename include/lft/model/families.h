@@ -21,6 +21,18 @@
 
 namespace lft::model {
 
+// One decoder layer's parameters as a family builds it: every one, and the weights of the
+// matmuls one token goes through (its FLOPs: 2 per weight forward). A dense layer's are its
+// projections; a mixture of experts' would be its router and the experts a token is sent to.
+struct LayerParameters {
+  std::int64_t all = 0;
+  std::int64_t token_matmul = 0;
+};
+
+// The Llama layer's (q, k, v, o, gate, up, down, norms, and the biases and q/k norms its config
+// asks for): every family of this build so far.
+LayerParameters llama_layer_parameters(const ModelConfig& c, std::int64_t layer);
+
 struct FamilySpec {
   std::string model_type;    // config.json "model_type"
   std::string architecture;  // config.json "architectures"[0], written on export
@@ -34,6 +46,9 @@ struct FamilySpec {
   std::shared_ptr<CausalLM> (*create)(const ModelConfig& c, const c10::TensorOptions& options) = nullptr;
   // LlamaFactory's `template` for the family's chat models ("" when the build has none).
   std::string chat_template;
+  // Its layer `layer`'s parameter counts: the parameter count, the memory estimate's and the
+  // planner's model sizes and the FLOP/s line ask the family (ModelConfig::layer_parameters).
+  LayerParameters (*layer_parameters)(const ModelConfig& c, std::int64_t layer) = llama_layer_parameters;
 };
 
 // A FamilySpec's `create` for a CausalLM subclass constructed from (config, options).

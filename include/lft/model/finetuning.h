@@ -48,10 +48,6 @@ class FinetuningError : public std::invalid_argument {
 // scope) and freezes every parameter that does not train. Throws FinetuningError.
 void apply_finetuning(CausalLM& model, const FinetuningSpec& spec, const c10::TensorOptions& options = {});
 
-// create_causal_lm, then apply_finetuning.
-std::shared_ptr<CausalLM> create_finetuning_model(const ModelConfig& config, const FinetuningSpec& spec,
-                                                  const c10::TensorOptions& options = {});
-
 // The decoder-layer linears lora_target names ("all": every one), as module names in model order
 // ("model.layers.0.self_attn.q_proj", ...), and their distinct short names ("q_proj", ...).
 std::vector<std::string> lora_target_modules(const CausalLM& model, const FinetuningSpec& spec);

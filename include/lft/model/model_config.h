@@ -113,6 +113,9 @@ struct ModelConfig {
   std::int64_t num_parameters() const;
   // Without model.embed_tokens and lm_head.
   std::int64_t num_non_embedding_parameters() const;
+  // The decoder layers' matmul weights one token goes through (the family's count; the head's
+  // vocab x hidden apart): the model FLOPs of a token are 6 x these in training.
+  std::int64_t token_matmul_parameters() const;
   // "llama 4 layers, hidden 128, 4 heads (2 kv), ffn 352, vocab 259: 0.95 M parameters"
   std::string summary() const;
 };

@@ -17,7 +17,7 @@ namespace lft::train {
 // recomputes: the layers' forward (2 x their weights per token, 4 x layers x width x t) once more.
 struct FlopShape {
   std::int64_t layers = 0;
-  std::int64_t layer_matmul_params = 0;  // q, k, v, o, gate, up, down of one layer
+  std::int64_t layers_matmul_params = 0;  // the decoder layers' matmul weights a token goes through (the family's count)
   std::int64_t head_params = 0;          // vocab x hidden
   std::int64_t attention_width = 0;      // heads x head_dim
   bool recompute = false;                // gradient checkpointing

@@ -24,7 +24,7 @@ struct PreferenceOptions {
   double simpo_gamma = 0.5;
   double label_smoothing = 0.0;  // sigmoid only
 
-  static PreferenceOptions from(const config::Config& cfg);
+  static PreferenceOptions from(const config::Config& cfg);  // the decoder (train_config.cpp)
   // sigmoid, hinge and ipo compare with a reference model; orpo and simpo do not.
   bool uses_reference() const { return loss != "orpo" && loss != "simpo"; }
   // ipo, orpo and simpo work on per-token mean log-probabilities.

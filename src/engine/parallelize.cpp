@@ -1,0 +1,57 @@
+#include "lft/engine/parallelize.h"
+
+#include <optional>
+
+#include "lft/engine/registry.h"
+#include "lft/model/adapter_weights.h"
+#include "lft/model/finetuning.h"
+#include "lft/model/hf_checkpoint.h"
+#include "lft/model/init.h"
+#include "lft/model/parameter_storage.h"
+
+namespace lft::engine {
+
+std::unique_ptr<model::WeightSource> starting_weights(const RunPlan& plan, model::CausalLM& model,
+                                                      const std::string& folder) {
+  const double norm = plan.model.initial_norm_weight();
+  if (folder.empty()) {
+    if (plan.adapter_folder.empty()) return std::make_unique<model::InitWeights>(model, plan.seed, norm);
+    auto adapter = std::make_shared<const model::PeftAdapter>(plan.adapter_folder);
+    adapter->check_shapes(model);
+    return std::make_unique<model::FinetuningWeights>(std::make_unique<model::InitWeights>(model, plan.seed, norm),
+                                                      std::make_unique<model::PeftAdapterWeights>(adapter), adapter);
+  }
+  auto base = std::make_unique<model::HfWeights>(folder, model, model::is_lora_parameter);
+  if (plan.finetuning.type != "lora") return base;
+  if (plan.adapter_folder.empty())
+    return std::make_unique<model::FinetuningWeights>(std::move(base),
+                                                      std::make_unique<model::InitWeights>(model, plan.seed, norm));
+  auto adapter = std::make_shared<const model::PeftAdapter>(plan.adapter_folder);
+  adapter->check_shapes(model);
+  return std::make_unique<model::FinetuningWeights>(std::move(base), std::make_unique<model::PeftAdapterWeights>(adapter),
+                                                    adapter);
+}
+
+ParallelModel parallelize(const RunPlan& plan, DeviceMesh& mesh, const c10::Device& device, const std::string& folder) {
+  ParallelModel out;
+  out.engine = engine_info(plan.parallel.preset).create(EngineContext{mesh, plan});
+  // 1-2. float8, then LoRA / freeze. A sharding engine reads only its share of the starting
+  // weights, into parameters that have no memory yet: no rank ever holds the whole model.
+  {
+    std::optional<model::UnallocatedParameters> unallocated;
+    if (out.engine->reads_weight_shards()) unallocated.emplace();
+    out.model = create_run_model(plan, at::TensorOptions().device(device));
+  }
+  // 5. context parallel; 7. recompute: how the forward runs.
+  if (plan.mesh[MeshDim::CP] > 1) {
+    out.cp = std::make_unique<CommSequenceExchange>(mesh.device_comm(MeshDim::CP), plan.parallel.cp_ring);
+    out.model->set_context_parallel(out.cp.get());
+  }
+  out.model->set_gradient_checkpointing(plan.gradient_checkpointing);
+  // 3, 6, 8. tensor + sequence parallel, pipeline stages, data parallel: the engine places the
+  // parameters and reads their starting weights.
+  out.engine->prepare_from(*out.model, *starting_weights(plan, *out.model, folder));
+  return out;
+}
+
+}  // namespace lft::engine
