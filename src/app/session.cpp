@@ -35,7 +35,7 @@ namespace {
 // as for training (every rank takes its share; rank 0 prints); nothing else is built.
 int print_example(const config::Config& cfg, std::int64_t index) {
   std::optional<train::TrainingData> data;
-  run_agreed([&] { data.emplace(cfg, MPI_COMM_WORLD); });
+  run_agreed([&] { data.emplace(train::data_options(cfg), MPI_COMM_WORLD); });
   log0("data       " + data->describe());
   const std::int64_t count = data->num_sequences();
   if (index < 0 || index >= count)
@@ -150,7 +150,7 @@ int run_session(Runtime& rt, const CliOptions& opts) {
     // The engine validates its layout against the model (megatron: heads, stages, micro-batches).
     run_agreed([&] { engine->create(engine::EngineContext{mesh, *plan}); });
     std::string data_summary;
-    run_agreed([&] { data_summary = train::check_training_data(cfg); });
+    run_agreed([&] { data_summary = train::check_training_data(train::data_options(cfg)); });
     log0("check: data: " + data_summary);
     log0("check: ok (nothing was trained: --check)");
     return 0;

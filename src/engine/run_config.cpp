@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "lft/config/list_names.h"
 #include "lft/engine/parallel_config.h"
 #include "lft/engine/registry.h"
 #include "lft/engine/run_plan.h"
@@ -17,22 +18,9 @@ namespace lft::engine {
 
 namespace {
 
-// A list key's names, each value also split at commas ("q_proj,v_proj"), blanks trimmed.
+// A list key's names (config/list_names.h).
 std::vector<std::string> names(const config::Config& cfg, const std::string& key) {
-  std::vector<std::string> out;
-  for (const std::string& value : cfg.strings(key)) {
-    std::size_t start = 0;
-    while (start <= value.size()) {
-      std::size_t end = value.find(',', start);
-      if (end == std::string::npos) end = value.size();
-      std::string name = value.substr(start, end - start);
-      name.erase(0, name.find_first_not_of(" \t"));
-      name.erase(name.find_last_not_of(" \t") + 1);
-      if (!name.empty()) out.push_back(name);
-      start = end + 1;
-    }
-  }
-  return out;
+  return config::list_names(cfg.strings(key));
 }
 
 [[noreturn]] void adapter_conflict(const config::Config& cfg, const std::string& key, const std::string& theirs) {

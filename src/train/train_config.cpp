@@ -46,6 +46,7 @@ TrainOptions train_options(const config::Config& cfg, const engine::RunPlan& pla
   if (cfg.is_set("resume_from_checkpoint")) o.resume_from_checkpoint = cfg.string("resume_from_checkpoint");
   o.plot_loss = cfg.boolean("plot_loss");
   o.preference = PreferenceOptions::from(cfg);
+  o.data = data_options(cfg);
   return o;
 }
 

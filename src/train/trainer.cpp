@@ -149,7 +149,7 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
                                                   estimate.gradients + estimate.mpi_staging));
     set_cpu_memory_budget(static_cast<std::int64_t>(estimate.total() + estimate.mpi_staging + estimate.checkpoint_staging));
   }
-  s.data = std::make_unique<TrainingData>(cfg, mesh.world());
+  s.data = std::make_unique<TrainingData>(s.options.data, mesh.world());
   s.data->set_pad_to_multiple_of(s.options.pad_multiple);
   if (s.options.async_checkpoint) s.async_saver = std::make_unique<ckpt::AsyncSaver>(mesh.world());
   check_vocabulary(s.options, plan.model, s.data->tokenizer());

@@ -30,42 +30,21 @@ bool is_file(const std::string& path) {
   throw config::ConfigError("config error: " + what + "\n  hint: " + hint);
 }
 
-data::SftOptions sft_options(const config::Config& cfg, const std::string& tokenizer_file) {
+data::SftOptions sft_options(const DataOptions& d, const std::string& tokenizer_file) {
   data::SftOptions o;
-  o.stage = cfg.string("stage");
-  o.records.format = cfg.string("dataset_format");
+  o.stage = d.stage;
+  o.records.format = d.dataset_format;
   o.records.columns.ranking = o.stage == "dpo";  // train_dataset files hold pairs (chosen, rejected)
-  o.template_name = cfg.string("template");
-  o.cutoff_len = cfg.integer("cutoff_len");
-  o.packing = cfg.boolean("packing") || cfg.boolean("neat_packing");
-  o.neat_packing = cfg.boolean("neat_packing");
-  o.val_size = cfg.real("val_size");
-  o.seed = static_cast<std::uint64_t>(cfg.integer("seed"));
-  if (cfg.is_set("tokenized_path")) o.tokenized_path = cfg.string("tokenized_path");
+  o.template_name = d.template_name;
+  o.cutoff_len = d.cutoff_len;
+  o.packing = d.packing;
+  o.neat_packing = d.neat_packing;
+  o.val_size = d.val_size;
+  o.seed = d.seed;
+  o.tokenized_path = d.tokenized_path;
   if (!tokenizer_file.empty()) o.tokenizer_fingerprint = data::file_fingerprint(tokenizer_file);
   o.log = [](const std::string& line) { log0(line); };
   return o;
-}
-
-std::int64_t max_samples(const config::Config& cfg) {
-  return cfg.is_set("max_samples") ? cfg.integer("max_samples") : -1;
-}
-
-// Dataset names: list elements, each also split at commas (LlamaFactory's "identity,alpaca_en_demo").
-std::vector<std::string> dataset_names(const config::Config& cfg, const std::string& key) {
-  std::vector<std::string> names;
-  for (const std::string& element : cfg.strings(key)) {
-    std::size_t start = 0;
-    while (start <= element.size()) {
-      const std::size_t comma = std::min(element.find(',', start), element.size());
-      const std::size_t b = element.find_first_not_of(" \t", start);
-      std::size_t e = comma;
-      while (e > start && (element[e - 1] == ' ' || element[e - 1] == '\t')) --e;
-      if (b != std::string::npos && b < e) names.push_back(element.substr(b, e - b));
-      start = comma + 1;
-    }
-  }
-  return names;
 }
 
 // The files of a train_dataset / eval_dataset list: LlamaFactory v1 dataset files (.yaml) give
@@ -83,22 +62,19 @@ std::vector<data::DatasetSource> file_sources(const std::vector<std::string>& pa
 }
 
 // What to train on: the files of train_dataset, or the dataset_info.json entries of `dataset`.
-std::vector<data::DatasetSource> train_sources(const config::Config& cfg, const data::RecordOptions& records) {
-  if (cfg.is_set("dataset"))
-    return data::resolve_datasets(dataset_names(cfg, "dataset"), cfg.string("dataset_dir"), cfg.string("stage"),
-                                  max_samples(cfg));
-  return file_sources(cfg.strings("train_dataset"), records, max_samples(cfg));
+std::vector<data::DatasetSource> train_sources(const DataOptions& d, const data::RecordOptions& records) {
+  if (d.use_dataset) return data::resolve_datasets(d.dataset_names, d.dataset_dir, d.stage, d.max_samples);
+  return file_sources(d.train_files, records, d.max_samples);
 }
 
 // eval_dataset: dataset_info.json names, or (as LlamaFactory v1) files and v1 dataset files.
-std::vector<data::DatasetSource> eval_sources(const config::Config& cfg, const data::RecordOptions& records) {
-  const std::vector<std::string> entries = cfg.strings("eval_dataset");
+std::vector<data::DatasetSource> eval_sources(const DataOptions& d, const data::RecordOptions& records) {
+  const std::vector<std::string>& entries = d.eval_entries;
   const bool files = std::all_of(entries.begin(), entries.end(), [](const std::string& e) {
     return data::is_v1_dataset_file(e) || is_file(e);
   });
-  if (files) return file_sources(entries, records, max_samples(cfg));
-  return data::resolve_datasets(dataset_names(cfg, "eval_dataset"), cfg.string("dataset_dir"), cfg.string("stage"),
-                                max_samples(cfg));
+  if (files) return file_sources(entries, records, d.max_samples);
+  return data::resolve_datasets(d.eval_names, d.dataset_dir, d.stage, d.max_samples);
 }
 
 std::string names_of(const std::vector<data::DatasetSource>& sources) {
@@ -109,85 +85,84 @@ std::string names_of(const std::vector<data::DatasetSource>& sources) {
 
 }  // namespace
 
-std::string check_training_data(const config::Config& cfg) {
+std::string check_training_data(const DataOptions& d) {
   data::RecordOptions records;
-  records.format = cfg.string("dataset_format");
-  records.columns.ranking = cfg.string("stage") == "dpo";
-  if (cfg.string("stage") == "pt" && !cfg.is_set("dataset")) {
+  records.format = d.dataset_format;
+  records.columns.ranking = d.stage == "dpo";
+  if (d.stage == "pt" && !d.use_dataset) {
     std::string out;
-    for (const std::string& p : cfg.strings("train_dataset"))
+    for (const std::string& p : d.train_files)
       out += (out.empty() ? "" : "\n") + p + ": " + std::to_string(data::read_text_corpus(p).size()) + " documents";
     return out;
   }
-  std::string out = data::read_sft_records(train_sources(cfg, records)).summary();
-  if (cfg.is_set("eval_dataset")) out += "\neval: " + data::read_sft_records(eval_sources(cfg, records)).summary();
+  std::string out = data::read_sft_records(train_sources(d, records)).summary();
+  if (d.has_eval_dataset) out += "\neval: " + data::read_sft_records(eval_sources(d, records)).summary();
   return out;
 }
 
-TrainingData::TrainingData(const config::Config& cfg, MPI_Comm world) {
+TrainingData::TrainingData(const DataOptions& d, MPI_Comm world) {
   std::string tokenizer_file;
   const data::HfTokenizer* hf = nullptr;
-  const bool bytes = cfg.string("tokenizer") == "bytes";
-  if (!bytes && cfg.is_set("model_name_or_path") && !is_file(cfg.string("model_name_or_path") + "/tokenizer.json"))
-    fail(cfg.where("model_name_or_path") + ": model folder \"" + cfg.string("model_name_or_path") +
+  const bool bytes = d.bytes_tokenizer;
+  if (!bytes && !d.model_folder.empty() && !is_file(d.model_folder + "/tokenizer.json"))
+    fail(d.model_folder_where + ": model folder \"" + d.model_folder +
              "\" has no tokenizer.json, so its token ids are unknown",
          "copy the model's tokenizer.json (and tokenizer_config.json) into the folder, or set tokenizer = "
          "\"bytes\" to train it on raw bytes (ids 0-258) on purpose");
-  if (!bytes && cfg.is_set("model_name_or_path")) {
-    auto t = data::HfTokenizer::load(cfg.string("model_name_or_path"));
+  if (!bytes && !d.model_folder.empty()) {
+    auto t = data::HfTokenizer::load(d.model_folder);
     hf = t.get();
-    tokenizer_file = cfg.string("model_name_or_path") + "/tokenizer.json";
+    tokenizer_file = d.model_folder + "/tokenizer.json";
     tokenizer_ = std::move(t);
   } else {
     tokenizer_ = std::make_unique<data::ByteTokenizer>();
   }
   Watchdog::Scope scope("reading and tokenizing the training data", Watchdog::setup_timeout(),
                         "setup_timeout");
-  const bool pretrain = cfg.string("stage") == "pt";
-  const std::string eval_key = cfg.real("val_size") > 0 ? "val_size" : cfg.is_set("eval_dataset") ? "eval_dataset" : "";
-  if (pretrain && !eval_key.empty())
-    fail(cfg.where(eval_key) + ": " + eval_key + " needs stage = \"sft\" in this build (pre-training "
-                               "data is one packed stream)",
-         "remove " + eval_key + ", or train with stage = \"sft\"");
-  if (pretrain && !cfg.is_set("dataset")) {
-    const std::vector<std::string> paths = cfg.strings("train_dataset");
+  const bool pretrain = d.stage == "pt";
+  if (pretrain && !d.eval_key.empty())
+    fail(d.eval_where + ": " + d.eval_key + " needs stage = \"sft\" in this build (pre-training "
+                        "data is one packed stream)",
+         "remove " + d.eval_key + ", or train with stage = \"sft\"");
+  if (pretrain && !d.use_dataset) {
+    const std::vector<std::string>& paths = d.train_files;
     std::string joined;
     for (const auto& p : paths) joined += (joined.empty() ? "" : ", ") + p;
     std::vector<std::string> docs;
     for (const auto& p : paths) {
       auto more = data::read_text_corpus(p);
-      if (max_samples(cfg) >= 0 && static_cast<std::int64_t>(more.size()) > max_samples(cfg))
-        more.resize(static_cast<std::size_t>(max_samples(cfg)));
+      if (d.max_samples >= 0 && static_cast<std::int64_t>(more.size()) > d.max_samples)
+        more.resize(static_cast<std::size_t>(d.max_samples));
       docs.insert(docs.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
     }
-    packed_ = std::make_unique<data::PackedDataset>(docs, *tokenizer_, cfg.integer("cutoff_len"), joined,
+    packed_ = std::make_unique<data::PackedDataset>(docs, *tokenizer_, d.cutoff_len, joined,
                                                     split_document_encoder(world, *tokenizer_));
     summary_ = joined + ": " + std::to_string(packed_->num_documents()) + " documents, " +
                std::to_string(packed_->num_sequences()) + " sequences of " +
                std::to_string(packed_->seq_len()) + " tokens (" + tokenizer_->name() + " tokenizer)";
     return;
   }
-  const data::ChatTemplate chat(cfg.string("template"));
+  const data::ChatTemplate chat(d.template_name);
   data::TokenIdFn token_id;
   if (hf) token_id = [hf](const std::string& s) { return hf->token_id(s); };
   const data::SpecialTokens special = chat.resolve_special_tokens(*tokenizer_, token_id);
-  data::SftOptions options = sft_options(cfg, tokenizer_file);
-  if (pretrain && !cfg.is_set("packing")) options.packing = true;  // LlamaFactory packs pt by default
+  data::SftOptions options = sft_options(d, tokenizer_file);
+  if (pretrain && !d.packing_set) options.packing = true;  // LlamaFactory packs pt by default
   // Every rank tokenizes its share; rank 0 writes the cache. A set-up phase with its own
   // deadline, not a training collective.
   int rank = 0;
   LFT_MPI_CHECK(MPI_Comm_rank(world, &rank));
   options.parallel = split_tokenizing(world);
   options.write_cache = rank == 0;
-  const std::vector<data::DatasetSource> sources = train_sources(cfg, options.records);
+  const std::vector<data::DatasetSource> sources = train_sources(d, options.records);
   data::SftData loaded = data::load_sft_data(sources, options, *tokenizer_, special);
   train_ = std::make_unique<data::SftDataset>(std::move(loaded.train));
   eval_ = std::make_unique<data::SftDataset>(std::move(loaded.eval));
-  if (cfg.is_set("eval_dataset")) {
+  if (d.has_eval_dataset) {
     data::SftOptions eval_options = options;
     eval_options.tokenized_path.clear();
     eval_options.val_size = 0;
-    const auto eval_from = eval_sources(cfg, options.records);
+    const auto eval_from = eval_sources(d, options.records);
     data::SftData eval = data::load_sft_data(eval_from, eval_options, *tokenizer_, special);
     eval_ = std::make_unique<data::SftDataset>(std::move(eval.train));
     loaded.summary += "\neval: " + names_of(eval_from) + ": " + eval.summary;

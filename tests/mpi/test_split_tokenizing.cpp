@@ -42,8 +42,8 @@ TEST(SplitTokenizing, EveryRankGetsTheOneRankSequences) {
   for (const std::string extra : {"", "packing = true\n", "neat_packing = true\npacking = true\n"}) {
     SCOPED_TRACE(extra);
     const config::Config cfg = config::parse_config(sft_toml(extra), "split.toml");
-    const train::TrainingData alone(cfg, MPI_COMM_SELF);
-    const train::TrainingData split(cfg, MPI_COMM_WORLD);
+    const train::TrainingData alone(train::data_options(cfg), MPI_COMM_SELF);
+    const train::TrainingData split(train::data_options(cfg), MPI_COMM_WORLD);
     expect_same(alone, split);
   }
 }
@@ -55,8 +55,8 @@ TEST(SplitTokenizing, PretrainingTextGivesEveryRankTheOneRankStream) {
       "[model]\nvocab_size = 259\nhidden_size = 32\nintermediate_size = 64\nnum_hidden_layers = 2\n"
       "num_attention_heads = 4\nnum_key_value_heads = 2\n",
       "pt.toml");
-  const train::TrainingData alone(cfg, MPI_COMM_SELF);
-  const train::TrainingData split(cfg, MPI_COMM_WORLD);
+  const train::TrainingData alone(train::data_options(cfg), MPI_COMM_SELF);
+  const train::TrainingData split(train::data_options(cfg), MPI_COMM_WORLD);
   ASSERT_EQ(alone.num_sequences(), split.num_sequences());
   EXPECT_TRUE(at::equal(everything(alone).input_ids, everything(split).input_ids));
 }
@@ -68,12 +68,12 @@ TEST(SplitTokenizing, CacheWrittenBySplitTokenizingIsReusedByEveryRank) {
   world().barrier();
   const config::Config cfg =
       config::parse_config(sft_toml("tokenized_path = \"" + dir + ".lftok\"\n"), "split.toml");
-  const train::TrainingData first(cfg, MPI_COMM_WORLD);  // tokenizes, rank 0 writes
+  const train::TrainingData first(train::data_options(cfg), MPI_COMM_WORLD);  // tokenizes, rank 0 writes
   world().barrier();
-  const train::TrainingData second(cfg, MPI_COMM_WORLD);  // every rank reads
+  const train::TrainingData second(train::data_options(cfg), MPI_COMM_WORLD);  // every rank reads
   EXPECT_NE(second.describe().find("reused"), std::string::npos) << second.describe();
   expect_same(first, second);
-  expect_same(train::TrainingData(config::parse_config(sft_toml(""), "split.toml"), MPI_COMM_SELF), second);
+  expect_same(train::TrainingData(train::data_options(config::parse_config(sft_toml(""), "split.toml")), MPI_COMM_SELF), second);
 }
 
 TEST(SplitTokenizing, OneRanksErrorReachesEveryRank) {

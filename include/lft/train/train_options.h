@@ -11,6 +11,7 @@
 #include "lft/engine/run_plan.h"
 #include "lft/optim/adamw.h"
 #include "lft/optim/lr_schedule.h"
+#include "lft/train/data_options.h"
 #include "lft/train/preference.h"
 
 namespace lft::train {
@@ -46,6 +47,7 @@ struct TrainOptions {
   std::string resume_from_checkpoint;  // "" when not set
   bool plot_loss = false;
   PreferenceOptions preference;        // stage dpo
+  DataOptions data;                    // what the training data is (data_options.h)
 };
 
 // The trainer's options of `cfg` for `plan`.

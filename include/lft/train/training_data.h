@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "lft/config/config.h"
 #include "lft/data/packed_dataset.h"
 #include "lft/data/sft_dataset.h"
 #include "lft/data/tokenizer.h"
+#include "lft/train/data_options.h"
 
 namespace lft::train {
 
@@ -29,13 +29,13 @@ struct TrainingExample {
 // For --check: reads every training and eval data file the config names (records only, no
 // tokenizing) and returns one summary line per file. Throws lft::UsageError as the training run
 // would for a missing file, an unknown format or converter, or a file with no usable record.
-std::string check_training_data(const config::Config& cfg);
+std::string check_training_data(const DataOptions& options);
 
 class TrainingData {
  public:
   // Collective over `world` when tokenized_path is set: rank 0 tokenizes and writes the cache
   // while the others wait (under setup_timeout), then read it.
-  TrainingData(const config::Config& cfg, MPI_Comm world);
+  TrainingData(const DataOptions& options, MPI_Comm world);
 
   const data::Tokenizer& tokenizer() const { return *tokenizer_; }
   std::int64_t num_sequences() const;
