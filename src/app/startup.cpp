@@ -73,7 +73,7 @@ std::string startup_report(const Runtime& rt, const config::Config& cfg,
   out += "  config     " + cfg.source_name() +
          (cfg.overrides().empty() ? "" : " + " + std::to_string(cfg.overrides().size()) + " override(s)") + ", read as " +
          cfg.format() + "\n";
-  out += "  engine     " + engine.name + ": " + engine.summary + "\n";
+  out += "  engine     " + engine.name() + ": " + engine.summary + "\n";
   out += "  mesh       " + shape.str() + "\n";
   out += "  timeouts   comm_timeout " + fmt("%g", cfg.real("comm_timeout")) + " s, setup_timeout " +
          fmt("%g", cfg.real("setup_timeout")) + " s\n";

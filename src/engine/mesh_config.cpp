@@ -15,7 +15,7 @@ std::string key_of(int d) { return std::string("mesh.") + mesh_dim_name(static_c
 
 MeshShape plan_mesh(const config::Config& cfg, const EngineInfo& engine, int world_size) {
   if (engine.max_ranks > 0 && world_size > engine.max_ranks)
-    fail(cfg.where("distributed") + ": engine '" + engine.name + "' runs on " +
+    fail(cfg.where("distributed") + ": engine '" + engine.name() + "' runs on " +
              std::to_string(engine.max_ranks) + " rank(s), this job has " +
              std::to_string(world_size),
          "choose a multi-rank engine (distributed = \"ddp\", ...) or start one rank");
@@ -29,7 +29,7 @@ MeshShape plan_mesh(const config::Config& cfg, const EngineInfo& engine, int wor
     const bool used = std::find(engine.mesh_dims.begin(), engine.mesh_dims.end(),
                                 static_cast<MeshDim>(d)) != engine.mesh_dims.end();
     if (value != 1 && !used)
-      fail(cfg.where(key) + " = " + std::to_string(value) + ": engine '" + engine.name +
+      fail(cfg.where(key) + " = " + std::to_string(value) + ": engine '" + engine.name() +
                "' does not use the " + mesh_dim_name(static_cast<MeshDim>(d)) + " dim",
            "set " + key + " = 1, or pick an engine that uses it (`lftrain --list-engines`)");
     shape.sizes[d] = value;

@@ -64,9 +64,9 @@ bool embedding_split_for(const RunPlan& run, const ShardingPlan& plan) {
 const EngineInfo& engine_for(const config::Config& cfg) {
   const std::string& name = cfg.string("distributed");
   for (const auto& e : registry())
-    if (e.name == name) return e;
+    if (e.name() == name) return e;
   std::string available;
-  for (const auto& e : registry()) available += (available.empty() ? "" : ", ") + e.name;
+  for (const auto& e : registry()) available += (available.empty() ? "" : ", ") + e.name();
   throw config::ConfigError("config error: " + cfg.where("distributed") + ": engine '" + name +
                             "' is not available in this build of lftrain; available: " +
                             available + " (see `lftrain --list-engines`)");

@@ -29,21 +29,21 @@ const std::vector<EngineInfo>& registry() {
       // none, ddp and megatron are classes of their own (src/engine/<name>.cpp); fsdp2, fsdp and
       // deepspeed are plans of the ShardedEngine (sharded.cpp), made in sharded_engines.cpp, and
       // fsdp NO_SHARD / ZeRO-0 are the DdpEngine under their own name.
-      {EnginePreset::None, "none", "one rank, no communication", {}, MeshDim::DPReplicate, 1, "nothing",
+      {EnginePreset::None, "one rank, no communication", {}, MeshDim::DPReplicate, 1, "nothing",
        make<NoneEngine>, whole_model},
-      {EnginePreset::Ddp, "ddp", "data parallel: every rank holds the whole model, gradients are all-reduced",
+      {EnginePreset::Ddp, "data parallel: every rank holds the whole model, gradients are all-reduced",
        {MeshDim::DPReplicate, MeshDim::CP}, MeshDim::DPReplicate, 0, "MPI (CPU) or NCCL (GPU)", make<DdpEngine>,
        whole_model_with_buckets},
-      {EnginePreset::Fsdp2, "fsdp2", "per-parameter sharding (FSDP2); HSDP with [mesh] dp_replicate > 1",
+      {EnginePreset::Fsdp2, "per-parameter sharding (FSDP2); HSDP with [mesh] dp_replicate > 1",
        {MeshDim::DPReplicate, MeshDim::DPShard, MeshDim::CP}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)",
        create_sharded, estimate_sharded_engine},
-      {EnginePreset::Fsdp, "fsdp", "flat-buffer sharding (FSDP v1), dist_config.sharding_strategy",
+      {EnginePreset::Fsdp, "flat-buffer sharding (FSDP v1), dist_config.sharding_strategy",
        {MeshDim::DPReplicate, MeshDim::DPShard, MeshDim::CP}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)",
        create_sharded, estimate_sharded_engine},
-      {EnginePreset::DeepSpeed, "deepspeed", "ZeRO stages 0-3 from a DeepSpeed JSON file (key `deepspeed`)",
+      {EnginePreset::DeepSpeed, "ZeRO stages 0-3 from a DeepSpeed JSON file (key `deepspeed`)",
        {MeshDim::DPShard, MeshDim::CP}, MeshDim::DPShard, 0, "MPI (CPU) or NCCL (GPU)", create_sharded,
        estimate_sharded_engine},
-      {EnginePreset::Megatron, "megatron", "tensor (+ sequence) and pipeline parallel (1f1b, interleaved, gpipe) with data parallel on top",
+      {EnginePreset::Megatron, "tensor (+ sequence) and pipeline parallel (1f1b, interleaved, gpipe) with data parallel on top",
        {MeshDim::PP, MeshDim::DPReplicate, MeshDim::DPShard, MeshDim::CP, MeshDim::TP}, MeshDim::DPReplicate, 0,
        "MPI (CPU) or NCCL (GPU)", create_megatron, estimate_megatron, megatron_fill_dim},
   };
@@ -68,32 +68,25 @@ const char* preset_name(EnginePreset preset) {
   return "none";
 }
 
-std::optional<EnginePreset> preset_named(const std::string& name) {
-  for (const EnginePreset p : {EnginePreset::None, EnginePreset::Ddp, EnginePreset::Fsdp2, EnginePreset::Fsdp,
-                               EnginePreset::DeepSpeed, EnginePreset::Megatron})
-    if (name == preset_name(p)) return p;
-  return std::nullopt;
-}
-
 std::string list_engines_text() {
   std::string out = "engines in this build (config key `distributed`):\n";
   for (const auto& e : registry()) {
     std::string dims;
     for (MeshDim d : e.mesh_dims) dims += (dims.empty() ? "" : ", ") + std::string(mesh_dim_name(d));
-    const config::EngineCapabilities& can = config::capabilities_of(e.name);
+    const config::EngineCapabilities& can = config::capabilities_of(e.name());
     std::string supports;
     for (const auto& [has, what] : {std::pair{can.float8, "fp8"}, {can.float8_all_gather, "float8 all-gather"},
                                     {can.offload, "offload"}, {can.deepspeed_config, "DeepSpeed JSON"},
                                     {can.sequence_parallel, "sequence parallel"}})
       if (has) supports += (supports.empty() ? "" : ", ") + std::string(what);
-    out += "  " + e.name + std::string(std::max<size_t>(1, 10 - e.name.size()), ' ') + e.summary +
+    out += "  " + e.name() + std::string(std::max<size_t>(1, 10 - e.name().size()), ' ') + e.summary +
            "\n" + std::string(12, ' ') + "mesh dims: " + (dims.empty() ? "none (one rank)" : dims) +
            "; needs: " + e.needs + (supports.empty() ? "" : "; supports: " + supports) + "\n";
   }
   std::string missing;
   for (const auto& name : config::engine_names()) {
     const bool built = std::any_of(registry().begin(), registry().end(),
-                                   [&](const EngineInfo& e) { return e.name == name; });
+                                   [&](const EngineInfo& e) { return e.name() == name; });
     if (!built) missing += (missing.empty() ? "" : ", ") + name;
   }
   if (!missing.empty()) out += "not in this build yet: " + missing + "\n";

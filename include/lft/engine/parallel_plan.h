@@ -20,8 +20,6 @@ enum class EnginePreset { None, Ddp, Fsdp2, Fsdp, DeepSpeed, Megatron };
 
 // "none", "ddp", "fsdp2", "fsdp", "deepspeed", "megatron".
 const char* preset_name(EnginePreset preset);
-// The preset of a `distributed` value; nullopt for a name that is none of them.
-std::optional<EnginePreset> preset_named(const std::string& name);
 
 struct ParallelPlan {
   EnginePreset preset = EnginePreset::None;

@@ -16,8 +16,7 @@
 namespace lft::engine {
 
 struct EngineInfo {
-  EnginePreset preset;
-  std::string name;                 // the `distributed` value
+  EnginePreset preset;              // its `distributed` value: name()
   std::string summary;              // one line
   std::vector<MeshDim> mesh_dims;   // dims it can spread over (others must be 1)
   MeshDim fill_dim;                 // the dim that takes the world when [mesh] does not say
@@ -29,6 +28,8 @@ struct EngineInfo {
   // Where the configuration moves the fill (megatron's sharding strategies fill dp_shard; a
   // decoder, parallel_config.h); null: fill_dim.
   MeshDim (*fill_dim_for)(const config::Config& cfg) = nullptr;
+
+  std::string name() const { return preset_name(preset); }
 };
 
 // The engines this build has, in registry order.
