@@ -166,6 +166,11 @@ std::vector<KeySpec> build() {
         "LoRA: modules trained whole beside the adapters (embed_tokens, lm_head, norm), saved with them")
           .list(),
       K("use_rslora", B, "LoRA: rank-stabilised scaling alpha / sqrt(r)").def(false),
+      K("moe_aux_loss_coef", F,
+        "A mixture of experts (qwen3_moe, qwen2_moe, mixtral): the auxiliary load-balancing loss's "
+        "coefficient, as LlamaFactory's key: when non-zero it sets config.json's router_aux_loss_coef "
+        "and output_router_logits = true; unset or 0: config.json's own")
+          .min(0),
       K("adapter_name_or_path", S,
         "LoRA: a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to start from")
           .path(PathCheck::Directory),

@@ -23,7 +23,7 @@ at::Tensor Engine::run_micro_batches(model::CausalLM& model, const std::vector<M
     at::Tensor losses;
     {
       model::AutocastScope autocast(o.compute, b.input_ids.device().type());
-      losses = model.token_losses(b.input_ids, b.segment_ids) * b.weights;
+      losses = model.token_losses(b.input_ids, b.segment_ids, b.token_mask) * b.weights;
     }
     sums.push_back(losses.detach().to(at::kDouble).sum(1));
     if (o.backward) (micro_batch_loss(o, losses, b) * o.loss_factor).backward();

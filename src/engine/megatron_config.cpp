@@ -147,6 +147,12 @@ MegatronPlan make_megatron_plan(const config::Config& cfg, const model::CausalLM
              n(model.num_hidden_layers) + " decoder layers do not divide into pp x virtual stages = " +
              n(p.pp) + " x " + n(p.virtual_stages) + " = " + n(p.pp * p.virtual_stages) + " equal model chunks",
          "choose virtual_pipeline_model_parallel_size so that pp x it divides num_hidden_layers");
+  // The auxiliary loss's gradient in a layer needs every layer's routing counts (moe.h), which a
+  // pipeline has on other stages only after the layer's stage has moved on.
+  if (p.pp > 1 && model.moe.aux_loss())
+    fail("[mesh] pp = " + n(p.pp) + ": the auxiliary load-balancing loss of a mixture of experts (" + model.model_type +
+             " with output_router_logits) is not built for pipeline parallelism",
+         "set moe_aux_loss_coef = 0 (or output_router_logits false in config.json), or pp = 1");
   p.stage_layers = split_layers(cfg, model.num_hidden_layers, p.pp * p.virtual_stages);
   // NCCL pairs the pipeline's sends and receives by posting order, not by tag: a schedule runs on
   // it only where each direction's order is proven the same on both sides.

@@ -58,7 +58,7 @@ at::Tensor MegatronEngine::target_losses(const at::Tensor& logits, const at::Ten
 at::Tensor MegatronEngine::forward_chunk(int chunk, const MicroBatch& batch, const at::Tensor& input,
                                          const MicroBatchOptions& options, at::Tensor& sequence_sums) {
   const auto [first, last] = chunk_units(chunk);
-  const at::Tensor out = model_->forward_units(first, last, batch.input_ids, batch.segment_ids, input);
+  const at::Tensor out = model_->forward_units(first, last, batch.input_ids, batch.segment_ids, input, batch.token_mask);
   if (last != model_->num_units()) return out;
   const at::Tensor losses = out * batch.weights;
   sequence_sums = losses.detach().to(at::kDouble).sum(1);

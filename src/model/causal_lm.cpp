@@ -1,6 +1,7 @@
 // CausalLM: the units (embedding, decoder layers, head + loss), their forward over a range, and
 // where each parameter is used.
 #include "lft/model/causal_lm.h"
+
 #include "lft/runtime/text.h"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "lft/model/checkpoint.h"
 #include "lft/model/init.h"
 #include "lft/model/loss.h"
+#include "lft/model/moe.h"
 #include "lft/model/segments.h"
 
 namespace lft::model {
@@ -161,23 +163,29 @@ std::uint64_t CausalLM::next_dropout_seed(std::int64_t begin) {
 }
 
 at::Tensor CausalLM::forward_units(std::int64_t begin, std::int64_t end, const at::Tensor& input_ids,
-                                   const at::Tensor& segment_ids, const at::Tensor& hidden) {
+                                   const at::Tensor& segment_ids, const at::Tensor& hidden,
+                                   const at::Tensor& token_mask) {
   TORCH_CHECK(input_ids.dim() == 2, "CausalLM: input_ids must be [batch, seq], got ", input_ids.sizes());
   TORCH_CHECK(0 <= begin && begin < end && end <= num_units(), "CausalLM: no units [", begin, ", ", end, ")");
-  if (cp_ != nullptr) return forward_chunk_units(begin, end, input_ids, segment_ids, hidden);
+  TORCH_CHECK(!token_mask.defined() || token_mask.sizes() == input_ids.sizes(), "CausalLM: token_mask ",
+              token_mask.sizes(), " does not match input_ids ", input_ids.sizes());
+  if (cp_ != nullptr) return forward_chunk_units(begin, end, input_ids, segment_ids, hidden, token_mask);
   at::Tensor h = begin == 0 ? embed(input_ids) : hidden;
   const std::int64_t first = std::max<std::int64_t>(begin, 1) - 1;
   const std::int64_t last = std::min(end, head_unit()) - 1;
   if (first < last) {
     AttentionInputs in = attention_inputs(input_ids, segment_ids, h.options());
     in.dropout_seed = next_dropout_seed(begin);
+    start_routing(in, token_mask);
     h = run_layers(first, last, h, in);
+    finish_routing(in, first, last);
   }
   return end == num_units() ? head_losses(h, input_ids) : h;
 }
 
 at::Tensor CausalLM::forward_chunk_units(std::int64_t begin, std::int64_t end, const at::Tensor& input_ids,
-                                         const at::Tensor& segment_ids, const at::Tensor& hidden) {
+                                         const at::Tensor& segment_ids, const at::Tensor& hidden,
+                                         const at::Tensor& token_mask) {
   const SequenceChunk c = sequence_chunk(*cp_, input_ids, segment_ids, ops_->sequence_multiple());
   at::Tensor h = begin == 0 ? embed(c.local_ids()) : hidden;
   const std::int64_t first = std::max<std::int64_t>(begin, 1) - 1;
@@ -199,12 +207,59 @@ at::Tensor CausalLM::forward_chunk_units(std::int64_t begin, std::int64_t end, c
     // Each chunk draws its own LoRA dropout masks.
     if (const std::uint64_t seed = next_dropout_seed(begin); seed != 0)
       in.dropout_seed = mix_seed(seed, static_cast<std::uint64_t>(cp_->rank()) + 1);
+    if (config_.moe.any()) {  // the chunk's rows; the padding the split adds is no token
+      const at::Tensor mask = token_mask.defined() ? token_mask.to(at::kFloat)
+                                                   : at::ones(input_ids.sizes(), h.options().dtype(at::kFloat));
+      const at::Tensor padded = at::constant_pad_nd(mask, {0, c.padded - c.length});
+      start_routing(in, padded.index_select(1, c.local_positions()));
+    }
     h = run_layers(first, last, h, in);
+    finish_routing(in, first, last);
   }
   if (end != num_units()) return h;
   // The chunk's per-position losses, then every chunk's: [B, padded] -> the [B, T-1] one rank has.
   const at::Tensor local = ops_->target_losses(logits(ops_->enter(model->norm(h))), c.local_targets());
   return gather_sequence(*cp_, local, c).narrow(1, 0, std::max<std::int64_t>(c.length - 1, 0));
+}
+
+void CausalLM::start_routing(AttentionInputs& in, const at::Tensor& token_mask) const {
+  if (!config_.moe.any() || !at::GradMode::is_enabled()) return;
+  in.routing = std::make_shared<RoutingRecord>(num_layers(), router_aux_scale_);
+  if (token_mask.defined()) in.token_mask = token_mask.reshape({-1}).to(at::kFloat);
+}
+
+void CausalLM::finish_routing(const AttentionInputs& in, std::int64_t first, std::int64_t last) {
+  RoutingRecord* record = in.routing.get();
+  if (record == nullptr || first != 0 || last != num_layers()) return;  // a pipeline stage's share: no loss
+  std::vector<at::Tensor> counts;
+  at::Tensor prob_sum, rows;
+  for (std::size_t l = 0; l < record->counts.size(); ++l) {
+    if (!record->counts[l].defined()) continue;
+    counts.push_back(record->counts[l]);
+    prob_sum = prob_sum.defined() ? prob_sum + record->prob_sums[l] : record->prob_sums[l];
+    rows = rows.defined() ? rows + record->tokens[l] : record->tokens[l];
+  }
+  if (counts.empty()) return;
+  // One vector [layers * E counts, E probability sums, rows]; a cp group's chunks summed.
+  at::Tensor stats = at::cat({at::stack(counts).reshape({-1}), prob_sum, rows.reshape({1})}).to(at::kDouble);
+  if (cp_ != nullptr) stats = cp_->all_gather(stats).view({cp_->size(), -1}).sum(0);
+  const std::int64_t experts = config_.moe.num_experts, layers = static_cast<std::int64_t>(counts.size());
+  const at::Tensor by_layer = stats.narrow(0, 0, layers * experts).view({layers, experts});
+  const at::Tensor c = by_layer.sum(0), s = stats.narrow(0, layers * experts, experts);
+  const double r = stats[layers * experts + experts].item<double>();
+  const double e = static_cast<double>(experts);
+  const double aux = r > 0 ? e * (c * s).sum().item<double>() / (r * r) : 0.0;
+  if (record->scale != 0 && r > 0) record->gradient = (c * (record->scale * e / (r * r))).to(at::kFloat).to(prob_sum.device());
+  routing_totals_.aux_loss_sum += aux;
+  routing_totals_.forwards += 1;
+  const at::Tensor host_rows = by_layer.cpu();
+  routing_totals_.expert_rows = routing_totals_.expert_rows.defined() ? routing_totals_.expert_rows + host_rows : host_rows;
+}
+
+RoutingTotals CausalLM::take_routing_totals() {
+  RoutingTotals out = std::move(routing_totals_);
+  routing_totals_ = RoutingTotals{};
+  return out;
 }
 
 void CausalLM::split_embedding_gradient(at::Tensor tied_head) {

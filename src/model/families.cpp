@@ -6,6 +6,7 @@
 #include "lft/model/gemma.h"
 #include "lft/model/gemma2.h"
 #include "lft/model/llama_family.h"
+#include "lft/model/moe_families.h"
 #include "lft/model/qwen3.h"
 
 namespace lft::model {
@@ -13,6 +14,7 @@ namespace lft::model {
 const std::vector<FamilySpec>& families() {
   static const std::vector<FamilySpec> all = {
       llama_family(), qwen2_family(), mistral_family(), qwen3_family(), gemma2_family(), gemma_family(),
+      qwen3_moe_family(), qwen2_moe_family(), mixtral_family(),
   };
   return all;
 }

@@ -93,23 +93,31 @@ HfWeights::HfWeights(const std::string& folder, torch::nn::Module& model,
     for (const SafetensorsEntry& e : header.tensors) {
       const std::string& name = e.name;
       if (ends_with(name, ".rotary_emb.inv_freq")) continue;
-      const at::Tensor* param = params.find(name);
+      if (map_fused_experts(name, file, header, e, params)) continue;
+      std::string target = name;  // a Mixtral router under transformers 5's module name
+      if (params.find(name) == nullptr && name.find(".mlp.gate.weight") != std::string::npos) {
+        std::string renamed = name;
+        renamed.replace(renamed.find(".mlp.gate.weight"), std::string(".mlp.gate.weight").size(),
+                        ".block_sparse_moe.gate.weight");
+        if (params.find(renamed) != nullptr) target = renamed;
+      }
+      const at::Tensor* param = params.find(target);
       if (param == nullptr) {
         if (name == "lm_head.weight" && params.find("model.embed_tokens.weight") != nullptr) {
-          tied_head[name] = Location{file, &header};  // checked against the embedding below
+          tied_head[name] = Location{file, &header, name};  // checked against the embedding below
           continue;
         }
         throw ConfigError(file + ": tensor '" + name + "' has no parameter of that name in the "
                           "model (does config.json match the weights?)");
       }
-      if (tensors_.count(name) != 0) {
-        throw ConfigError(file + ": tensor '" + name + "' is also in " + tensors_.at(name).file);
+      if (tensors_.count(target) != 0) {
+        throw ConfigError(file + ": tensor '" + name + "' is also in " + tensors_.at(target).file);
       }
       if (!param->sizes().equals(e.shape)) {
         throw ConfigError(file + ": tensor '" + name + "' has shape " + shape_str(e.shape) +
                           ", the model's parameter " + shape_str(param->sizes()));
       }
-      tensors_[name] = Location{file, &header};
+      tensors_[target] = Location{file, &header, name};
     }
   }
   for (const auto& item : params) {
@@ -118,6 +126,39 @@ HfWeights::HfWeights(const std::string& folder, torch::nn::Module& model,
     }
   }
   if (!tied_head.empty()) check_tied_head(tied_head.begin()->second, tensors_.at("model.embed_tokens.weight"));
+}
+
+bool HfWeights::map_fused_experts(const std::string& name, const std::string& file, const SafetensorsHeader& header,
+                                  const SafetensorsEntry& entry, const torch::OrderedDict<std::string, at::Tensor>& params) {
+  const bool gate_up = ends_with(name, ".experts.gate_up_proj"), down = ends_with(name, ".experts.down_proj");
+  if (!gate_up && !down) return false;
+  const std::string layer = name.substr(0, name.rfind(".experts.", name.size()));  // model.layers.L.mlp
+  const std::string layer_prefix = layer.substr(0, layer.rfind('.') + 1);              // model.layers.L.
+  // The model's expert names: Qwen's (gate_proj, up_proj, down_proj) or Mixtral's (w1, w3, w2).
+  for (const auto& [block, names] :
+       std::vector<std::pair<std::string, std::vector<std::string>>>{{layer.substr(layer_prefix.size()), {"gate_proj", "up_proj", "down_proj"}},
+                                                                     {"block_sparse_moe", {"w1", "w3", "w2"}}}) {
+    const std::string experts = layer_prefix + block + ".experts.";
+    const at::Tensor* first = params.find(experts + "0." + names[down ? 2 : 0] + ".weight");
+    if (first == nullptr) continue;
+    const std::int64_t rows = first->size(0), cols = first->size(1);
+    std::int64_t count = 0;
+    while (params.find(experts + std::to_string(count) + "." + names[0] + ".weight") != nullptr) ++count;
+    const std::vector<std::int64_t> expect{count, gate_up ? 2 * rows : rows, cols};
+    if (entry.shape != expect)
+      throw ConfigError(file + ": tensor '" + name + "' has shape " + shape_str(entry.shape) + ", the model's " +
+                        std::to_string(count) + " experts need " + shape_str(expect));
+    for (std::int64_t e = 0; e < count; ++e)
+      for (int part = 0; part < (gate_up ? 2 : 1); ++part) {
+        const std::string param = experts + std::to_string(e) + "." + names[down ? 2 : part] + ".weight";
+        if (tensors_.count(param) != 0)
+          throw ConfigError(file + ": tensor '" + name + "' holds '" + param + "', which is also in " + tensors_.at(param).file);
+        tensors_[param] = Location{file, &header, name, e, part * rows};
+      }
+    return true;
+  }
+  throw ConfigError(file + ": tensor '" + name + "' holds fused experts, but the model has no experts there "
+                    "(does config.json match the weights?)");
 }
 
 void HfWeights::check_tied_head(const Location& head, const Location& embed) const {
@@ -144,7 +185,13 @@ void HfWeights::read_rows(const std::string& name, std::int64_t row_begin, std::
   const auto it = tensors_.find(name);
   if (it == tensors_.end()) throw std::logic_error(folder_ + ": no weights for parameter '" + name + "'");
   at::NoGradGuard no_grad;
-  out.copy_(read_safetensors_rows(it->second.file, *it->second.header, name, row_begin, rows).view(out.sizes()));
+  const Location& at = it->second;
+  if (at.expert >= 0) {  // one expert's block of a fused tensor, then its rows
+    const at::Tensor block = read_safetensors_rows(at.file, *at.header, at.source, at.expert, 1);
+    out.copy_(block.select(0, 0).narrow(0, at.row_offset + row_begin, rows).view(out.sizes()));
+    return;
+  }
+  out.copy_(read_safetensors_rows(at.file, *at.header, at.source, row_begin, rows).view(out.sizes()));
 }
 
 namespace {

@@ -143,9 +143,10 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
 
 // ---- MLP ----
 
-LlamaMLPImpl::LlamaMLPImpl(const ModelConfig& config, const c10::TensorOptions& options)
-    : intermediate_size_(config.intermediate_size), gelu_tanh_(config.hidden_activation == "gelu_pytorch_tanh") {
-  const std::int64_t h = config.hidden_size, f = config.intermediate_size;
+LlamaMLPImpl::LlamaMLPImpl(const ModelConfig& config, const c10::TensorOptions& options, std::int64_t intermediate_size)
+    : intermediate_size_(intermediate_size > 0 ? intermediate_size : config.intermediate_size),
+      gelu_tanh_(config.hidden_activation == "gelu_pytorch_tanh") {
+  const std::int64_t h = config.hidden_size, f = intermediate_size_;
   gate_proj = register_module("gate_proj", Linear(h, f, config.mlp_bias, options));
   up_proj = register_module("up_proj", Linear(h, f, config.mlp_bias, options));
   down_proj = register_module("down_proj", Linear(f, h, config.mlp_bias, options));

@@ -144,7 +144,16 @@ ModelConfig ModelConfig::from_run_config(const lft::config::Config& cfg) {
       throw ConfigError(cfg.source_name() +
                         ": no model: set model_name_or_path or an inline [model] table");
     }
-    return from_hf_folder(cfg.string("model_name_or_path"));
+    ModelConfig c = from_hf_folder(cfg.string("model_name_or_path"));
+    // LlamaFactory's moe_aux_loss_coef (configure_moe): the coefficient, and the loss turned on.
+    if (cfg.is_set("moe_aux_loss_coef") && cfg.real("moe_aux_loss_coef") != 0) {
+      if (!c.moe.any())
+        throw ConfigError(cfg.where("moe_aux_loss_coef") + ": the model (" + c.model_type +
+                          ") has no experts, so there is no load-balancing loss; remove the key");
+      c.moe.router_aux_loss_coef = cfg.real("moe_aux_loss_coef");
+      c.moe.output_router_logits = true;
+    }
+    return c;
   }
   ModelConfig c;
   c.model_type = "llama";
@@ -280,12 +289,31 @@ std::int64_t ModelConfig::num_non_embedding_parameters() const { return all_laye
 
 std::int64_t ModelConfig::token_matmul_parameters() const { return all_layers(*this).token_matmul; }
 
+std::int64_t ModelConfig::num_active_parameters() const {
+  if (!moe.any()) return num_parameters();
+  const LayerParameters layers = all_layers(*this);
+  return num_parameters() - layers.all + layers.token_matmul;  // norms and biases are small; the head counted whole
+}
+
+bool MoeShape::routes(std::int64_t layer) const {
+  if (num_experts <= 0 || sparse_step <= 0 || (layer + 1) % sparse_step != 0) return false;
+  for (const std::int64_t d : dense_layers)
+    if (d == layer) return false;
+  return true;
+}
+
 std::string ModelConfig::summary() const {
   std::string s = model_type + " " + std::to_string(num_hidden_layers) + " layers, hidden " +
                   std::to_string(hidden_size) + ", " + std::to_string(num_attention_heads) +
                   " heads (" + std::to_string(num_key_value_heads) + " kv), ffn " +
                   std::to_string(intermediate_size) + ", vocab " + std::to_string(vocab_size);
   if (tie_word_embeddings) s += " tied";
+  if (moe.any()) {
+    s += ", " + std::to_string(moe.num_experts) + " experts (top " + std::to_string(moe.experts_per_token) +
+         ", width " + std::to_string(moe.expert_intermediate_size) + ")";
+    if (moe.shared_expert_intermediate_size > 0) s += " + a shared expert";
+    return s + ": " + format_count(num_parameters()) + " parameters, " + format_count(num_active_parameters()) + " active";
+  }
   return s + ": " + format_count(num_parameters()) + " parameters";
 }
 

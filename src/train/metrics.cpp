@@ -2,6 +2,8 @@
 
 #include <sys/resource.h>
 
+#include <ATen/ATen.h>
+
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -53,7 +55,28 @@ std::string to_json_line(const LogRecord& r) {
   j["grad_norm"] = r.grad_norm;
   j["tokens_per_s"] = r.tokens_per_s;
   j["padding"] = std::round(r.padding * 10000.0) / 10000.0;
+  if (!r.expert_load.empty()) j["expert_load"] = r.expert_load;
   return j.dump();
+}
+
+void RoutingWindow::add(double aux_loss, const at::Tensor& expert_rows) {
+  if (!expert_rows.defined()) return;
+  aux_sum_ += aux_loss;
+  ++steps_;
+  rows_ = rows_.defined() ? rows_ + expert_rows : expert_rows.clone();
+}
+
+void RoutingWindow::take(LogRecord& rec) {
+  if (steps_ == 0) return;
+  const at::Tensor mean = rows_.mean(1).clamp_min(1e-30);
+  const at::Tensor busiest = std::get<0>(rows_.max(1)) / mean, idlest = std::get<0>(rows_.min(1)) / mean;
+  rec.extra.emplace_back("aux_loss", aux_sum_ / static_cast<double>(steps_));
+  rec.extra.emplace_back("expert_load", busiest.max().item<double>());
+  rec.extra.emplace_back("expert_idle", idlest.min().item<double>());
+  rec.expert_load.clear();
+  for (std::int64_t l = 0; l < busiest.size(0); ++l)
+    rec.expert_load.push_back(std::round(busiest[l].item<double>() * 1000.0) / 1000.0);
+  *this = RoutingWindow{};
 }
 
 std::string to_console_line(const LogRecord& r) {

@@ -31,6 +31,29 @@ void drop_gradients(engine::Engine& engine) {
 
 }  // namespace
 
+void Trainer::add_routing(StepResult& r) {
+  State& s = *s_;
+  const model::RoutingTotals totals = s.model->take_routing_totals();
+  // Every forward ran the whole model on each rank of a tp (and cp) group alike: the data-parallel
+  // ranks' forwards are the step's. A pipeline's stages keep no totals (no stage runs every layer).
+  const std::int64_t experts = s.model->config().moe.num_experts;
+  std::int64_t layers = 0;
+  for (std::int64_t l = 0; l < s.model->num_layers(); ++l) layers += s.model->config().moe.routes(l) ? 1 : 0;
+  at::Tensor sums = at::zeros({2 + layers * experts}, at::kDouble);
+  sums[0] = totals.aux_loss_sum;
+  sums[1] = static_cast<double>(totals.forwards);
+  if (totals.expert_rows.defined()) sums.narrow(0, 2, layers * experts).copy_(totals.expert_rows.reshape({-1}));
+  at::Tensor device_sums = sums.to(s.torch_device());
+  s.mesh.device_dp().all_reduce(device_sums);
+  sums = device_sums.cpu();
+  const double forwards = sums[1].item<double>();
+  if (forwards == 0) return;
+  r.aux_loss = sums[0].item<double>() / forwards;
+  r.expert_rows = sums.narrow(0, 2, layers * experts).view({layers, experts}).clone();
+  const model::MoeShape& moe = s.model->config().moe;
+  if (moe.aux_loss()) r.loss += moe.router_aux_loss_coef * r.aux_loss;
+}
+
 StepResult Trainer::step() {
   State& s = *s_;
   const auto start = Clock::now();
@@ -76,6 +99,10 @@ StepResult Trainer::step() {
     s.model->set_dropout_seed(model::mix_seed(model::mix_seed(s.options.seed + 1,
                                                               static_cast<std::uint64_t>(s.step)),
                                               static_cast<std::uint64_t>(dp_rank)));
+  const model::MoeShape& moe = s.model->config().moe;
+  if (moe.aux_loss())  // each forward's auxiliary loss weighs 1 / the step's forwards, as its mean
+    s.model->set_router_aux_scale(moe.router_aux_loss_coef * (s.scaler ? s.scaler->scale() : 1.0) /
+                                  static_cast<double>(accum * dp_size));
   const at::Tensor local = s.engine->run_micro_batches(*s.model, batches, options);
   s.engine->finish_gradients();
 
@@ -107,6 +134,7 @@ StepResult Trainer::step() {
     for (std::int64_t i = 0; i < count; ++i) loss_sum += p[i];
     r.loss = loss_sum / targets;
   }
+  if (moe.any()) add_routing(r);
   r.grad_norm = std::sqrt(p[count]);
   r.tokens = s.data->real_tokens(batch_sequences);
   r.attention_pairs = s.data->attention_pairs(batch_sequences);

@@ -70,6 +70,7 @@ engine::MicroBatch Trainer::State::device_batch(const data::Batch& b, const std:
   m.input_ids = to_device(b.input_ids, device);
   if (data->segments() && b.segment_ids.defined()) m.segment_ids = to_device(b.segment_ids, device);
   m.weights = to_device(b.weights, device);
+  if (model->config().moe.any() && b.segment_ids.defined()) m.token_mask = to_device(b.segment_ids != 0, device);
   if (preference && preference->uses_reference() && !sequences.empty())
     m.reference_logps = to_device(reference_of(sequences).to(at::kFloat), device);
   return m;
@@ -293,6 +294,7 @@ int Trainer::run() {
   const auto start = Clock::now();
   const std::int64_t first_step = s.step;  // after a resume, the ETA is from this process's steps
   double window_loss = 0.0, window_seconds = 0.0;
+  RoutingWindow routing_window;
   StepFlops window_flops;
   std::int64_t window_steps = 0, window_tokens = 0, window_padded = 0;
   const std::int64_t every = s.options.logging_steps;
@@ -327,6 +329,7 @@ int Trainer::run() {
            " (this run's first; a line every " + std::to_string(every) + " steps)");
     if (saving && save_every > 0 && r.step % save_every == 0 && r.step != s.total) save(/*background=*/true);
     window_loss += r.loss;
+    routing_window.add(r.aux_loss, r.expert_rows);
     window_seconds += r.seconds;
     window_tokens += r.tokens;
     window_padded += r.padded_tokens;
@@ -349,6 +352,7 @@ int Trainer::run() {
     rec.hardware_flops_per_s = window_flops.hardware / window_seconds;
     rec.padding = window_padded > 0 ? 1.0 - static_cast<double>(window_tokens) / static_cast<double>(window_padded) : 0.0;
     if (s.preference) rec.extra = s.preference_metrics.take();
+    routing_window.take(rec);
     log0(to_console_line(rec));
     if (log_file) log_file->write(rec);
     window_loss = window_seconds = 0.0;

@@ -30,6 +30,9 @@ struct MicroBatch {
   at::Tensor input_ids;    // [B, T] int64
   at::Tensor segment_ids;  // [B, T] int32 with neat packing, else undefined
   at::Tensor weights;      // [B, T-1] float: the weight of each target
+  // [B, T] bool, true on tokens (a mixture of experts' routing statistics leave padding out);
+  // undefined: every position a token.
+  at::Tensor token_mask;
   // Preference training: each sequence's log-probability under the reference model ([B] float),
   // read by the objective; undefined otherwise.
   at::Tensor reference_logps;

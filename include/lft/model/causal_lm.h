@@ -55,6 +55,15 @@ struct ParameterPlacement {
   TpSplit tp;
 };
 
+struct RoutingRecord;  // moe.h
+
+// A mixture of experts' routing over some training forwards (CausalLM::take_routing_totals).
+struct RoutingTotals {
+  double aux_loss_sum = 0.0;  // their auxiliary losses (unweighted), summed
+  std::int64_t forwards = 0;
+  at::Tensor expert_rows;  // [MoE layers, experts] fp64: the (unpadded) tokens routed to each expert
+};
+
 // What a layer's attention takes besides its input: RoPE tables ([T, head_dim], or
 // [B, 1, T, head_dim] per segment position with neat packing) and the segment mask (undefined:
 // causal).
@@ -65,6 +74,10 @@ struct AttentionInputs {
   // cos/sin are the chunk's rows; Ulysses: mask (and the causal order) the whole padded
   // sequences'; ring: undefined, the split's positions and segments say. group null: none.
   ContextSplit cp;
+  // Mixtures of experts: which of the rows a layer sees are tokens (fp32 [rows], 1 token, 0
+  // padding; undefined: all), and the forward's routing record (null: none kept).
+  at::Tensor token_mask;
+  std::shared_ptr<RoutingRecord> routing;
 };
 
 // The communication a model's forward calls at its tensor-parallel points. The defaults are one
@@ -86,6 +99,9 @@ class ParallelOps {
   // What a sequence's length must be a multiple of inside the tensor-parallel regions (tp with
   // sequence parallelism); context parallelism pads each chunk to it.
   virtual std::int64_t sequence_multiple() const { return 1; }
+  // The ranks that run each tensor-parallel region on the same rows (tp): a value they all
+  // compute whole (a router's) gets its gradient summed over them.
+  virtual std::int64_t region_replicas() const { return 1; }
 };
 
 // Called around each decoder layer's forward: sharded engines gather a layer's parameters before
@@ -152,11 +168,15 @@ class CausalLM : public torch::nn::Module {
   // output), to hidden states [B, T, hidden], or, when end == num_units(), to the per-token
   // losses [B, T-1] fp32 of predicting input_ids[:, 1:] (targets -100 count 0). segment_ids
   // [B, T] (neat packing): positions restart and attention stays within each segment.
+  // token_mask [B, T] (bool or 0/1; undefined: every position a token) tells a mixture of
+  // experts' routing statistics which positions are padding.
   at::Tensor forward_units(std::int64_t begin, std::int64_t end, const at::Tensor& input_ids,
-                           const at::Tensor& segment_ids, const at::Tensor& hidden = {});
+                           const at::Tensor& segment_ids, const at::Tensor& hidden = {},
+                           const at::Tensor& token_mask = {});
   // The whole model to per-token losses.
-  at::Tensor token_losses(const at::Tensor& input_ids, const at::Tensor& segment_ids = {}) {
-    return forward_units(0, num_units(), input_ids, segment_ids);
+  at::Tensor token_losses(const at::Tensor& input_ids, const at::Tensor& segment_ids = {},
+                          const at::Tensor& token_mask = {}) {
+    return forward_units(0, num_units(), input_ids, segment_ids, {}, token_mask);
   }
   // input_ids [B, T] int64 -> logits [B, T, vocab] in the parameters' dtype.
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& segment_ids = {});
@@ -177,6 +197,12 @@ class CausalLM : public torch::nn::Module {
   // each micro-batch gets its own masks, and a recomputed layer the same. 0: no dropout.
   void set_dropout_seed(std::uint64_t seed);
   void set_layer_hooks(LayerHooks* hooks) { layer_hooks_ = hooks; }  // not owned
+  // Mixtures of experts: the auxiliary load-balancing loss's weight in the backward of each
+  // training forward that runs every layer (0: its gradient is not computed; the statistics are
+  // kept either way). A forward's loss is config.moe's load_balancing_loss over its tokens.
+  void set_router_aux_scale(double scale) { router_aux_scale_ = scale; }
+  // The training forwards' routing since the last call (forwards that ran every layer), reset.
+  RoutingTotals take_routing_totals();
   void set_parallel_ops(ParallelOps* ops) { ops_ = ops != nullptr ? ops : &one_rank_; }  // not owned
   // Context parallelism over `group` (not owned; null: none): forward_units takes whole
   // micro-batches on every rank of the group and runs this rank's chunk of them; hidden states
@@ -199,7 +225,14 @@ class CausalLM : public torch::nn::Module {
   at::Tensor head_losses(const at::Tensor& hidden, const at::Tensor& input_ids);
   // forward_units under context parallelism.
   at::Tensor forward_chunk_units(std::int64_t begin, std::int64_t end, const at::Tensor& input_ids,
-                                 const at::Tensor& segment_ids, const at::Tensor& hidden);
+                                 const at::Tensor& segment_ids, const at::Tensor& hidden,
+                                 const at::Tensor& token_mask);
+  // A routing record for a training forward of a mixture of experts over rows weighed by
+  // `token_mask` (flattened), into `in`.
+  void start_routing(AttentionInputs& in, const at::Tensor& token_mask) const;
+  // After layers [first, last): with every layer run, the forward's auxiliary loss and its
+  // gradient (counts summed over the cp group), added to the totals.
+  void finish_routing(const AttentionInputs& in, std::int64_t first, std::int64_t last);
   std::uint64_t next_dropout_seed(std::int64_t begin);
 
   ModelConfig config_;
@@ -211,6 +244,8 @@ class CausalLM : public torch::nn::Module {
   ParallelOps one_rank_;
   ParallelOps* ops_ = &one_rank_;
   SequenceExchange* cp_ = nullptr;
+  double router_aux_scale_ = 0.0;
+  RoutingTotals routing_totals_;
   bool sparse_embedding_gradient_ = false;
   at::Tensor tied_head_;
 };

@@ -10,6 +10,9 @@
 #include "lft/model/safetensors.h"
 #include "lft/model/weight_source.h"
 
+#include <torch/ordered_dict.h>
+#include <ATen/core/Tensor.h>
+
 namespace torch::nn {
 class Module;
 }
@@ -27,7 +30,10 @@ std::vector<std::string> hf_weight_files(const std::string& folder);
 // "*.rotary_emb.inv_freq" (old conversions), and "lm_head.weight" when the model has no lm_head
 // (tied) and the tensor equals model.embed_tokens.weight (compared in blocks of rows). Tensor
 // data is read only by read_rows, one pread of the rows asked for (bf16/fp16/fp32 converted to
-// the destination's dtype).
+// the destination's dtype). A mixture of experts' experts load from either layout: one tensor
+// per expert (the Hub's, ...experts.<e>.<gate_proj|w1>.weight) or transformers 5's fused
+// ...experts.gate_up_proj [E, 2I, H] (gate rows first) and ...experts.down_proj [E, H, I]; a
+// Mixtral router saved as ...mlp.gate.weight loads into block_sparse_moe.gate.weight.
 class HfWeights final : public WeightSource {
  public:
   // `not_in_folder`: parameters the folder need not hold (a fine-tuning run's adapters, read from
@@ -42,7 +48,15 @@ class HfWeights final : public WeightSource {
   struct Location {
     std::string file;
     const SafetensorsHeader* header;
+    // A mixture of experts' fused tensor (transformers 5's in-memory layout): this parameter is
+    // expert `expert`'s rows [row_offset, row_offset + rows of the parameter) of tensor `source`.
+    std::string source;
+    std::int64_t expert = -1, row_offset = 0;
   };
+  // Maps a fused experts tensor (<block>.experts.gate_up_proj [E, 2I, H] or .down_proj [E, H, I])
+  // onto the per-expert parameters; false when `name` is none or the model has no such experts.
+  bool map_fused_experts(const std::string& name, const std::string& file, const SafetensorsHeader& header,
+                         const SafetensorsEntry& entry, const torch::OrderedDict<std::string, at::Tensor>& params);
   void check_tied_head(const Location& head, const Location& embed) const;
 
   std::string folder_;

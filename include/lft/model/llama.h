@@ -62,7 +62,9 @@ TORCH_MODULE(LlamaAttention);
 // hidden_activation gelu_pytorch_tanh, GELU's tanh approximation (GeGLU, Gemma).
 class LlamaMLPImpl : public torch::nn::Module {
  public:
-  explicit LlamaMLPImpl(const ModelConfig& config, const c10::TensorOptions& options = {});
+  // `intermediate_size` 0: config.intermediate_size (a shared expert has its own width).
+  explicit LlamaMLPImpl(const ModelConfig& config, const c10::TensorOptions& options = {},
+                        std::int64_t intermediate_size = 0);
   at::Tensor forward(const at::Tensor& x);
   TpSplit tp_split(const std::string& name) const;
   // Saved for backward per token: gate, up, silu(gate) and their product.

@@ -16,6 +16,34 @@ class Config;
 
 namespace lft::model {
 
+// A mixture of experts' shape (Qwen3-MoE, Qwen2-MoE, Mixtral): which layers route, how many
+// experts a token reaches, the auxiliary load-balancing loss. num_experts 0: a dense model.
+struct MoeShape {
+  std::int64_t num_experts = 0;               // routed experts per MoE layer
+  std::int64_t experts_per_token = 0;         // top-k (num_experts_per_tok)
+  std::int64_t expert_intermediate_size = 0;  // each routed expert's MLP width
+  bool normalize_top_k = false;               // renormalise the k weights to sum to 1
+  // Layer l routes iff l is not in dense_layers and (l + 1) % sparse_step == 0 (transformers).
+  std::int64_t sparse_step = 1;
+  std::vector<std::int64_t> dense_layers;  // mlp_only_layers
+  // A shared expert of this width beside the routed ones, its output scaled by
+  // sigmoid(shared_expert_gate(x)) (Qwen2-MoE); 0: none.
+  std::int64_t shared_expert_intermediate_size = 0;
+  // The router's top-k weights cast back to the router's dtype (Qwen) or kept fp32 (Mixtral).
+  bool weights_in_router_dtype = true;
+  // The auxiliary load-balancing loss (transformers' load_balancing_loss_func), added times
+  // router_aux_loss_coef when output_router_logits.
+  double router_aux_loss_coef = 0.001;
+  bool output_router_logits = false;
+  // Parameter names: "mlp" with experts.E.{gate,up,down}_proj (Qwen), or "block_sparse_moe" with
+  // experts.E.{w1,w3,w2} (Mixtral's Hub names).
+  bool mixtral_names = false;
+
+  bool any() const { return num_experts > 0; }
+  bool routes(std::int64_t layer) const;
+  bool aux_loss() const { return any() && output_router_logits && router_aux_loss_coef != 0; }
+};
+
 struct ModelConfig {
   std::string model_type = "llama";  // a family of families.h
   std::int64_t vocab_size = 0;
@@ -75,6 +103,9 @@ struct ModelConfig {
   // RMSNorms per decoder layer: 2 (Llama), 4 (Gemma2's pre/post feed-forward norms beside them).
   std::int64_t norms_per_layer = 2;
 
+  // Mixture of experts (num_experts 0: every layer's MLP dense).
+  MoeShape moe;
+
   // config.json `dtype` (or legacy `torch_dtype`), e.g. "bfloat16"; empty when not given. Kept
   // for export; the trainer chooses its own compute dtype.
   std::string dtype;
@@ -114,8 +145,11 @@ struct ModelConfig {
   // Without model.embed_tokens and lm_head.
   std::int64_t num_non_embedding_parameters() const;
   // The decoder layers' matmul weights one token goes through (the family's count; the head's
-  // vocab x hidden apart): the model FLOPs of a token are 6 x these in training.
+  // vocab x hidden apart; a mixture of experts' router and the k experts a token reaches, not the
+  // others): the model FLOPs of a token are 6 x these in training.
   std::int64_t token_matmul_parameters() const;
+  // The parameters one token goes through (a dense model: all of them).
+  std::int64_t num_active_parameters() const;
   // "llama 4 layers, hidden 128, 4 heads (2 kv), ffn 352, vocab 259: 0.95 M parameters"
   std::string summary() const;
 };

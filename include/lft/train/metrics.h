@@ -2,6 +2,8 @@
 // trainer_log.jsonl with LlamaFactory's fields), durations and peak memory.
 #pragma once
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -44,6 +46,24 @@ struct LogRecord {
   double padding = 0.0;  // share of the computed positions that were padding
   // More fields after loss, in order (stage dpo: rewards/chosen, ..., logps/rejected).
   std::vector<std::pair<std::string, double>> extra;
+  // A mixture of experts: each MoE layer's busiest expert's tokens over the mean (1: even; empty:
+  // dense), written as "expert_load" in the JSON line.
+  std::vector<double> expert_load;
+};
+
+// A mixture of experts' routing over the steps of a log window: the auxiliary loss's mean and,
+// per MoE layer, the busiest and the idlest expert's tokens over the mean.
+class RoutingWindow {
+ public:
+  void add(double aux_loss, const at::Tensor& expert_rows);
+  // ("aux_loss", mean), ("expert_load", the worst layer's max / mean), ("expert_idle", the worst
+  // layer's min / mean) into rec.extra, each layer's max / mean into rec.expert_load; then empty.
+  void take(LogRecord& rec);
+
+ private:
+  double aux_sum_ = 0.0;
+  std::int64_t steps_ = 0;
+  at::Tensor rows_;
 };
 
 // One JSON object, LlamaFactory's trainer_log fields (current_steps, total_steps, loss, lr, epoch,

@@ -30,6 +30,11 @@ struct StepResult {
   std::int64_t attention_pairs = 0;  // sum of the squared lengths of the batch's attention spans
   double seconds = 0.0;
   bool skipped = false;        // fp16: the gradients overflowed; no update (loss scale lowered)
+  // A mixture of experts: the step's auxiliary load-balancing loss (mean over its forwards; the
+  // loss above includes it times router_aux_loss_coef when output_router_logits), and the
+  // tokens each MoE layer routed to each expert ([MoE layers, experts] fp64; undefined: dense).
+  double aux_loss = 0.0;
+  at::Tensor expert_rows;
 };
 
 class Trainer {
@@ -70,6 +75,9 @@ class Trainer {
   void lock_output_dir();
   // Agreed over every rank at a step boundary: did any rank get a stop signal? Collective.
   bool stop_requested();
+  // A mixture of experts: the step's routing totals over the data-parallel ranks into `r` (its
+  // auxiliary loss added to the loss when it trains). Collective.
+  void add_routing(StepResult& r);
   std::vector<ckpt::HeldTensor> held_tensors();
   ckpt::RunInfo run_info() const;
 

@@ -1,0 +1,233 @@
+// Mixtures of experts: router, grouped experts, shared expert, the MoE decoder layer.
+#include "lft/model/moe.h"
+
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "lft/model/fused.h"
+#include "lft/model/qwen3.h"
+
+namespace lft::model {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// `name` without "<prefix>." when it starts with it, else "".
+std::string inside(const std::string& name, const std::string& prefix) {
+  return name.rfind(prefix + ".", 0) == 0 ? name.substr(prefix.size() + 1) : "";
+}
+
+struct RecordHolder : torch::CustomClassHolder {
+  explicit RecordHolder(std::shared_ptr<RoutingRecord> r) : record(std::move(r)) {}
+  std::shared_ptr<RoutingRecord> record;
+};
+
+// Identity on the layer's output; in backward, the auxiliary loss's gradient (the record's, set
+// after the forward ended) flows into the layer's router probability sums.
+struct AuxGradient : public torch::autograd::Function<AuxGradient> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& out, const at::Tensor& prob_sum,
+                            c10::intrusive_ptr<RecordHolder> holder, double factor) {
+    ctx->saved_data["record"] = c10::IValue::make_capsule(std::move(holder));
+    ctx->saved_data["factor"] = factor;
+    ctx->saved_data["dtype"] = static_cast<std::int64_t>(prob_sum.scalar_type());
+    return out.view_as(out);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto holder = c10::static_intrusive_pointer_cast<RecordHolder>(ctx->saved_data["record"].toCapsule());
+    const at::Tensor& g = holder->record->gradient;
+    at::Tensor prob_grad;
+    if (g.defined()) prob_grad = g * ctx->saved_data["factor"].toDouble();
+    return {grads[0], prob_grad, at::Tensor(), at::Tensor()};
+  }
+};
+
+TpSplit rows_split(TpRole role, std::int64_t rows) {
+  TpSplit s;
+  s.role = role;
+  s.groups = rows;
+  s.group_size = 1;
+  s.what = "expert MLP rows";
+  return s;
+}
+
+}  // namespace
+
+// ---- experts ----
+
+ExpertWeightImpl::ExpertWeightImpl(std::int64_t in_features, std::int64_t out_features, const c10::TensorOptions& options) {
+  weight = register_parameter("weight", at::zeros({out_features, in_features}, options));
+}
+
+ExpertImpl::ExpertImpl(const ModelConfig& config, const c10::TensorOptions& options) {
+  const std::int64_t h = config.hidden_size, f = config.moe.expert_intermediate_size;
+  const bool mixtral = config.moe.mixtral_names;
+  gate_proj = register_module(mixtral ? "w1" : "gate_proj", ExpertWeight(h, f, options));
+  up_proj = register_module(mixtral ? "w3" : "up_proj", ExpertWeight(h, f, options));
+  down_proj = register_module(mixtral ? "w2" : "down_proj", ExpertWeight(f, h, options));
+}
+
+SparseMoeBlockImpl::SparseMoeBlockImpl(const ModelConfig& config, const c10::TensorOptions& options)
+    : moe_(config.moe), hidden_(config.hidden_size) {
+  gate = register_module("gate", ExpertWeight(config.hidden_size, moe_.num_experts, options));
+  experts = register_module("experts", torch::nn::ModuleList());
+  for (std::int64_t e = 0; e < moe_.num_experts; ++e) {
+    expert_list.push_back(std::make_shared<ExpertImpl>(config, options));
+    experts->push_back(expert_list.back());
+  }
+  if (moe_.shared_expert_intermediate_size > 0) {
+    shared_expert = register_module("shared_expert", LlamaMLP(config, options, moe_.shared_expert_intermediate_size));
+    shared_expert_gate = register_module("shared_expert_gate", Linear(config.hidden_size, 1, false, options));
+  }
+}
+
+at::Tensor SparseMoeBlockImpl::forward(const at::Tensor& x, const at::Tensor& token_mask,
+                                       const std::shared_ptr<RoutingRecord>& record, std::int64_t layer,
+                                       std::int64_t replicas) {
+  const std::int64_t k = moe_.experts_per_token, n_experts = moe_.num_experts;
+  const at::Tensor flat = x.reshape({-1, hidden_});
+  const at::Tensor router_logits = at::linear(flat, gate->weight);  // [N, E]
+  const at::Tensor probs = at::softmax(router_logits, -1, at::kFloat);
+  auto [top_weights, top_experts] = at::topk(probs, k, -1);
+  if (moe_.normalize_top_k) top_weights = top_weights / top_weights.sum(-1, /*keepdim=*/true);
+  if (moe_.weights_in_router_dtype) top_weights = top_weights.to(router_logits.scalar_type());
+
+  const at::Tensor chosen = top_experts.reshape({-1});  // row t's k experts at t*k .. t*k+k-1
+  if (record) {
+    at::Tensor mask = token_mask.defined() ? token_mask.to(at::kFloat) : at::ones({flat.size(0)}, probs.options());
+    at::Tensor counts = at::zeros({n_experts}, probs.options()).scatter_add_(0, chosen, mask.repeat_interleave(k));
+    const at::Tensor prob_sum = (probs * mask.unsqueeze(1)).sum(0);
+    const std::size_t slot = static_cast<std::size_t>(layer);
+    record->counts[slot] = std::move(counts);
+    record->prob_sums[slot] = prob_sum.detach();
+    record->tokens[slot] = mask.sum();
+    if (prob_sum.requires_grad() && record->scale != 0) {
+      at::Tensor out = route_experts(flat, chosen, top_weights);
+      out = AuxGradient::apply(out, prob_sum, c10::make_intrusive<RecordHolder>(record),
+                               1.0 / static_cast<double>(replicas));
+      return finish(flat, out, x.sizes());
+    }
+  }
+  return finish(flat, route_experts(flat, chosen, top_weights), x.sizes());
+}
+
+at::Tensor SparseMoeBlockImpl::route_experts(const at::Tensor& flat, const at::Tensor& chosen,
+                                             const at::Tensor& top_weights) {
+  // Tokens grouped by expert (a stable sort keeps each expert's rows in token order): one GEMM
+  // chain per expert over its contiguous rows, forward and backward (split_with_sizes and cat
+  // move each gradient once), then each row scaled by its weight and added to its token, the k
+  // experts of a token in ascending order as transformers adds them.
+  const std::int64_t k = moe_.experts_per_token, n_experts = moe_.num_experts;
+  const at::Tensor order = std::get<1>(at::sort(chosen, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  const at::Tensor token_of = at::floor_divide(order, k);
+  const at::Tensor per_expert = at::bincount(chosen, {}, n_experts).cpu();
+  const std::int64_t* count = per_expert.data_ptr<std::int64_t>();
+  const std::vector<std::int64_t> sizes(count, count + n_experts);
+  const std::vector<at::Tensor> rows = flat.index_select(0, token_of).split_with_sizes(sizes);
+  std::vector<at::Tensor> outputs;
+  outputs.reserve(static_cast<std::size_t>(n_experts));
+  for (std::int64_t e = 0; e < n_experts; ++e) {
+    if (sizes[static_cast<std::size_t>(e)] == 0) continue;
+    const ExpertImpl& ex = *expert_list[static_cast<std::size_t>(e)];
+    const at::Tensor& r = rows[static_cast<std::size_t>(e)];
+    const at::Tensor g = at::linear(r, ex.gate_proj->weight), u = at::linear(r, ex.up_proj->weight);
+    const at::Tensor fused = fused_swiglu(g, u);
+    outputs.push_back(at::linear(fused.defined() ? fused : at::silu(g) * u, ex.down_proj->weight));
+  }
+  at::Tensor ys = at::cat(outputs) * top_weights.reshape({-1}).index_select(0, order).unsqueeze(1);
+  return at::zeros_like(flat).index_add(0, token_of, ys.to(flat.scalar_type()));
+}
+
+at::Tensor SparseMoeBlockImpl::finish(const at::Tensor& flat, const at::Tensor& routed, at::IntArrayRef shape) {
+  at::Tensor out = routed;
+  if (shared_expert) out = out + at::sigmoid(shared_expert_gate(flat)) * shared_expert(flat);
+  return out.view(shape);
+}
+
+TpSplit SparseMoeBlockImpl::tp_split(const std::string& name) const {
+  if (const std::string rest = inside(name, "shared_expert"); !rest.empty()) return shared_expert->tp_split(rest);
+  if (name == "gate.weight" || name.rfind("shared_expert_gate.", 0) == 0) {
+    TpSplit s;
+    s.role = TpRole::ReplicatedInsideTp;
+    return s;
+  }
+  const std::int64_t f = moe_.expert_intermediate_size;
+  const std::string leaf = name.substr(name.rfind('.', name.size() - std::string(".weight").size() - 1) + 1);
+  if (leaf == "gate_proj.weight" || leaf == "up_proj.weight" || leaf == "w1.weight" || leaf == "w3.weight")
+    return rows_split(TpRole::ColumnParallel, f);
+  if (leaf == "down_proj.weight" || leaf == "w2.weight") return rows_split(TpRole::RowParallel, f);
+  return {};
+}
+
+double SparseMoeBlockImpl::saved_elements_per_token(int tp) const {
+  const double e = static_cast<double>(moe_.num_experts), k = static_cast<double>(moe_.experts_per_token),
+               h = static_cast<double>(hidden_), f = static_cast<double>((moe_.expert_intermediate_size + tp - 1) / tp);
+  // Router logits and probabilities; per routed row its gathered input, gate, up, their product
+  // (and activation), the expert's output and its weighted copy; the shared expert's.
+  double saved = 2 * e + k * (3 * h + 4 * f);
+  if (shared_expert) saved += shared_expert->saved_elements_per_token(tp) + 2 * h;
+  return saved;
+}
+
+// ---- decoder layer ----
+
+MoeDecoderLayerImpl::MoeDecoderLayerImpl(const ModelConfig& config, std::int64_t layer_index,
+                                         const c10::TensorOptions& options,
+                                         std::shared_ptr<LlamaAttentionImpl> attention)
+    : moe_name_(config.moe.mixtral_names ? "block_sparse_moe" : "mlp"), layer_(layer_index) {
+  input_layernorm = register_module("input_layernorm", RMSNorm(config.hidden_size, config, options));
+  self_attn = register_module("self_attn", LlamaAttention(std::move(attention)));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(config.hidden_size, config, options));
+  if (config.moe.routes(layer_index))
+    moe = register_module(moe_name_, SparseMoeBlock(config, options));
+  else
+    mlp = register_module("mlp", LlamaMLP(config, options));
+}
+
+at::Tensor MoeDecoderLayerImpl::forward(const at::Tensor& x, const AttentionInputs& in, ParallelOps& ops) {
+  const at::Tensor h = x + ops.exit(self_attn(ops.enter(input_layernorm(x)), in.cos, in.sin, in.mask, in.cp));
+  const at::Tensor normed = ops.enter(post_attention_layernorm(h));
+  if (!moe) return h + ops.exit(mlp(normed));
+  return h + ops.exit(moe->forward(normed, in.token_mask, in.routing, layer_, ops.region_replicas()));
+}
+
+TpSplit MoeDecoderLayerImpl::tp_split(const std::string& name) const {
+  if (const std::string rest = inside(name, "self_attn"); !rest.empty()) return self_attn->tp_split(rest);
+  if (moe) {
+    if (const std::string rest = inside(name, moe_name_); !rest.empty()) return moe->tp_split(rest);
+  } else if (const std::string rest = inside(name, "mlp"); !rest.empty()) {
+    return mlp->tp_split(rest);
+  }
+  return {};  // the norms
+}
+
+double MoeDecoderLayerImpl::saved_elements_per_token(int tp, bool sequence_parallel) const {
+  const double hidden = static_cast<double>(input_layernorm->weight.size(0));
+  const double stream = sequence_parallel ? hidden / tp : hidden;
+  return 6 * stream + (sequence_parallel ? 2 * hidden : 0.0) + self_attn->saved_elements_per_token(tp) +
+         (moe ? moe->saved_elements_per_token(tp) : mlp->saved_elements_per_token(tp));
+}
+
+MoeForCausalLMImpl::MoeForCausalLMImpl(const ModelConfig& config, const c10::TensorOptions& options)
+    : CausalLM(config, options, [&config, &options](std::int64_t layer) -> std::shared_ptr<DecoderBlock> {
+        std::shared_ptr<LlamaAttentionImpl> attention =
+            config.qk_norm ? std::make_shared<Qwen3AttentionImpl>(config, layer, options)
+                           : std::make_shared<LlamaAttentionImpl>(config, layer, options);
+        return std::make_shared<MoeDecoderLayerImpl>(config, layer, options, attention);
+      }) {}
+
+LayerParameters moe_layer_parameters(const ModelConfig& c, std::int64_t layer) {
+  LayerParameters p = llama_layer_parameters(c, layer);  // attention, norms and a dense MLP
+  if (!c.moe.routes(layer)) return p;
+  const std::int64_t h = c.hidden_size, dense_mlp = 3 * h * c.intermediate_size;
+  const std::int64_t expert = 3 * h * c.moe.expert_intermediate_size, router = c.moe.num_experts * h;
+  const std::int64_t shared = c.moe.shared_expert_intermediate_size > 0 ? 3 * h * c.moe.shared_expert_intermediate_size + h : 0;
+  p.all += router + c.moe.num_experts * expert + shared - dense_mlp;
+  p.token_matmul += router + c.moe.experts_per_token * expert + shared - dense_mlp;
+  return p;
+}
+
+}  // namespace lft::model

@@ -1,0 +1,144 @@
+// Mixtures of experts train under every engine exactly as the one-rank run of the same folder,
+// computed in the same test run (each rank alone over MPI_COMM_SELF): the same global batch of 24
+// sequences in micro-batches of 2, 8 steps. Each forward's auxiliary load-balancing loss is over
+// that micro-batch's tokens (as transformers'), so the one-rank run cuts the batch into the same
+// micro-batches (2 sequences, 12 of them); the losses compared include the auxiliary term. fp32;
+// losses and gradient norms within 1e-5 relative.
+//  - Qwen3-MoE: 8 experts, renormalised top-2, the auxiliary loss on (coefficient 0.05), SFT data
+//    with padding (the routing statistics leave it out), under ddp, fsdp2 (with checkpointing:
+//    the recomputed layer gets the auxiliary gradient), FULL_SHARD, ZeRO-3, megatron tp 2 (with
+//    sequence parallelism: each tp rank routes all the tokens and adds 1 / tp of the auxiliary
+//    gradient), context parallelism (the counts summed over the cp group, its padding left out).
+//  - Qwen2-MoE: a shared expert with its gate, layer 2 dense, no auxiliary loss: pipelines too.
+#include <ATen/Parallel.h>
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include "lft/model/families.h"
+#include "lft/model/init.h"
+#include "lft/model/safetensors.h"
+#include "mpi_test_util.h"
+#include "trainer_util.h"
+
+namespace lft {
+namespace {
+
+using test::world;
+
+constexpr int kSteps = 8;
+
+model::ModelConfig moe_config(const std::string& family) {
+  model::ModelConfig c;
+  c.model_type = family;
+  c.vocab_size = 259;
+  c.hidden_size = 32;
+  c.intermediate_size = 40;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.explicit_head_dim = 16;
+  c.rope_theta = 1000000.0;
+  c.moe.experts_per_token = 2;
+  c.moe.expert_intermediate_size = 24;
+  if (family == "qwen3_moe") {
+    c.qk_norm = true;
+    c.moe.num_experts = 8;
+    c.moe.normalize_top_k = true;
+    c.moe.output_router_logits = true;
+    c.moe.router_aux_loss_coef = 0.05;
+  } else {  // qwen2_moe
+    c.attention_bias = true;
+    c.moe.num_experts = 4;
+    c.moe.shared_expert_intermediate_size = 20;
+    c.moe.dense_layers = {2};
+    c.moe.output_router_logits = false;
+  }
+  return c;
+}
+
+std::string moe_folder(const std::string& family) {
+  const std::string dir = "/tmp/lft_moe_" + family + "_np" + std::to_string(world().size());
+  if (world().rank() == 0) {
+    ::mkdir(dir.c_str(), 0755);
+    const model::ModelConfig config = moe_config(family);
+    const auto m = model::create_causal_lm(config);
+    model::init_weights(*m, 11, config.initial_norm_weight());
+    // The router's 0.02 init leaves routing near uniform; larger router weights make it uneven,
+    // so that the auxiliary loss and its gradient are far from their balanced values.
+    std::map<std::string, at::Tensor> tensors;
+    for (const auto& item : m->named_parameters()) {
+      const bool router = item.key().find("mlp.gate.weight") != std::string::npos;
+      tensors[item.key()] = router ? item.value().detach() * 50 : item.value().detach();
+    }
+    model::write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+    std::ofstream(dir + "/config.json") << config.to_hf_json();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return dir;
+}
+
+std::string run_toml(const std::string& folder, const std::string& engine, int accum, const std::string& extra) {
+  return "distributed = \"" + engine + "\"\nmodel_name_or_path = \"" + folder +
+         "\"\ntokenizer = \"bytes\"\nper_device_train_batch_size = 2\ngradient_accumulation_steps = " +
+         std::to_string(accum) +
+         "\ncutoff_len = 32\nlearning_rate = 3e-3\nweight_decay = 0.01\nwarmup_steps = 2\nmax_steps = 20\nseed = 7\n" +
+         extra;
+}
+
+struct Case {
+  std::string label, engine, extra;
+  int ranks;     // 0: any world size; else exactly this many
+  int dp_ranks;  // data-parallel ranks of that layout (0: all)
+};
+
+void engines_match_the_one_rank_run(const std::string& family, const std::string& data, const std::vector<Case>& cases) {
+  const int n = world().size();
+  at::set_num_threads(1);
+  const std::string folder = moe_folder(family);
+  MpiCommunicator self(MPI_COMM_SELF, "self", false);
+  const auto reference = test::losses_and_grad_norms(run_toml(folder, "none", 12, data), self, kSteps);
+  for (const Case& c : cases) {
+    if (c.ranks != 0 && c.ranks != n) continue;
+    SCOPED_TRACE(c.label);
+    const int dp = c.dp_ranks == 0 ? n : c.dp_ranks;
+    const auto got = test::losses_and_grad_norms(run_toml(folder, c.engine, 24 / (2 * dp), data + c.extra), world(), kSteps);
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i].first, reference[i].first, 1e-5 * std::abs(reference[i].first))
+          << family << ", " << c.label << " step " << i + 1;
+      EXPECT_NEAR(got[i].second, reference[i].second, 1e-5 * std::abs(reference[i].second))
+          << family << ", " << c.label << " gradient norm, step " << i + 1;
+    }
+  }
+}
+
+bool runs_here() { return world().size() == 2 || world().size() == 4; }
+
+TEST(MoeEngines, Qwen3MoeWithAuxLossMatchesTheOneRankRun) {
+  if (!runs_here()) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  const std::string sft = "stage = \"sft\"\ntrain_dataset = \"inputs/data/arithmetic_alpaca.json\"\ntemplate = \"default\"\n";
+  engines_match_the_one_rank_run(
+      "qwen3_moe", sft,
+      {{"ddp", "ddp", "", 0, 0},
+       {"fsdp2 checkpointing", "fsdp2", "gradient_checkpointing = true\n", 0, 0},
+       {"fsdp FULL_SHARD", "fsdp", "", 4, 0},
+       {"ZeRO-3", "deepspeed", "deepspeed = \"inputs/ds_z3_config.json\"\n", 0, 0},
+       {"megatron tp 2 sp", "megatron", "[mesh]\ntp = 2\n[dist_config]\nsequence_parallel = true\n", 2, 1},
+       {"fsdp2 cp 2", "fsdp2", "[mesh]\ncp = 2\n", 2, 1},
+       {"megatron tp 2 x cp 2, checkpointing", "megatron", "gradient_checkpointing = true\n[mesh]\ntp = 2\ncp = 2\n", 4, 1}});
+}
+
+TEST(MoeEngines, Qwen2MoeWithSharedExpertMatchesTheOneRankRun) {
+  if (!runs_here()) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  engines_match_the_one_rank_run("qwen2_moe", "train_dataset = \"inputs/data/arithmetic.txt\"\n",
+                                 {{"fsdp2", "fsdp2", "", 2, 0},
+                                  {"megatron pp 2", "megatron", "[mesh]\npp = 2\n", 2, 1},
+                                  {"megatron tp 2 x pp 2", "megatron", "[mesh]\ntp = 2\npp = 2\n", 4, 1},
+                                  {"ZeRO-2", "deepspeed", "deepspeed = \"inputs/ds_z2_config.json\"\n", 4, 0}});
+}
+
+}  // namespace
+}  // namespace lft
