@@ -7,7 +7,7 @@ CTEST_FLAGS ?=
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 
-.PHONY: all deps python-env v1-env build run sft bench bench-real plan-check test test-fast check docs clean
+.PHONY: sft-moe all deps python-env v1-env build run sft bench bench-real plan-check test test-fast check docs clean
 
 all: build
 
@@ -56,6 +56,12 @@ SFT_DATA ?= inputs/data/arithmetic_alpaca.json
 sft: build
 	$(BUILD)/lftrain --init-model output/tiny-llama3 --tokenizer tests/fixtures/tokenizers/llama3 inputs/tiny_llama3.toml
 	mpirun --oversubscribe -np 2 $(BUILD)/lftrain inputs/sft_alpaca.toml train_dataset=$(SFT_DATA)
+
+# The mixture-of-experts example: lftrain writes a tiny Qwen3-MoE, then fine-tunes it with its
+# auxiliary load-balancing loss on FSDP2, 2 ranks (docs/moe.md).
+sft-moe: build
+	$(BUILD)/lftrain --init-model output/tiny-qwen3-moe --tokenizer tests/fixtures/tokenizers/llama3 inputs/tiny_qwen3_moe.toml
+	mpirun --oversubscribe -np 2 $(BUILD)/lftrain inputs/sft_moe.toml train_dataset=$(SFT_DATA)
 
 # lftrain and PyTorch side by side on the benchmark model (docs/performance.md).
 bench: build

@@ -129,8 +129,10 @@ at::Tensor SparseMoeBlockImpl::route_experts(const at::Tensor& flat, const at::T
   const std::vector<at::Tensor> rows = flat.index_select(0, token_of).split_with_sizes(sizes);
   std::vector<at::Tensor> outputs;
   outputs.reserve(static_cast<std::size_t>(n_experts));
+  // An expert no row chose still runs (on no rows): its weights get a zero gradient, so that
+  // every parameter takes part in every backward, as the engines' gradient hooks expect of each
+  // rank (a rank whose tokens skip an expert must still reduce its gradient with the others).
   for (std::int64_t e = 0; e < n_experts; ++e) {
-    if (sizes[static_cast<std::size_t>(e)] == 0) continue;
     const ExpertImpl& ex = *expert_list[static_cast<std::size_t>(e)];
     const at::Tensor& r = rows[static_cast<std::size_t>(e)];
     const at::Tensor g = at::linear(r, ex.gate_proj->weight), u = at::linear(r, ex.up_proj->weight);

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""A mixture of experts at one rank (`make bench` runs it): a Qwen3-MoE-shaped model (hidden 512,
+32 experts of width 256, top-4, 4 layers, 8 heads of 64, vocabulary 8192) trained by lftrain and
+by transformers 5 (its default experts implementation, no torch.compile; AdamW over fp32 weights,
+the forward under CPU autocast), on the same batch shape (4 sequences of 512 tokens), with the
+same threads, in one run. bf16 where the CPU's bf16 matmul beats its fp32 one, else fp32.
+Prints tokens/s and their ratio, the model FLOP/s of the active parameters (router, the 4 experts a
+token uses, attention, head) against the measured GEMM rate (MFU), and lftrain's peak RSS against
+its memory estimate.
+  .venv/bin/python tools/bench/moe.py [--build build] [--steps 8] [--threads 2]"""
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import ROOT, bf16_is_faster, lftrain, run  # noqa: E402
+
+SHAPE = dict(vocab_size=8192, hidden_size=512, intermediate_size=1024, num_hidden_layers=4,
+             num_attention_heads=8, num_key_value_heads=4, head_dim=64, num_experts=32,
+             num_experts_per_tok=4, moe_intermediate_size=256, norm_topk_prob=True,
+             max_position_embeddings=1024, tie_word_embeddings=False)
+BATCH, SEQ = 4, 512
+
+
+def flops_per_token():
+    """Training FLOPs of one token through the active parameters, and causal attention."""
+    s = SHAPE
+    h, q, kv = s["hidden_size"], s["num_attention_heads"] * s["head_dim"], s["num_key_value_heads"] * s["head_dim"]
+    layer = h * q + 2 * h * kv + q * h + s["num_experts"] * h + s["num_experts_per_tok"] * 3 * h * s["moe_intermediate_size"]
+    matmul = s["num_hidden_layers"] * layer + s["vocab_size"] * h
+    attention = s["num_hidden_layers"] * q * (SEQ + 1) / 2  # pairs per token of a causal sequence
+    return 6 * matmul + 12 * attention
+
+
+def make_model(folder):
+    import torch
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    torch.manual_seed(0)
+    model = Qwen3MoeForCausalLM(Qwen3MoeConfig(**SHAPE))
+    model.save_pretrained(folder)
+
+
+def transformers_step_rate(folder, bf16, threads, steps):
+    """tokens/s of transformers' training steps (after two warm-up steps)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    torch.set_num_threads(threads)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model.train()
+    impl = getattr(model.config, "_experts_implementation", None)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, SHAPE["vocab_size"], (BATCH, SEQ), generator=gen)
+    times = []
+    for i in range(steps):
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if i >= 2:
+            times.append(time.perf_counter() - start)
+    return BATCH * SEQ / (sum(times) / len(times)), impl
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    os.chdir(ROOT)
+    gemm = json.loads(run([f"{args.build}/lft_gemm_rate"]))
+    bf16 = bf16_is_faster(gemm, "bf16")
+    dtype = "bf16" if bf16 else "fp32"
+    rate = gemm[dtype][str(args.threads)] * 1e9
+    with tempfile.TemporaryDirectory() as folder:
+        make_model(folder)
+        ours = lftrain(args.build, "inputs/bench_moe.toml", 1, args.threads, bf16, args.steps,
+                       extra=[f"model_name_or_path={folder}"])
+        theirs, impl = transformers_step_rate(folder, bf16, args.threads, args.steps)
+    # The startup report's "memory ... MiB per rank at the peak: ...; with the process itself ...
+    # N MiB resident".
+    estimate = re.search(r"^\s*memory\s.*?([\d.]+) MiB resident", ours["text"], re.M)
+    estimate_mib = float(estimate.group(1)) if estimate else None
+    flops = flops_per_token()
+    print(f"\nMixture of experts (Qwen3-MoE shape: hidden 512, 32 experts x 256, top-4, 4 layers), 1 rank, "
+          f"{args.threads} threads, {dtype}, batch {BATCH} x {SEQ}; {flops / 1e6:.1f} MFLOP a token (active)")
+    print(f"GEMM rate ({dtype}, {args.threads} threads): {rate / 1e9:.1f} GFLOP/s")
+    head = f"{'trainer':34} {'tok/s':>8} {'x tf':>6} {'MFU':>6}"
+    print(head)
+    print("-" * len(head))
+    for name, tps in (("lftrain", ours["tokens_per_s"]), (f"transformers 5 ({impl or 'default'} experts)", theirs)):
+        print(f"{name:34} {tps:8.1f} {tps / theirs:6.2f} {tps * flops / rate:6.1%}")
+    rss = ours["rss_mib"][0] if ours["rss_mib"] else float("nan")
+    if estimate_mib:
+        print(f"lftrain peak RSS {rss:.0f} MiB, estimate {estimate_mib:.0f} MiB ({rss / estimate_mib - 1:+.0%})")
+    else:
+        print(f"lftrain peak RSS {rss:.0f} MiB (no estimate line found)")
+
+
+if __name__ == "__main__":
+    main()
