@@ -214,6 +214,7 @@ std::int64_t TrainingData::padded_tokens(const std::vector<std::int64_t>& indice
 data::Batch TrainingData::batch(const std::vector<std::int64_t>& indices) const {
   if (!packed_) {
     data::Batch b = train_->batch(indices, pad_multiple_);
+    b.token_mask = b.segment_ids != 0;
     if (!segments_) b.segment_ids = at::Tensor();
     return b;
   }

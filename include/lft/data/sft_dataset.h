@@ -26,6 +26,9 @@ struct Batch {
   at::Tensor weights;      // [B, T-1] float32: weight of predicting token t+1 from t; 0 = untrained
   at::Tensor segment_ids;  // [B, T] int32: tokens attend only within their segment; 0 = padding
   at::Tensor position_ids;  // [B, T] int64: position within the segment (0 for padding)
+  // [B, T] bool: true on tokens, false on padding (a mixture of experts' routing statistics leave
+  // the padding out); kept when segment_ids are dropped (no neat packing). Undefined: no padding.
+  at::Tensor token_mask;
 };
 
 // A view of some of the sequences of a PackedSequences (shared, never copied).
