@@ -10,6 +10,8 @@
 //    sequence parallelism: each tp rank routes all the tokens and adds 1 / tp of the auxiliary
 //    gradient), context parallelism (the counts summed over the cp group, its padding left out).
 //  - Qwen2-MoE: a shared expert with its gate, layer 2 dense, no auxiliary loss: pipelines too.
+//  - A Qwen3-MoE checkpoint of fsdp2 at 2 or 4 ranks resumes alone on each rank (engine none)
+//    and continues the straight run.
 #include <ATen/Parallel.h>
 
 #include <sys/stat.h>
@@ -18,6 +20,7 @@
 #include <fstream>
 #include <map>
 
+#include "lft/ckpt/checkpoint_files.h"
 #include "lft/model/families.h"
 #include "lft/model/init.h"
 #include "lft/model/safetensors.h"
@@ -85,8 +88,8 @@ std::string run_toml(const std::string& folder, const std::string& engine, int a
   return "distributed = \"" + engine + "\"\nmodel_name_or_path = \"" + folder +
          "\"\ntokenizer = \"bytes\"\nper_device_train_batch_size = 2\ngradient_accumulation_steps = " +
          std::to_string(accum) +
-         "\ncutoff_len = 32\nlearning_rate = 3e-3\nweight_decay = 0.01\nwarmup_steps = 2\nmax_steps = 20\nseed = 7\n" +
-         extra;
+         "\ncutoff_len = 32\nlearning_rate = 3e-3\nweight_decay = 0.01\nwarmup_steps = 2\nseed = 7\n" +
+         (extra.find("max_steps") == std::string::npos ? "max_steps = 20\n" : "") + extra;
 }
 
 struct Case {
@@ -138,6 +141,39 @@ TEST(MoeEngines, Qwen2MoeWithSharedExpertMatchesTheOneRankRun) {
                                   {"megatron pp 2", "megatron", "[mesh]\npp = 2\n", 2, 1},
                                   {"megatron tp 2 x pp 2", "megatron", "[mesh]\ntp = 2\npp = 2\n", 4, 1},
                                   {"ZeRO-2", "deepspeed", "deepspeed = \"inputs/ds_z2_config.json\"\n", 4, 0}});
+}
+
+// Trains to max_steps over `comm`, saving at step `save_at` (> 0); the losses of the steps it ran.
+std::vector<double> train_saving(const std::string& toml, MpiCommunicator& comm, int save_at) {
+  std::unique_ptr<DeviceMesh> mesh;
+  auto trainer = test::make_trainer(toml, comm, mesh);
+  std::vector<double> losses;
+  while (trainer->current_step() < trainer->total_steps()) {
+    losses.push_back(trainer->step().loss);
+    if (trainer->current_step() == save_at) trainer->save();
+  }
+  return losses;
+}
+
+TEST(MoeEngines, Qwen3MoeCheckpointOfFsdp2ResumesAloneOnEachRank) {
+  if (!runs_here()) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  at::set_num_threads(1);
+  const std::string folder = moe_folder("qwen3_moe");
+  const std::string dir = test::shared_temp_dir("lft-moe-resume");
+  const std::string sft = "stage = \"sft\"\ntrain_dataset = \"inputs/data/arithmetic_alpaca.json\"\ntemplate = \"default\"\n";
+  const std::string steps = "max_steps = 10\nsave_strategy = \"no\"\n";
+  const auto straight = train_saving(run_toml(folder, "fsdp2", 24 / (2 * world().size()),
+                                              sft + steps + "output_dir = \"" + dir + "\"\n"), world(), 5);
+  MpiCommunicator self(MPI_COMM_SELF, "self", false);
+  const std::string mine = dir + "/alone-" + std::to_string(world().rank());
+  const auto resumed = train_saving(run_toml(folder, "none", 12, sft + steps + "output_dir = \"" + mine +
+                                             "\"\nresume_from_checkpoint = \"" + dir + "/checkpoint-5\"\n"),
+                                    self, 0);
+  ASSERT_EQ(resumed.size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i)
+    EXPECT_NEAR(resumed[i], straight[5 + i], 1e-5 * straight[5 + i]) << "step " << 6 + i;
+  world().barrier();
+  if (world().rank() == 0) ckpt::remove_tree(dir);
 }
 
 }  // namespace
