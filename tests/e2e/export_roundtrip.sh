@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # export_roundtrip.sh BUILD_DIR: train with lftrain, merge the checkpoint with lfmerge, load the
 # export in Hugging Face transformers and compare its logits with lftrain's model on the same ids.
-# Three times: the bundled Llama example under ddp, and folders made by transformers fine-tuned:
-# Qwen3 under fsdp2, Gemma2 under megatron tp 2.
+# The bundled Llama example under ddp, and folders made by transformers fine-tuned: Qwen3 under
+# fsdp2, Gemma2 under megatron tp 2, and mixtures of experts (exported in the Hub's layout, one
+# tensor per expert): Qwen3-MoE under fsdp2 with its auxiliary loss, Mixtral under megatron tp 2.
 set -u
 build=$1
 out=$(mktemp -d /tmp/lft-export-XXXXXX)
@@ -54,4 +55,15 @@ tp = 2" Gemma2 "vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden
     num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
     query_pre_attn_scalar=24, attn_logit_softcapping=5.0, final_logit_softcapping=3.0,
     sliding_window=8"
+# Mixtures of experts: the Hub layout and config.json's MoE fields back to transformers.
+family_leg qwen3_moe fsdp2 "moe_aux_loss_coef = 0.01" Qwen3Moe "vocab_size=300, hidden_size=32,
+    intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    max_position_embeddings=128, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24,
+    norm_topk_prob=True, mlp_only_layers=[1], tie_word_embeddings=False"
+"$build/lfmerge" --inspect "$out/qwen3_moe-run/checkpoint-4" | grep -q "4 experts (top 2" \
+  || fail "lfmerge --inspect names no experts"
+family_leg mixtral megatron "[mesh]
+tp = 2" Mixtral "vocab_size=300, hidden_size=32, intermediate_size=24, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, num_local_experts=4,
+    num_experts_per_tok=2"
 echo "export_roundtrip: ok"
