@@ -224,10 +224,14 @@ MoeForCausalLMImpl::MoeForCausalLMImpl(const ModelConfig& config, const c10::Ten
 LayerParameters moe_layer_parameters(const ModelConfig& c, std::int64_t layer) {
   LayerParameters p = llama_layer_parameters(c, layer);  // attention, norms and a dense MLP
   if (!c.moe.routes(layer)) return p;
+  // The dense MLP's weights (and biases) out; the router, the experts (no biases) and the shared
+  // expert (a dense MLP of its own width, biases as mlp_bias says, and its [1, hidden] gate) in.
   const std::int64_t h = c.hidden_size, dense_mlp = 3 * h * c.intermediate_size;
+  const std::int64_t dense_bias = c.mlp_bias ? 2 * c.intermediate_size + h : 0;
   const std::int64_t expert = 3 * h * c.moe.expert_intermediate_size, router = c.moe.num_experts * h;
-  const std::int64_t shared = c.moe.shared_expert_intermediate_size > 0 ? 3 * h * c.moe.shared_expert_intermediate_size + h : 0;
-  p.all += router + c.moe.num_experts * expert + shared - dense_mlp;
+  const std::int64_t width = c.moe.shared_expert_intermediate_size;
+  const std::int64_t shared = width > 0 ? 3 * h * width + h : 0, shared_bias = width > 0 && c.mlp_bias ? 2 * width + h : 0;
+  p.all += router + c.moe.num_experts * expert + shared + shared_bias - dense_mlp - dense_bias;
   p.token_matmul += router + c.moe.experts_per_token * expert + shared - dense_mlp;
   return p;
 }
