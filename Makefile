@@ -68,6 +68,7 @@ bench: build
 	.venv/bin/python tools/bench/run.py --build $(BUILD)
 	.venv/bin/python tools/bench/finetuning.py --build $(BUILD)
 	.venv/bin/python tools/bench/fp8.py --build $(BUILD)
+	.venv/bin/python tools/bench/moe.py --build $(BUILD)
 	.venv/bin/python tools/bench/context_parallel.py --build $(BUILD)
 	.venv/bin/python tools/bench/checkpoint.py $(BUILD)
 	.venv/bin/python tools/bench/real_size.py --build $(BUILD) --dtypes bf16,fp32

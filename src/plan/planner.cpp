@@ -141,8 +141,12 @@ ModelShape model_shape(const model::CausalLM& m) {
       s.root_params += n;
       if (trains) s.root_trained += n;
     } else if (t.dim() >= 2) {
-      matmul += n;
-      if (trains) matmul_trained += n;
+      // A mixture of experts holds every expert (params) but a token runs k of them (compute).
+      const double runs = item.key().find(".experts.") == std::string::npos
+                              ? 1.0
+                              : static_cast<double>(c.moe.experts_per_token) / static_cast<double>(c.moe.num_experts);
+      matmul += n * runs;
+      if (trains) matmul_trained += n * runs;
     }
     const bool in_head = std::find(where.units.begin(), where.units.end(), m.head_unit()) != where.units.end();
     if (in_head && t.dim() == 2 && trains) s.head_trained = true;

@@ -3,7 +3,8 @@
 32 experts of width 256, top-4, 4 layers, 8 heads of 64, vocabulary 8192) trained by lftrain and
 by transformers 5 (its default experts implementation, no torch.compile; AdamW over fp32 weights,
 the forward under CPU autocast), on the same batch shape (4 sequences of 512 tokens), with the
-same threads, in one run. bf16 where the CPU's bf16 matmul beats its fp32 one, else fp32.
+same threads, in one run, on random printable bytes (both sides: routing spreads over the
+experts; repetitive text sends nearly every token to the same few). bf16 where the CPU's bf16 matmul beats its fp32 one, else fp32.
 Prints tokens/s and their ratio, the model FLOP/s of the active parameters (router, the 4 experts a
 token uses, attention, head) against the measured GEMM rate (MFU), and lftrain's peak RSS against
 its memory estimate.
@@ -44,6 +45,17 @@ def make_model(folder):
     model.save_pretrained(folder)
 
 
+def random_text(path, seed=1):
+    """Random printable bytes in lines of 200: diverse tokens, so that routing spreads over the
+    experts as a trained model's does (repetitive text routes nearly every token alike)."""
+    import random
+    rng = random.Random(seed)
+    chars = [chr(c) for c in range(33, 127)]
+    with open(path, "w") as f:
+        for _ in range(10000):
+            f.write("".join(rng.choice(chars) for _ in range(200)) + "\n")
+
+
 def transformers_step_rate(folder, bf16, threads, steps):
     """tokens/s of transformers' training steps (after two warm-up steps)."""
     import torch
@@ -54,7 +66,7 @@ def transformers_step_rate(folder, bf16, threads, steps):
     impl = getattr(model.config, "_experts_implementation", None)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, SHAPE["vocab_size"], (BATCH, SEQ), generator=gen)
+    ids = torch.randint(33, 127, (BATCH, SEQ), generator=gen)  # the bytes of random_text
     times = []
     for i in range(steps):
         start = time.perf_counter()
@@ -81,8 +93,9 @@ def main():
     rate = gemm[dtype][str(args.threads)] * 1e9
     with tempfile.TemporaryDirectory() as folder:
         make_model(folder)
+        random_text(f"{folder}/text.txt")
         ours = lftrain(args.build, "inputs/bench_moe.toml", 1, args.threads, bf16, args.steps,
-                       extra=[f"model_name_or_path={folder}"])
+                       extra=[f"model_name_or_path={folder}", f"train_dataset={folder}/text.txt"])
         theirs, impl = transformers_step_rate(folder, bf16, args.threads, args.steps)
     # The startup report's "memory ... MiB per rank at the peak: ...; with the process itself ...
     # N MiB resident".

@@ -28,7 +28,8 @@ struct ModelShape {
   double trained = 0;                // those that train
   double root_params = 0;            // outside the decoder layers: embedding, final norm, lm_head
   double root_trained = 0;
-  double layer_matmul_params = 0;   // one decoder layer's linear weights (mean over layers)
+  double layer_matmul_params = 0;   // one decoder layer's linear weights a token runs (mean over layers;
+                                    // a mixture of experts: its router and k experts' share)
   double layer_matmul_trained = 0;  // of which train (LoRA, freeze: fewer weight gradients)
   bool head_trained = true;         // lm_head (or the tied embedding) gets a weight gradient
   bool tied_embedding = false;      // tie_word_embeddings: the head is the embedding
