@@ -22,6 +22,7 @@
 #include "lft/model/init.h"
 #include "lft/model/safetensors.h"
 #include "lft/train/trainer.h"
+#include "model_folder.h"
 #include "mpi_test_util.h"
 #include "trainer_util.h"
 
@@ -63,19 +64,7 @@ model::ModelConfig family_config(const std::string& family) {
 // Rank 0 writes the folder (config.json, model.safetensors; no tokenizer: bytes) once per family
 // and world size; every rank gets its path.
 std::string family_folder(const std::string& family) {
-  const std::string dir = "/tmp/lft_" + family + "_np" + std::to_string(world().size());
-  if (world().rank() == 0) {
-    ::mkdir(dir.c_str(), 0755);
-    const model::ModelConfig config = family_config(family);
-    const auto m = model::create_causal_lm(config);
-    model::init_weights(*m, 5, config.initial_norm_weight());
-    std::map<std::string, at::Tensor> tensors;
-    for (const auto& item : m->named_parameters()) tensors[item.key()] = item.value().detach();
-    model::write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-    std::ofstream(dir + "/config.json") << config.to_hf_json();
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return dir;
+  return test::write_model_folder("/tmp/lft_" + family + "_np" + std::to_string(world().size()), family_config(family), 5);
 }
 
 std::string run_toml(const std::string& folder, const std::string& engine, int micro, int accum,

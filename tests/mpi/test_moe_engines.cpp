@@ -24,6 +24,7 @@
 #include "lft/model/families.h"
 #include "lft/model/init.h"
 #include "lft/model/safetensors.h"
+#include "model_folder.h"
 #include "mpi_test_util.h"
 #include "trainer_util.h"
 
@@ -63,25 +64,13 @@ model::ModelConfig moe_config(const std::string& family) {
   return c;
 }
 
+// The router's 0.02 init leaves routing near uniform; larger router weights make it uneven, so
+// that the auxiliary loss and its gradient are far from their balanced values.
 std::string moe_folder(const std::string& family) {
-  const std::string dir = "/tmp/lft_moe_" + family + "_np" + std::to_string(world().size());
-  if (world().rank() == 0) {
-    ::mkdir(dir.c_str(), 0755);
-    const model::ModelConfig config = moe_config(family);
-    const auto m = model::create_causal_lm(config);
-    model::init_weights(*m, 11, config.initial_norm_weight());
-    // The router's 0.02 init leaves routing near uniform; larger router weights make it uneven,
-    // so that the auxiliary loss and its gradient are far from their balanced values.
-    std::map<std::string, at::Tensor> tensors;
-    for (const auto& item : m->named_parameters()) {
-      const bool router = item.key().find("mlp.gate.weight") != std::string::npos;
-      tensors[item.key()] = router ? item.value().detach() * 50 : item.value().detach();
-    }
-    model::write_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-    std::ofstream(dir + "/config.json") << config.to_hf_json();
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  return dir;
+  return test::write_model_folder("/tmp/lft_moe_" + family + "_np" + std::to_string(world().size()),
+                                  moe_config(family), 11, [](const std::string& name, const at::Tensor& t) {
+                                    return name.find("mlp.gate.weight") != std::string::npos ? t * 50 : t;
+                                  });
 }
 
 std::string run_toml(const std::string& folder, const std::string& engine, int accum, const std::string& extra) {

@@ -20,6 +20,7 @@
 
 #include <ATen/ATen.h>
 
+#include "fixture_util.h"
 #include "lft/model/families.h"
 #include "lft/model/hf_checkpoint.h"
 #include "lft/model/llama.h"
@@ -29,15 +30,6 @@
 
 namespace lft::model {
 namespace {
-
-std::string fixture_dir(const std::string& name) {
-  const std::string here = __FILE__;
-  return here.substr(0, here.rfind('/')) + "/../fixtures/" + name;
-}
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
 
 class ModelVsTransformers : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
 
@@ -77,16 +69,8 @@ TEST_P(ModelVsTransformers, LogitsAndGradientsMatch) {
   // Every HF tensor matches a C++ parameter of the same shape, and vice versa.
   const auto weights = read_safetensors(dir + "/model.safetensors");
   auto params = model->named_parameters();
-  std::set<std::string> hf_names, cpp_names;
-  for (const auto& [n, t] : weights) {
-    hf_names.insert(n);
-    const at::Tensor* p = params.find(n);
-    ASSERT_NE(p, nullptr) << "HF tensor " << n << " has no C++ parameter";
-    EXPECT_EQ(p->sizes(), t.sizes()) << n;
-  }
-  for (const auto& p : params) cpp_names.insert(p.key());
-  EXPECT_EQ(hf_names, cpp_names);
-  EXPECT_EQ(hf_names.count("lm_head.weight"), config.tie_word_embeddings ? 0u : 1u);
+  expect_same_names_and_shapes(weights, *model);
+  EXPECT_EQ(weights.count("lm_head.weight"), config.tie_word_embeddings ? 0u : 1u);
   load_hf_checkpoint(*model, dir);
   for (const auto& [n, t] : weights) EXPECT_TRUE(at::equal(params[n], t)) << n;
 
@@ -122,7 +106,7 @@ TEST_P(ModelVsTransformers, LogitsAndGradientsMatch) {
     worst_rel = std::max(worst_rel, diff / scale);
     ++compared;
   }
-  EXPECT_EQ(compared, hf_names.size());
+  EXPECT_EQ(compared, weights.size());
   std::printf("[%s%s] logits max|diff| %.3g, loss |diff| %.3g, gradients (%zu) max|diff| %.3g "
               "(%s), max relative %.3g\n",
               name.c_str(), checkpointing ? ", checkpointing" : "", logits_diff, loss_diff,

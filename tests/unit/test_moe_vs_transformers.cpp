@@ -20,6 +20,7 @@
 
 #include <ATen/ATen.h>
 
+#include "fixture_util.h"
 #include "lft/config/config.h"
 #include "lft/model/families.h"
 #include "lft/model/hf_checkpoint.h"
@@ -28,15 +29,6 @@
 
 namespace lft::model {
 namespace {
-
-std::string fixture_dir(const std::string& name) {
-  const std::string here = __FILE__;
-  return here.substr(0, here.rfind('/')) + "/../fixtures/" + name;
-}
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
 
 std::shared_ptr<CausalLM> loaded(const ModelConfig& config, const std::string& dir) {
   std::shared_ptr<CausalLM> model = create_causal_lm(config);
@@ -66,17 +58,8 @@ TEST_P(MoeVsTransformers, LogitsAuxLossAndGradientsMatch) {
   EXPECT_LT(config.num_active_parameters(), count);
 
   // The Hub layout: every tensor a parameter of the same name and shape, and back.
-  const auto weights = read_safetensors(dir + "/model.safetensors");
+  expect_same_names_and_shapes(read_safetensors(dir + "/model.safetensors"), *model);
   auto params = model->named_parameters();
-  std::set<std::string> hf_names, cpp_names;
-  for (const auto& [n, t] : weights) {
-    hf_names.insert(n);
-    const at::Tensor* p = params.find(n);
-    ASSERT_NE(p, nullptr) << "HF tensor " << n << " has no C++ parameter";
-    EXPECT_EQ(p->sizes(), t.sizes()) << n;
-  }
-  for (const auto& p : params) cpp_names.insert(p.key());
-  EXPECT_EQ(hf_names, cpp_names);
   load_hf_checkpoint(*model, dir);
 
   std::map<std::string, std::string> meta;
