@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "lft/model/fused.h"
+#include "lft/model/grouped_experts.h"
 #include "lft/model/qwen3.h"
 
 namespace lft::model {
@@ -116,30 +117,24 @@ at::Tensor SparseMoeBlockImpl::forward(const at::Tensor& x, const at::Tensor& to
 
 at::Tensor SparseMoeBlockImpl::route_experts(const at::Tensor& flat, const at::Tensor& chosen,
                                              const at::Tensor& top_weights) {
-  // Tokens grouped by expert (a stable sort keeps each expert's rows in token order): one GEMM
-  // chain per expert over its contiguous rows, forward and backward (split_with_sizes and cat
-  // move each gradient once), then each row scaled by its weight and added to its token, the k
-  // experts of a token in ascending order as transformers adds them.
+  // Tokens grouped by expert (a stable sort keeps each expert's rows in token order), each
+  // expert's GEMMs over its contiguous rows in one autograd node (grouped_experts.h), then each
+  // row scaled by its weight and added to its token, the k experts of a token in ascending order
+  // as transformers adds them.
   const std::int64_t k = moe_.experts_per_token, n_experts = moe_.num_experts;
   const at::Tensor order = std::get<1>(at::sort(chosen, /*stable=*/true, /*dim=*/0, /*descending=*/false));
   const at::Tensor token_of = at::floor_divide(order, k);
   const at::Tensor per_expert = at::bincount(chosen, {}, n_experts).cpu();
   const std::int64_t* count = per_expert.data_ptr<std::int64_t>();
   const std::vector<std::int64_t> sizes(count, count + n_experts);
-  const std::vector<at::Tensor> rows = flat.index_select(0, token_of).split_with_sizes(sizes);
-  std::vector<at::Tensor> outputs;
-  outputs.reserve(static_cast<std::size_t>(n_experts));
-  // An expert no row chose still runs (on no rows): its weights get a zero gradient, so that
-  // every parameter takes part in every backward, as the engines' gradient hooks expect of each
-  // rank (a rank whose tokens skip an expert must still reduce its gradient with the others).
-  for (std::int64_t e = 0; e < n_experts; ++e) {
-    const ExpertImpl& ex = *expert_list[static_cast<std::size_t>(e)];
-    const at::Tensor& r = rows[static_cast<std::size_t>(e)];
-    const at::Tensor g = at::linear(r, ex.gate_proj->weight), u = at::linear(r, ex.up_proj->weight);
-    const at::Tensor fused = fused_swiglu(g, u);
-    outputs.push_back(at::linear(fused.defined() ? fused : at::silu(g) * u, ex.down_proj->weight));
+  std::vector<at::Tensor> gate, up, down;
+  for (const auto& ex : expert_list) {
+    gate.push_back(ex->gate_proj->weight);
+    up.push_back(ex->up_proj->weight);
+    down.push_back(ex->down_proj->weight);
   }
-  at::Tensor ys = at::cat(outputs) * top_weights.reshape({-1}).index_select(0, order).unsqueeze(1);
+  const at::Tensor out = grouped_experts(flat.index_select(0, token_of), sizes, gate, up, down);
+  at::Tensor ys = out * top_weights.reshape({-1}).index_select(0, order).unsqueeze(1);
   return at::zeros_like(flat).index_add(0, token_of, ys.to(flat.scalar_type()));
 }
 
