@@ -1,7 +1,6 @@
 // CausalLM: the units (embedding, decoder layers, head + loss), their forward over a range, and
 // where each parameter is used.
 #include "lft/model/causal_lm.h"
-
 #include "lft/runtime/text.h"
 
 #include <algorithm>
@@ -240,20 +239,21 @@ void CausalLM::finish_routing(const AttentionInputs& in, std::int64_t first, std
     rows = rows.defined() ? rows + record->tokens[l] : record->tokens[l];
   }
   if (counts.empty()) return;
-  // One vector [layers * E counts, E probability sums, rows]; a cp group's chunks summed.
+  // One vector [layers * E counts, E probability sums, rows]; a cp group's chunks summed; read
+  // on the host once (the forward's one wait for its routing).
   at::Tensor stats = at::cat({at::stack(counts).reshape({-1}), prob_sum, rows.reshape({1})}).to(at::kDouble);
   if (cp_ != nullptr) stats = cp_->all_gather(stats).view({cp_->size(), -1}).sum(0);
+  stats = stats.cpu();
   const std::int64_t experts = config_.moe.num_experts, layers = static_cast<std::int64_t>(counts.size());
   const at::Tensor by_layer = stats.narrow(0, 0, layers * experts).view({layers, experts});
   const at::Tensor c = by_layer.sum(0), s = stats.narrow(0, layers * experts, experts);
-  const double r = stats[layers * experts + experts].item<double>();
+  const double r = stats.data_ptr<double>()[layers * experts + experts];
   const double e = static_cast<double>(experts);
   const double aux = r > 0 ? e * (c * s).sum().item<double>() / (r * r) : 0.0;
-  if (record->scale != 0 && r > 0) record->gradient = (c * (record->scale * e / (r * r))).to(at::kFloat).to(prob_sum.device());
+  if (record->scale != 0 && r > 0) record->gradient = (c * (record->scale * e / (r * r))).to(prob_sum.options());
   routing_totals_.aux_loss_sum += aux;
   routing_totals_.forwards += 1;
-  const at::Tensor host_rows = by_layer.cpu();
-  routing_totals_.expert_rows = routing_totals_.expert_rows.defined() ? routing_totals_.expert_rows + host_rows : host_rows;
+  routing_totals_.expert_rows = routing_totals_.expert_rows.defined() ? routing_totals_.expert_rows + by_layer : by_layer.clone();
 }
 
 RoutingTotals CausalLM::take_routing_totals() {

@@ -6,7 +6,6 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "lft/model/fused.h"
 #include "lft/model/grouped_experts.h"
 #include "lft/model/qwen3.h"
 
@@ -30,17 +29,16 @@ struct RecordHolder : torch::CustomClassHolder {
 // Identity on the layer's output; in backward, the auxiliary loss's gradient (the record's, set
 // after the forward ended) flows into the layer's router probability sums.
 struct AuxGradient : public torch::autograd::Function<AuxGradient> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& out, const at::Tensor& prob_sum,
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& out, const at::Tensor& /*prob_sum: its gradient is the point*/,
                             c10::intrusive_ptr<RecordHolder> holder, double factor) {
     ctx->saved_data["record"] = c10::IValue::make_capsule(std::move(holder));
     ctx->saved_data["factor"] = factor;
-    ctx->saved_data["dtype"] = static_cast<std::int64_t>(prob_sum.scalar_type());
     return out.view_as(out);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto holder = c10::static_intrusive_pointer_cast<RecordHolder>(ctx->saved_data["record"].toCapsule());
     const at::Tensor& g = holder->record->gradient;
-    at::Tensor prob_grad;
+    at::Tensor prob_grad;  // none where the forward had no token (finish_routing sets no gradient)
     if (g.defined()) prob_grad = g * ctx->saved_data["factor"].toDouble();
     return {grads[0], prob_grad, at::Tensor(), at::Tensor()};
   }
@@ -97,6 +95,7 @@ at::Tensor SparseMoeBlockImpl::forward(const at::Tensor& x, const at::Tensor& to
   if (moe_.weights_in_router_dtype) top_weights = top_weights.to(router_logits.scalar_type());
 
   const at::Tensor chosen = top_experts.reshape({-1});  // row t's k experts at t*k .. t*k+k-1
+  at::Tensor routed = route_experts(flat, chosen, top_weights);
   if (record) {
     at::Tensor mask = token_mask.defined() ? token_mask.to(at::kFloat) : at::ones({flat.size(0)}, probs.options());
     at::Tensor counts = at::zeros({n_experts}, probs.options()).scatter_add_(0, chosen, mask.repeat_interleave(k));
@@ -105,14 +104,11 @@ at::Tensor SparseMoeBlockImpl::forward(const at::Tensor& x, const at::Tensor& to
     record->counts[slot] = std::move(counts);
     record->prob_sums[slot] = prob_sum.detach();
     record->tokens[slot] = mask.sum();
-    if (prob_sum.requires_grad() && record->scale != 0) {
-      at::Tensor out = route_experts(flat, chosen, top_weights);
-      out = AuxGradient::apply(out, prob_sum, c10::make_intrusive<RecordHolder>(record),
-                               1.0 / static_cast<double>(replicas));
-      return finish(flat, out, x.sizes());
-    }
+    if (prob_sum.requires_grad() && record->scale != 0)
+      routed = AuxGradient::apply(routed, prob_sum, c10::make_intrusive<RecordHolder>(record),
+                                  1.0 / static_cast<double>(replicas));
   }
-  return finish(flat, route_experts(flat, chosen, top_weights), x.sizes());
+  return finish(flat, routed, x.sizes());
 }
 
 at::Tensor SparseMoeBlockImpl::route_experts(const at::Tensor& flat, const at::Tensor& chosen,

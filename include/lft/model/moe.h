@@ -13,7 +13,7 @@
 // cannot finish it: each layer records its counts and probability sums (RoutingRecord); when the
 // forward has run every layer, CausalLM adds them up and sets the loss's gradient with respect to
 // each layer's probability sums (E * C_e / R^2, C_e the routed rows of e, R the rows), which
-// the layer's backward reads (route_aux_gradient). The same holds under activation
+// the layer's backward reads (moe.cpp's AuxGradient node). The same holds under activation
 // checkpointing: the recomputed layer reads the gradient its first forward's record received.
 #pragma once
 
