@@ -126,6 +126,20 @@ std::string check_communication(MpiCommunicator& world, DeviceMesh& mesh) {
       if (c[static_cast<int>(o)] != mine[static_cast<int>(o)]) return false;
     return true;
   });
+  if (shape.ep > 1) {
+    // Expert parallelism's groups, borrowed from dp x cp (device_mesh.h).
+    const int place = DeviceMesh::dp_cp_place(shape, mine);
+    auto same_outside = [&](const MeshCoord& c) {
+      return c[static_cast<int>(MeshDim::PP)] == mine[static_cast<int>(MeshDim::PP)] &&
+             c[static_cast<int>(MeshDim::TP)] == mine[static_cast<int>(MeshDim::TP)];
+    };
+    check(mesh.ep(), [&](const MeshCoord& c) {
+      return same_outside(c) && DeviceMesh::dp_cp_place(shape, c) / shape.ep == place / shape.ep;
+    });
+    check(mesh.edp(), [&](const MeshCoord& c) {
+      return same_outside(c) && DeviceMesh::dp_cp_place(shape, c) % shape.ep == place % shape.ep;
+    });
+  }
   return out;
 }
 

@@ -136,7 +136,7 @@ Communicator::CallInfo Communicator::begin(CollKind kind, std::uint64_t payload_
                 coll_kind_name(kind), static_cast<unsigned long long>(sequence_), detail.c_str(),
                 format_bytes(static_cast<double>(payload_bytes)).c_str(), name_.c_str(),
                 backend(), rank_, size_);
-  inject_fault_if_requested(++g_collective_count, text);
+  inject_fault_if_requested(++g_collective_count, name_, text);
   CollStats& s = stats_.at(kind);
   s.calls += 1;
   s.bytes += payload_bytes;

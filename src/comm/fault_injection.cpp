@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "lft/runtime/error.h"
@@ -17,18 +18,20 @@ struct Fault {
   enum class Action { None, Skip, Kill } action = Action::None;
   int rank = -1;
   std::uint64_t number = 0;
+  std::string comm;  // "": N counts every collective; else only those on this communicator
 };
 
 Fault parse_fault() {
   Fault f;
   const char* spec = std::getenv("LFT_TEST_FAULT");
   if (spec == nullptr || *spec == '\0') return f;
-  char action[16] = {0};
+  char action[16] = {0}, comm[32] = {0};
   unsigned long long number = 0;
   int rank = -1;
-  if (std::sscanf(spec, "%15[a-z]:%d:%llu", action, &rank, &number) != 3 || number == 0)
+  if (std::sscanf(spec, "%15[a-z]:%d:%llu:%31s", action, &rank, &number, comm) < 3 || number == 0)
     throw UsageError("LFT_TEST_FAULT='" + std::string(spec) +
-                     "' is not ACTION:RANK:N with ACTION skip or kill and N >= 1");
+                     "' is not ACTION:RANK:N[:COMMUNICATOR] with ACTION skip or kill and N >= 1");
+  f.comm = comm;
   const std::string a = action;
   if (a == "skip") f.action = Fault::Action::Skip;
   else if (a == "kill") f.action = Fault::Action::Kill;
@@ -40,11 +43,15 @@ Fault parse_fault() {
 
 }  // namespace
 
-void inject_fault_if_requested(std::uint64_t collective_number, const std::string& what) {
+void inject_fault_if_requested(std::uint64_t collective_number, const std::string& comm, const std::string& what) {
   static const Fault fault = parse_fault();
-  if (fault.action == Fault::Action::None || collective_number != fault.number ||
-      world_rank_or_minus_one() != fault.rank)
-    return;
+  static std::atomic<std::uint64_t> on_comm{0};
+  if (fault.action == Fault::Action::None || world_rank_or_minus_one() != fault.rank) return;
+  if (!fault.comm.empty()) {
+    if (comm != fault.comm) return;
+    collective_number = ++on_comm;
+  }
+  if (collective_number != fault.number) return;
   if (fault.action == Fault::Action::Kill) {
     log_rank("LFT_TEST_FAULT: killing this rank before " + what);
     std::raise(SIGKILL);

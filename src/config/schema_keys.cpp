@@ -370,6 +370,11 @@ std::vector<KeySpec> build() {
         "the parameters (every multi-rank engine; LlamaFactory v1's dist_config.cp_size)")
           .min(-1),
       K("mesh.tp", I, "Tensor-parallel size").min(-1),
+      K("mesh.ep", I,
+        "Expert-parallel size (mixtures of experts): each MoE layer's experts split over ep ranks "
+        "borrowed from dp x cp, which exchange tokens all-to-all; must divide dp_replicate x "
+        "dp_shard x cp and the model's experts (ddp, fsdp, fsdp2, deepspeed, megatron)")
+          .min(1),
 
       // ---- [model]: an inline model (Hugging Face config.json names), trained from scratch ----
       K("model.vocab_size", I, "Vocabulary size").min(1).required(),

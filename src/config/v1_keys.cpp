@@ -207,7 +207,8 @@ class V1Mapper {
   void topology_keys() {
     const std::pair<const char*, const char*> moved[] = {
         {"cp_size", "dist_config.cp_size"},         {"cp_mode", "dist_config.cp_mode"},
-        {"dp_size", "dist_config.dp_size"},         {"mp_replicate_size", "dist_config.mp_replicate_size"},
+        {"dp_size", "dist_config.dp_size"},         {"ep_size", "dist_config.ep_size"},
+        {"mp_replicate_size", "dist_config.mp_replicate_size"},
         {"mp_shard_size", "dist_config.mp_shard_size"}, {"dist_timeout", "dist_config.timeout"}};
     for (const auto& [top, nested] : moved)
       if (auto item = take(top)) merge_alias(std::move(*item), nested);
@@ -216,9 +217,14 @@ class V1Mapper {
   void engine_keys() {
     topology_keys();
     const auto name = take("dist_config.name");
-    const std::string engine = name ? string_of(*name) : "";
+    // fsdpturbo: v1's FSDP2 with expert parallelism (ep_size) from the FSDPTurbo library; here
+    // fsdp2 with [mesh] ep, its experts whole on each ep rank (docs/llamafactory.md).
+    const bool turbo = name && string_of(*name) == "fsdpturbo";
+    const std::string engine = turbo ? "fsdp2" : name ? string_of(*name) : "";
     if (name && engine != "fsdp2" && engine != "deepspeed")
-      refuse(*name, "v1's distributed plugins are fsdp2 and deepspeed", "write dist_config: {name: fsdp2} or {name: deepspeed, config_file: ...}");
+      refuse(*name, "v1's distributed plugins are fsdp2, fsdpturbo and deepspeed",
+             "write dist_config: {name: fsdp2}, {name: fsdpturbo, ep_size: N} or {name: deepspeed, config_file: ...}");
+    if (turbo) turbo_keys();
     if (name) {
       if (const Item* own = find_item(in_, "distributed"))
         conflict(*name, *own);
@@ -247,10 +253,28 @@ class V1Mapper {
       }
     }
     rename("dist_config.cp_size", "mesh.cp");
+    rename("dist_config.ep_size", "mesh.ep");
     if (auto dcp = take("dist_config.dcp_path"))
       refuse(*dcp, "lftrain loads the Hugging Face model folder (model), not a torch distributed checkpoint",
              "remove dcp_path");
     bf16(engine, name.has_value());
+  }
+
+  // FSDPTurbo's own keys: its eager dispatcher is what lftrain does (an all-to-all of the routed
+  // rows, dropless); the others choose modules by pattern, which lftrain takes from the model.
+  void turbo_keys() {
+    if (auto d = take("dist_config.ep_dispatcher")) {
+      if (string_of(*d) != "eager")
+        refuse(*d, "lftrain's expert parallelism exchanges the routed rows all-to-all (FSDPTurbo's eager dispatcher)",
+               "write ep_dispatcher: eager, or remove it");
+      else
+        note(*d, "lftrain's all-to-all of the routed rows, dropless");
+    }
+    for (const char* key : {"dist_config.ep_modules", "dist_config.ep_fsdp_modules", "dist_config.fsdp_ignored_modules",
+                            "dist_config.fsdp_modules", "dist_config.hook_modules", "dist_config.fsdp_implementation"})
+      if (auto item = take(key))
+        refuse(*item, "lftrain places a mixture of experts' experts itself (every routed expert of each MoE layer)",
+               "remove it");
   }
 
   // v1's bf16 (default true) acts through FSDP2's mixed precision (bf16 parameters, fp32

@@ -5,17 +5,42 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <stdexcept>
 
 #include "lft/engine/megatron_plan.h"
 #include "lft/engine/pipeline_schedule.h"
 #include "lft/engine/shard_layout.h"
 #include "lft/model/finetuning.h"
+#include "lft/model/moe.h"
 
 namespace lft::engine {
 namespace {
 
+// The ep placement of a meta model: never exchanges anything.
+class MetaExchange final : public model::ExpertExchange {
+ public:
+  explicit MetaExchange(int size) : size_(size) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  at::Tensor exchange_counts(const at::Tensor&) const override { throw std::logic_error("meta model: no exchange"); }
+  at::Tensor exchange_rows(const at::Tensor&, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&) const override {
+    throw std::logic_error("meta model: no exchange");
+  }
+
+ private:
+  int size_;
+};
+
+// With expert parallelism, the model the engine takes: its experts out (estimate_experts counts
+// them), as ExpertParallelEngine takes them out before the engine's prepare.
 std::shared_ptr<model::CausalLM> meta_model(const RunPlan& run) {
-  return create_run_model(run, at::TensorOptions().device(at::kMeta));  // the one builder
+  std::shared_ptr<model::CausalLM> m = create_run_model(run, at::TensorOptions().device(at::kMeta));  // the one builder
+  if (run.mesh.ep > 1) {
+    const auto exchange = std::make_shared<MetaExchange>(run.mesh.ep);
+    for (const auto& item : m->named_modules())
+      if (auto* block = dynamic_cast<model::SparseMoeBlockImpl*>(item.value().get())) block->place_experts(exchange);
+  }
+  return m;
 }
 
 // Elements of the model's parameters: all of them, or those that train.
@@ -98,6 +123,27 @@ std::string MemoryEstimate::str() const {
          (process > 0 ? "; with the process itself (" + mib(process) + ": libraries, runtime, data) " + mib(resident()) +
                             " resident"
                       : "");
+}
+
+void add_expert_parallel_memory(const RunPlan& run, MemoryEstimate& e) {
+  if (run.mesh.ep <= 1) return;
+  const auto m = create_run_model(run, at::TensorOptions().device(at::kMeta));
+  const auto exchange = std::make_shared<MetaExchange>(run.mesh.ep);
+  double held = 0, trained = 0;  // this rank's experts (every rank holds as many)
+  for (const auto& item : m->named_modules()) {
+    auto* block = dynamic_cast<model::SparseMoeBlockImpl*>(item.value().get());
+    if (block == nullptr) continue;
+    for (const auto& [name, t] : block->place_experts(exchange)) {
+      held += static_cast<double>(t.numel());
+      if (t.requires_grad()) trained += static_cast<double>(t.numel());
+    }
+  }
+  // Whole fp32 experts with their gradients and AdamW's moments, and the buckets' fp32 copy of
+  // their gradients.
+  e.weights += 4 * held;
+  e.gradients += 4 * trained;
+  e.optimizer += 8 * trained;
+  e.gathered += 4 * trained;
 }
 
 MemoryEstimate estimate_replicated(const RunPlan& run, bool buckets) {

@@ -11,6 +11,23 @@ std::string key_of(int d) { return std::string("mesh.") + mesh_dim_name(static_c
   throw config::ConfigError("config error: " + what + "\n  " + hint);
 }
 
+// [mesh] ep: the expert-parallel ranks, borrowed from dp x cp (device_mesh.h).
+int expert_parallel_size(const config::Config& cfg, const EngineInfo& engine, const MeshShape& shape) {
+  const int ep = static_cast<int>(cfg.integer("mesh.ep"));
+  if (ep == 1) return 1;
+  const std::string where = cfg.where("mesh.ep") + " = " + std::to_string(ep);
+  if (engine.preset == EnginePreset::None)
+    fail(where + ": engine 'none' trains on one rank, which holds every expert",
+         "use distributed = \"fsdp2\" (or ddp, fsdp, deepspeed, megatron) with mesh.ep, or set mesh.ep = 1");
+  const int dp_cp = shape.sizes[static_cast<int>(MeshDim::DPReplicate)] * shape.sizes[static_cast<int>(MeshDim::DPShard)] *
+                    shape.sizes[static_cast<int>(MeshDim::CP)];
+  if (dp_cp < 1 || dp_cp % ep != 0)
+    fail(where + ": expert parallelism borrows its ranks from the data- and context-parallel ones, and ep does not "
+             "divide dp_replicate x dp_shard x cp = " + std::to_string(dp_cp) + " (" + shape.str() + ")",
+         "choose an ep that divides the data-parallel ranks (x cp), e.g. ep = dp_shard");
+  return ep;
+}
+
 }  // namespace
 
 MeshShape plan_mesh(const config::Config& cfg, const EngineInfo& engine, int world_size) {
@@ -57,6 +74,7 @@ MeshShape plan_mesh(const config::Config& cfg, const EngineInfo& engine, int wor
            "make the fixed [mesh] dims divide the rank count");
     shape.sizes[fill] = world_size / others;
   }
+  if (cfg.is_set("mesh.ep")) shape.ep = expert_parallel_size(cfg, engine, shape);
   if (shape.world_size() != world_size)
     fail("the mesh " + shape.str() + " has " + std::to_string(shape.world_size()) +
              " ranks but the job has " + std::to_string(world_size) + " (" + cfg.source_name() +

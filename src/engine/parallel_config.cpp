@@ -164,12 +164,27 @@ void check_context_parallel(const config::Config& cfg, const model::ModelConfig&
              ", or dist_config.cp_mode = \"ring\" (ring attention keeps every head on every cp rank)");
 }
 
+// [mesh] ep against the model: a mixture of experts whose experts ep divides.
+static void check_expert_parallel(const config::Config& cfg, const model::ModelConfig& model, int ep) {
+  if (ep == 1) return;
+  const std::string where = cfg.where("mesh.ep") + " = " + std::to_string(ep);
+  if (model.moe.num_experts == 0)
+    fail(where + ": expert parallelism spreads a mixture of experts' experts over ranks, and this " + model.model_type +
+             " model has none",
+         "set mesh.ep = 1 (or remove it)");
+  if (model.moe.num_experts % ep != 0)
+    fail(where + " does not divide the model's " + std::to_string(model.moe.num_experts) +
+             " experts per layer: each ep rank holds the same number of them",
+         "choose an ep that divides num_experts");
+}
+
 ParallelPlan resolve_parallel_plan(const config::Config& cfg, const RunPlan& run, const model::CausalLM& meta) {
   ParallelPlan p;
   p.preset = engine_for(cfg).preset;
   p.bucket_bytes = cfg.real("ddp_bucket_cap_mb") * 1024.0 * 1024.0;
   p.cp_ring = cfg.string("dist_config.cp_mode") == "ring";
   check_context_parallel(cfg, run.model, run.mesh[MeshDim::CP], run.mesh[MeshDim::TP]);
+  check_expert_parallel(cfg, run.model, run.mesh.ep);
   if (p.preset == EnginePreset::Megatron) {
     p.megatron = make_megatron_plan(cfg, meta, run.mesh, run.nccl);
     if (p.megatron->dp_sharding != DpSharding::NoShard) p.sharded = megatron_sharding_plan(*p.megatron, run.compute);

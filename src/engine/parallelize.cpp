@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "lft/engine/expert_parallel.h"
 #include "lft/engine/registry.h"
 #include "lft/model/adapter_weights.h"
 #include "lft/model/finetuning.h"
@@ -35,6 +36,8 @@ std::unique_ptr<model::WeightSource> starting_weights(const RunPlan& plan, model
 ParallelModel parallelize(const RunPlan& plan, DeviceMesh& mesh, const c10::Device& device, const std::string& folder) {
   ParallelModel out;
   out.engine = engine_info(plan.parallel.preset).create(EngineContext{mesh, plan});
+  // 4. expert parallel: the experts taken out of the data-parallel engine's hands (its prepare).
+  if (plan.mesh.ep > 1) out.engine = std::make_unique<ExpertParallelEngine>(EngineContext{mesh, plan}, std::move(out.engine));
   // 1-2. float8, then LoRA / freeze. A sharding engine reads only its share of the starting
   // weights, into parameters that have no memory yet: no rank ever holds the whole model.
   {

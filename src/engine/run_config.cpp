@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lft/config/list_names.h"
+#include "lft/engine/memory_estimate.h"
 #include "lft/engine/parallel_config.h"
 #include "lft/engine/registry.h"
 #include "lft/engine/run_plan.h"
@@ -149,6 +150,7 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool 
   if (config::capabilities_of(cfg.string("distributed")).deepspeed_config) p.deepspeed = config::read_deepspeed_config(cfg, mesh.dp_size());
   p.parallel = resolve_parallel_plan(cfg, p, *shape);
   p.memory = engine_info(p.parallel.preset).estimate_memory(p);
+  add_expert_parallel_memory(p, p.memory);
   if (cfg.boolean("async_checkpoint") && cfg.string("save_strategy") != "no")
     p.memory.checkpoint_staging = p.memory.weights + p.memory.optimizer;
   return p;

@@ -27,6 +27,7 @@ std::string MeshShape::str() const {
     if (d > 0) out += " x ";
     out += std::string(mesh_dim_name(static_cast<MeshDim>(d))) + "=" + std::to_string(sizes[d]);
   }
+  if (ep > 1) out += " (ep=" + std::to_string(ep) + " of dp x cp)";
   return out;
 }
 
@@ -78,6 +79,17 @@ DeviceMesh::DeviceMesh(const MpiCommunicator& world, const MeshShape& shape, at:
     color[static_cast<int>(MeshDim::CP)] = 0;
     shard_cp_ = world.split(mesh_rank(shape, color), coord(MeshDim::DPShard) * cp + cp_coord, "dp_shard_cp");
   }
+  const int ep = shape.ep;
+  if (ep > 1) {
+    const int dp_cp = shape.dp_size() * cp, place = dp_cp_place(shape, coord_);  // in device_dp_cp()
+    if (dp_cp % ep != 0)
+      throw std::invalid_argument("mesh " + shape.str() + ": ep does not divide dp x cp = " + std::to_string(dp_cp));
+    MeshCoord color = dp_color;
+    color[static_cast<int>(MeshDim::CP)] = 0;
+    const int outside = mesh_rank(shape, color);  // the pp and tp coordinates
+    ep_ = world.split(outside * dp_cp + place / ep, place % ep, "ep");
+    edp_ = world.split(outside * dp_cp + place % ep, place / ep, "edp");
+  }
   if (comms == DeviceComms::Host) return;
 #if !LFT_HAS_NCCL
   if (comms == DeviceComms::Nccl) throw std::invalid_argument("DeviceMesh: NCCL communicators need a build with NCCL");
@@ -96,6 +108,10 @@ DeviceMesh::DeviceMesh(const MpiCommunicator& world, const MeshShape& shape, at:
   if (dp_cp_) {
     device_dp_cp_ = device_communicator(*dp_cp_, device, comms);
     device_shard_cp_ = device_communicator(*shard_cp_, device, comms);
+  }
+  if (ep_) {
+    device_ep_ = device_communicator(*ep_, device, comms);
+    device_edp_ = device_communicator(*edp_, device, comms);
   }
 }
 
@@ -127,6 +143,17 @@ Communicator& DeviceMesh::device_dp() {
 Communicator& DeviceMesh::device_dp_cp() {
   if (!dp_cp_) return device_dp();
   return device_dp_cp_ ? *device_dp_cp_ : static_cast<Communicator&>(*dp_cp_);
+}
+
+Communicator& DeviceMesh::device_ep() {
+  if (ep_) return device_ep_ ? *device_ep_ : static_cast<Communicator&>(*ep_);
+  if (!lone_ep_) lone_ep_ = std::make_unique<LocalCommunicator>("ep", device_);
+  return *lone_ep_;
+}
+
+Communicator& DeviceMesh::device_edp() {
+  if (edp_) return device_edp_ ? *device_edp_ : static_cast<Communicator&>(*edp_);
+  return device_dp_cp();  // ep = 1: the experts are held as every other parameter
 }
 
 Communicator& DeviceMesh::device_shard_cp() {

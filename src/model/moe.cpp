@@ -1,6 +1,8 @@
 // Mixtures of experts: router, grouped experts, shared expert, the MoE decoder layer.
 #include "lft/model/moe.h"
 
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -129,9 +131,33 @@ at::Tensor SparseMoeBlockImpl::route_experts(const at::Tensor& flat, const at::T
     up.push_back(ex->up_proj->weight);
     down.push_back(ex->down_proj->weight);
   }
-  const at::Tensor out = grouped_experts(flat.index_select(0, token_of), sizes, gate, up, down);
+  const at::Tensor rows = flat.index_select(0, token_of);
+  const at::Tensor out =
+      exchange_ ? experts_across_ranks(exchange_, rows, sizes,
+                                       [&](const at::Tensor& local_rows, const std::vector<std::int64_t>& local_sizes) {
+                                         return grouped_experts(local_rows, local_sizes, gate, up, down);
+                                       })
+                : grouped_experts(rows, sizes, gate, up, down);
   at::Tensor ys = out * top_weights.reshape({-1}).index_select(0, order).unsqueeze(1);
   return at::zeros_like(flat).index_add(0, token_of, ys.to(flat.scalar_type()));
+}
+
+std::vector<std::pair<std::string, at::Tensor>> SparseMoeBlockImpl::place_experts(
+    std::shared_ptr<const ExpertExchange> exchange) {
+  const std::int64_t ranks = exchange->size(), local = moe_.num_experts / ranks, first = exchange->rank() * local;
+  if (local * ranks != moe_.num_experts || exchange_)
+    throw std::logic_error("place_experts: " + std::to_string(moe_.num_experts) + " experts over " +
+                           std::to_string(ranks) + " ranks (or placed twice)");
+  std::vector<std::shared_ptr<ExpertImpl>> kept(expert_list.begin() + first, expert_list.begin() + first + local);
+  std::vector<std::pair<std::string, at::Tensor>> params;
+  for (std::int64_t i = 0; i < local; ++i)
+    for (const auto& item : kept[static_cast<std::size_t>(i)]->named_parameters())
+      params.emplace_back("experts." + std::to_string(first + i) + "." + item.key(), item.value());
+  unregister_module("experts");
+  experts = torch::nn::ModuleList(nullptr);
+  expert_list = std::move(kept);
+  exchange_ = std::move(exchange);
+  return params;
 }
 
 at::Tensor SparseMoeBlockImpl::finish(const at::Tensor& flat, const at::Tensor& routed, at::IntArrayRef shape) {

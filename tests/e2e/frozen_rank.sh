@@ -5,7 +5,7 @@
 set -u
 build=$1
 out=$(mktemp -d /tmp/lft-frozen-XXXXXX)
-timeout_s=10
+timeout_s=5  # short: each case waits it out; a step of this run takes ~0.1 s
 pids_of_job() { pgrep -f "$out/run.toml" || true; }
 cleanup() { for p in $(pids_of_job); do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done; rm -rf "$out"; }
 trap cleanup EXIT

@@ -117,6 +117,21 @@ TEST(ConfigV1, ContextParallelKeysAreLftrainsMesh) {
             std::string::npos);
 }
 
+// v1's fsdpturbo (FSDP2 with FSDPTurbo's expert parallelism) is fsdp2 with [mesh] ep; its eager
+// dispatcher is lftrain's all-to-all, another is refused, as are its module patterns.
+TEST(ConfigV1, FsdpturboIsFsdp2WithExpertParallelism) {
+  const Config c = parse_yaml(v1_head() + "dist_config:\n  name: fsdpturbo\n  ep_size: 2\n  ep_dispatcher: eager\n");
+  EXPECT_EQ(c.string("distributed"), "fsdp2");
+  EXPECT_EQ(c.integer("mesh.ep"), 2);
+  EXPECT_TRUE(c.boolean("bf16"));
+  EXPECT_TRUE(noted(c, "ep_dispatcher = \"eager\": lftrain's all-to-all of the routed rows, dropless"));
+  EXPECT_EQ(parse_yaml(v1_head() + "dist_config:\n  name: fsdpturbo\nep_size: 4\n").integer("mesh.ep"), 4);
+  EXPECT_CONTAINS(yaml_error(v1_head() + "dist_config:\n  name: fsdpturbo\n  ep_size: 2\n  ep_dispatcher: moonep\n"),
+                  "ep_dispatcher = \"moonep\": lftrain's expert parallelism exchanges");
+  EXPECT_CONTAINS(yaml_error(v1_head() + "dist_config:\n  name: fsdpturbo\n  ep_size: 2\n  ep_modules: [x]\n"),
+                  "dist_config.ep_modules");
+}
+
 // LlamaFactory main (#10641) reads the topology keys at the top level; 0.9.5 inside dist_config.
 TEST(ConfigV1, TopologyKeysAtTheTopLevelAsMainReadsThem) {
   const Config c = parse_yaml(v1_head() + "dist_config:\n  name: fsdp2\ncp_mode: ring\ncp_size: 2\ndist_timeout: 120\n");

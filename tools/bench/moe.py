@@ -7,7 +7,9 @@ same threads, in one run, on random printable bytes (both sides: routing spreads
 experts; repetitive text sends nearly every token to the same few). bf16 where the CPU's bf16 matmul beats its fp32 one, else fp32.
 Prints tokens/s and their ratio, the model FLOP/s of the active parameters (router, the 4 experts a
 token uses, attention, head) against the measured GEMM rate (MFU), and lftrain's peak RSS against
-its memory estimate.
+its memory estimate. Then expert parallelism at 2 ranks (one thread each, fsdp2, 2 sequences a
+rank): ep 1 against ep 2 on the same ranks, tokens/s, the bytes the experts' exchanges move per
+step and how much of that time a rank waited, and peak RSS against the estimate.
   .venv/bin/python tools/bench/moe.py [--build build] [--steps 8] [--threads 2]"""
 import argparse
 import json
@@ -97,14 +99,19 @@ def main():
         ours = lftrain(args.build, "inputs/bench_moe.toml", 1, args.threads, bf16, args.steps,
                        extra=[f"model_name_or_path={folder}", f"train_dataset={folder}/text.txt"])
         theirs, impl = transformers_step_rate(folder, bf16, args.threads, args.steps)
+        report_one_rank(ours, theirs, impl, args.threads, dtype, rate)
+        expert_parallel_rows(args.build, folder, bf16, args.steps, gemm[dtype]["1"] * 1e9, flops_per_token())
+
+
+def report_one_rank(ours, theirs, impl, threads, dtype, rate):
     # The startup report's "memory ... MiB per rank at the peak: ...; with the process itself ...
     # N MiB resident".
     estimate = re.search(r"^\s*memory\s.*?([\d.]+) MiB resident", ours["text"], re.M)
     estimate_mib = float(estimate.group(1)) if estimate else None
     flops = flops_per_token()
     print(f"\nMixture of experts (Qwen3-MoE shape: hidden 512, 32 experts x 256, top-4, 4 layers), 1 rank, "
-          f"{args.threads} threads, {dtype}, batch {BATCH} x {SEQ}; {flops / 1e6:.1f} MFLOP a token (active)")
-    print(f"GEMM rate ({dtype}, {args.threads} threads): {rate / 1e9:.1f} GFLOP/s")
+          f"{threads} threads, {dtype}, batch {BATCH} x {SEQ}; {flops / 1e6:.1f} MFLOP a token (active)")
+    print(f"GEMM rate ({dtype}, {threads} threads): {rate / 1e9:.1f} GFLOP/s")
     head = f"{'trainer':34} {'tok/s':>8} {'x tf':>6} {'MFU':>6}"
     print(head)
     print("-" * len(head))
@@ -115,6 +122,29 @@ def main():
         print(f"lftrain peak RSS {rss:.0f} MiB, estimate {estimate_mib:.0f} MiB ({rss / estimate_mib - 1:+.0%})")
     else:
         print(f"lftrain peak RSS {rss:.0f} MiB (no estimate line found)")
+
+
+def expert_parallel_rows(build, folder, bf16, steps, rate_per_thread, flops):
+    """fsdp2 at 2 ranks, ep 1 and ep 2: each rank 2 of the 4 sequences, one thread."""
+    print(f"\nExpert parallelism, 2 ranks x 1 thread, fsdp2 ({'bf16' if bf16 else 'fp32'}), 2 sequences a rank")
+    head = f"{'layout':22} {'tok/s':>8} {'x ep1':>6} {'MFU':>6} {'ep MiB/step':>12} {'ep waited':>16} {'RSS/est':>8}"
+    print(head)
+    print("-" * len(head))
+    base = None
+    for ep in (1, 2):
+        r = lftrain(build, "inputs/bench_moe.toml", 2, 1, bf16, steps, distributed="fsdp2", micro=2,
+                    extra=[f"model_name_or_path={folder}", f"train_dataset={folder}/text.txt", f"mesh.ep={ep}"])
+        base = base or r["tokens_per_s"]
+        ep_bytes = sum(c[3] for c in r["comm"] if c[0] == "ep")
+        waited = re.findall(r"^\s*comm\s+'ep' \w+: .*?([\d.]+) of ([\d.]+) ms waited", r["text"], re.M)
+        waited_ms = sum(float(w) for w, _ in waited)
+        in_flight_ms = sum(float(f) for _, f in waited)
+        estimate = re.search(r"^\s*memory\s.*?([\d.]+) MiB resident", r["text"], re.M)
+        rss = max(r["rss_mib"]) if r["rss_mib"] else float("nan")
+        vs = f"{rss / float(estimate.group(1)) - 1:+.0%}" if estimate else "-"
+        print(f"{'ep ' + str(ep):22} {r['tokens_per_s']:8.1f} {r['tokens_per_s'] / base:6.2f} "
+              f"{r['tokens_per_s'] * flops / (2 * rate_per_thread):6.1%} {ep_bytes / 2**20:12.1f} "
+              f"{(f'{waited_ms:.0f} of {in_flight_ms:.0f} ms' if waited else '-'):>16} {vs:>8}")
 
 
 if __name__ == "__main__":

@@ -15,5 +15,9 @@ MemoryEstimate estimate_replicated(const RunPlan& run, bool buckets);
 MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan);
 // megatron: this rank's tensor-parallel boxes of its pipeline stage's units.
 MemoryEstimate estimate_megatron(const RunPlan& run);
+// Expert parallelism ([mesh] ep > 1): the estimates above leave the experts out (the engine never
+// sees them); this adds this rank's experts, whole, with their gradients, optimizer state and
+// gradient buckets (ExpertParallelEngine).
+void add_expert_parallel_memory(const RunPlan& run, MemoryEstimate& e);
 
 }  // namespace lft::engine

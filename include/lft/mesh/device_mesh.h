@@ -9,6 +9,12 @@
 //          the MPI ones on a CPU run, NCCL on GPUs, or MPI staged through host memory when
 //          several ranks share one GPU (DeviceComms::MpiStaged).
 // Each communicator rejects a tensor on another device than its own, on every backend.
+//
+// Expert parallelism borrows its ranks from the ranks that share parameters (dp x cp, ordered
+// dp-major as device_dp_cp()): `ep` consecutive ones of them form an expert-parallel group (each
+// holds its share of every MoE layer's experts and they exchange tokens), and the ranks at the same
+// place in every such group form the expert-data-parallel group (they hold the same experts and
+// sum their gradients), as torchtitan's ep borrows from dp_shard x cp.
 #pragma once
 
 #include <array>
@@ -28,9 +34,13 @@ struct MeshShape {
 
   int operator[](MeshDim d) const { return sizes[static_cast<int>(d)]; }
   int& operator[](MeshDim d) { return sizes[static_cast<int>(d)]; }
+  // Expert-parallel size: not a dim of its own (it divides dp x cp, whose ranks it borrows).
+  int ep = 1;
+
   int world_size() const { return sizes[0] * sizes[1] * sizes[2] * sizes[3] * sizes[4]; }
   int dp_size() const { return (*this)[MeshDim::DPReplicate] * (*this)[MeshDim::DPShard]; }
-  std::string str() const;  // "pp=1 x dp_replicate=2 x dp_shard=2 x cp=1 x tp=2"
+  // "pp=1 x dp_replicate=2 x dp_shard=2 x cp=1 x tp=2", and " (ep=2 of dp x cp)" when ep > 1.
+  std::string str() const;
 };
 
 using MeshCoord = std::array<int, kMeshDims>;
@@ -71,6 +81,18 @@ class DeviceMesh {
   // and dp_shard themselves.
   Communicator& device_dp_cp();
   Communicator& device_shard_cp();
+  // Expert parallelism (shape().ep > 1; else groups of this rank alone): the expert-parallel group
+  // and the expert-data-parallel group (header comment).
+  Communicator& device_ep();
+  Communicator& device_edp();
+  // Their host groups (only with shape().ep > 1), and a rank's place in dp x cp, which decides both:
+  // ep group place / ep, edp group place % ep.
+  MpiCommunicator& ep() { return *ep_; }
+  MpiCommunicator& edp() { return *edp_; }
+  static int dp_cp_place(const MeshShape& shape, const MeshCoord& c) {
+    return (c[static_cast<int>(MeshDim::DPReplicate)] * shape[MeshDim::DPShard] + c[static_cast<int>(MeshDim::DPShard)]) *
+               shape[MeshDim::CP] + c[static_cast<int>(MeshDim::CP)];
+  }
   // Where the model's tensors live.
   const at::Device& device() const { return device_; }
   bool on_cuda() const { return device_.is_cuda(); }
@@ -92,6 +114,8 @@ class DeviceMesh {
   Communicator* device_dp_same_ = nullptr;  // device_dp() when it is a dims_ group's (one of dp_replicate, dp_shard is 1)
   std::unique_ptr<MpiCommunicator> dp_cp_, shard_cp_;  // only with cp > 1
   std::unique_ptr<Communicator> device_dp_cp_, device_shard_cp_;
+  std::unique_ptr<MpiCommunicator> ep_, edp_;  // only with ep > 1
+  std::unique_ptr<Communicator> device_ep_, device_edp_, lone_ep_, lone_edp_;
 };
 
 }  // namespace lft

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -29,6 +30,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "lft/model/causal_lm.h"
+#include "lft/model/expert_parallel.h"
 #include "lft/model/families.h"
 #include "lft/model/layers.h"
 #include "lft/model/llama.h"
@@ -84,6 +86,11 @@ class SparseMoeBlockImpl : public torch::nn::Module {
   // shared expert's gate whole, their gradients summed over tp (they scale partial outputs).
   TpSplit tp_split(const std::string& name) const;
   double saved_elements_per_token(int tp) const;
+  // Expert parallelism: keeps only this rank's experts [rank E / size, (rank + 1) E / size) of
+  // `exchange`, out of the module tree (the engine's expert component holds and reduces them, the
+  // data-parallel engine the rest), and sends each routed row to its expert's rank. Returns the
+  // kept experts' parameters under their global names ("experts.<e>.gate_proj.weight").
+  std::vector<std::pair<std::string, at::Tensor>> place_experts(std::shared_ptr<const ExpertExchange> exchange);
 
   ExpertWeight gate{nullptr};
   torch::nn::ModuleList experts{nullptr};
@@ -99,6 +106,7 @@ class SparseMoeBlockImpl : public torch::nn::Module {
 
   MoeShape moe_;
   std::int64_t hidden_;
+  std::shared_ptr<const ExpertExchange> exchange_;  // expert parallelism; null: every expert here
 };
 TORCH_MODULE(SparseMoeBlock);
 

@@ -1,0 +1,107 @@
+// Expert parallelism on the engine's side (docs/engines.md, "Expert parallelism"): a data-parallel
+// engine (ddp, fsdp, fsdp2, deepspeed) with each MoE layer's experts spread over the mesh's
+// expert-parallel ranks ([mesh] ep, borrowed from dp x cp: device_mesh.h).
+//
+// The engine it wraps takes every parameter but the routed experts, as without ep: replicated or
+// sharded over dp x cp. Each rank keeps its experts whole (E / ep of each layer, read from the
+// starting weights by their global names), the ranks that hold the same experts (the
+// expert-data-parallel group, dp x cp / ep of them) sum their gradients in buckets as ddp does,
+// and the layers exchange rows over the expert-parallel group (model/expert_parallel.h). An
+// expert's gradient on its rank already sums the rows of every rank of its ep group, so the sum
+// over the edp group is the whole step's, as a replica's gradient after ddp's all-reduce. The
+// gradient norm adds the experts' squares over the ep group to the wrapped engine's norm.
+//
+// Under megatron the ep groups lie inside a (pipeline stage, tensor-parallel rank) position: a rank
+// keeps the experts of its stage's layers only, each cut to its tp rank's share as a dense MLP's
+// (gate / up rows, down columns: the layer's tp exit sums the partial outputs), and the norm sums
+// the experts' squares over ep, tp and pp.
+//
+// Not (yet) here: experts sharded over their edp group (they are replicated over it: torchtitan's
+// layout where ep = dp_shard x cp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lft/engine/engine.h"
+#include "lft/engine/gradient_buckets.h"
+#include "lft/engine/megatron_plan.h"
+#include "lft/model/expert_parallel.h"
+
+namespace lft::engine {
+
+// ExpertExchange over a communicator: counts by all_to_all, rows by pairwise send/receive rounds
+// (round r sends to rank + r and receives from rank - r, so every pair's transfer is posted by both
+// sides in the same round).
+class CommExpertExchange final : public model::ExpertExchange {
+ public:
+  explicit CommExpertExchange(Communicator& comm) : comm_(comm) {}
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.size(); }
+  at::Tensor exchange_counts(const at::Tensor& counts) const override;
+  at::Tensor exchange_rows(const at::Tensor& rows, const std::vector<std::int64_t>& send,
+                           const std::vector<std::int64_t>& recv) const override;
+
+ private:
+  Communicator& comm_;
+};
+
+class ExpertParallelEngine final : public Engine {
+ public:
+  ExpertParallelEngine(const EngineContext& ctx, std::unique_ptr<Engine> inner);
+  const char* name() const override { return inner_->name(); }
+  void prepare(model::CausalLM& model) override;
+  void prepare_from(model::CausalLM& model, const model::WeightSource& weights) override;
+  bool reads_weight_shards() const override { return inner_->reads_weight_shards(); }
+  void begin_micro_batch(bool sync) override { inner_->begin_micro_batch(sync); }
+  // The wrapped engine's schedule (pipelines included); the experts' buckets expect one backward
+  // pass per micro-batch, their gradients reduced after the last.
+  at::Tensor run_micro_batches(model::CausalLM& model, const std::vector<MicroBatch>& batches,
+                               const MicroBatchOptions& options) override;
+  void finish_gradients() override;
+  std::vector<at::Tensor> parameters() override;
+  std::vector<std::string> parameter_names() override;
+  std::vector<TensorBox> parameter_boxes() override;
+  void parameters_updated() override { inner_->parameters_updated(); }
+  at::Tensor grad_norm_squared() override;
+  std::vector<Communicator*> communicators() const override;
+  std::string summary(double steps, double step_seconds) override { return inner_->summary(steps, step_seconds); }
+
+  Engine& inner() { return *inner_; }
+  // This rank's experts (every MoE layer's, frozen ones included) by global name.
+  const std::vector<std::pair<std::string, at::Tensor>>& experts() const { return experts_; }
+
+ private:
+  // Takes each MoE layer's experts of this rank out of the model (the wrapped engine never sees
+  // them); under megatron keeps those of this stage, with their tp slices.
+  void place_experts(model::CausalLM& model);
+  // Each kept expert's values: read from `weights` (null: its constructed values), cut to its slice.
+  void set_values(const model::WeightSource* weights);
+  void take_trained_experts();
+
+  std::unique_ptr<Engine> inner_;
+  Communicator& ep_;
+  Communicator& edp_;
+  double bucket_bytes_;
+  std::shared_ptr<CommExpertExchange> exchange_;
+  std::vector<std::pair<std::string, at::Tensor>> experts_;
+  struct Held {
+    std::vector<std::int64_t> global_shape;
+    TpSlice slice;  // dim -1: whole
+  };
+  std::vector<Held> held_;  // per experts_ entry
+  const MegatronPlan* megatron_ = nullptr;
+  int stage_ = 0, tp_rank_ = 0;
+  Communicator* tp_ = nullptr;
+  Communicator* pp_ = nullptr;
+  std::vector<std::string> trained_names_;
+  std::vector<at::Tensor> trained_;
+  std::vector<TensorBox> trained_boxes_;
+  std::unique_ptr<GradientBuckets> buckets_;
+  bool backward_ = false;  // the step's micro-batches ran backward
+};
+
+}  // namespace lft::engine

@@ -1,0 +1,182 @@
+// Expert parallelism on the engine's side (expert_parallel.h).
+#include "lft/engine/expert_parallel.h"
+
+#include <c10/core/GradMode.h>
+
+#include <ATen/ATen.h>
+
+#include "lft/engine/run_plan.h"
+#include "lft/model/causal_lm.h"
+#include "lft/model/moe.h"
+#include "lft/model/parameter_storage.h"
+#include "lft/model/weight_source.h"
+
+namespace lft::engine {
+
+// ---- the exchange ----
+
+at::Tensor CommExpertExchange::exchange_counts(const at::Tensor& counts) const {
+  at::Tensor out = at::empty_like(counts);
+  comm_.all_to_all(counts.contiguous(), out);
+  return out;
+}
+
+at::Tensor CommExpertExchange::exchange_rows(const at::Tensor& rows, const std::vector<std::int64_t>& send,
+                                             const std::vector<std::int64_t>& recv) const {
+  const int n = comm_.size(), me = comm_.rank();
+  std::vector<std::int64_t> send_at(static_cast<std::size_t>(n), 0), recv_at(send_at);
+  for (int r = 1; r < n; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    send_at[i] = send_at[i - 1] + send[i - 1];
+    recv_at[i] = recv_at[i - 1] + recv[i - 1];
+  }
+  const auto of = [](const std::vector<std::int64_t>& v, int r) { return v[static_cast<std::size_t>(r)]; };
+  std::vector<std::int64_t> shape = rows.sizes().vec();
+  shape[0] = of(recv_at, n - 1) + of(recv, n - 1);
+  at::Tensor out = at::empty(shape, rows.options());
+  out.narrow(0, of(recv_at, me), of(recv, me)).copy_(rows.narrow(0, of(send_at, me), of(send, me)));
+  for (int round = 1; round < n; ++round) {
+    const int dst = (me + round) % n, src = (me - round + n) % n;
+    Communicator::SendRecv sr = comm_.send_recv_async(rows.narrow(0, of(send_at, dst), of(send, dst)), dst, round,
+                                                      out.narrow(0, of(recv_at, src), of(recv, src)), src, round);
+    sr.send->wait();
+    sr.recv->wait();
+  }
+  return out;
+}
+
+// ---- the engine ----
+
+ExpertParallelEngine::ExpertParallelEngine(const EngineContext& ctx, std::unique_ptr<Engine> inner)
+    : inner_(std::move(inner)),
+      ep_(ctx.mesh.device_ep()),
+      edp_(ctx.mesh.device_edp()),
+      bucket_bytes_(ctx.plan.parallel.bucket_bytes),
+      exchange_(std::make_shared<CommExpertExchange>(ep_)) {
+  if (!ctx.plan.parallel.megatron) return;
+  megatron_ = &*ctx.plan.parallel.megatron;
+  stage_ = ctx.mesh.coord(MeshDim::PP);
+  tp_rank_ = ctx.mesh.coord(MeshDim::TP);
+  tp_ = &ctx.mesh.device_comm(MeshDim::TP);
+  pp_ = &ctx.mesh.device_comm(MeshDim::PP);
+}
+
+void ExpertParallelEngine::place_experts(model::CausalLM& model) {
+  for (const auto& item : model.named_modules()) {
+    auto* block = dynamic_cast<model::SparseMoeBlockImpl*>(item.value().get());
+    if (block == nullptr) continue;
+    for (auto& [local_name, tensor] : block->place_experts(exchange_)) {
+      const std::string name = item.key() + "." + local_name;
+      Held h{tensor.sizes().vec(), {}};
+      if (megatron_ != nullptr) {
+        const model::ParameterPlacement placement = model.placement(name);
+        if (stage_of_unit(*megatron_, model, placement.units.front()) != stage_) {
+          // Another stage's layer: nothing of it here (the layer does not run on this rank).
+          c10::NoGradGuard no_grad;
+          tensor.set_data(at::empty({0}, tensor.options()));
+          tensor.set_requires_grad(false);
+          continue;
+        }
+        h.slice = tp_slice(placement.tp, megatron_->tp, tp_rank_);
+      }
+      experts_.emplace_back(name, tensor);
+      held_.push_back(std::move(h));
+    }
+  }
+}
+
+void ExpertParallelEngine::set_values(const model::WeightSource* weights) {
+  c10::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < experts_.size(); ++i) {
+    auto& [name, tensor] = experts_[i];
+    const TpSlice& slice = held_[i].slice;
+    if (weights != nullptr) {
+      // Only this rank's experts are read: with a sharding engine they were built without memory.
+      model::allocate_storage(tensor);
+      weights->read_rows(name, 0, tensor.size(0), tensor);
+    }
+    if (slice.dim >= 0) tensor.set_data(tensor.narrow(slice.dim, slice.begin, slice.count).clone());
+  }
+}
+
+void ExpertParallelEngine::take_trained_experts() {
+  for (std::size_t i = 0; i < experts_.size(); ++i) {
+    const auto& [name, tensor] = experts_[i];
+    if (!tensor.requires_grad()) continue;
+    trained_names_.push_back(name);
+    trained_.push_back(tensor);
+    TensorBox box{held_[i].global_shape, std::vector<std::int64_t>(held_[i].global_shape.size(), 0), edp_.size(),
+                  edp_.rank()};
+    if (held_[i].slice.dim >= 0) box.offset[static_cast<std::size_t>(held_[i].slice.dim)] = held_[i].slice.begin;
+    trained_boxes_.push_back(std::move(box));
+  }
+  if (!trained_.empty()) buckets_ = std::make_unique<GradientBuckets>(edp_, trained_, bucket_bytes_);
+}
+
+void ExpertParallelEngine::prepare(model::CausalLM& model) {
+  place_experts(model);
+  inner_->prepare(model);
+  set_values(nullptr);
+  {
+    // Equal by construction on the ranks that hold them; this makes it so (as ddp does).
+    c10::NoGradGuard no_grad;
+    for (auto& [name, tensor] : experts_) edp_.broadcast(tensor, 0);
+  }
+  take_trained_experts();
+}
+
+void ExpertParallelEngine::prepare_from(model::CausalLM& model, const model::WeightSource& weights) {
+  place_experts(model);
+  inner_->prepare_from(model, weights);
+  set_values(&weights);
+  take_trained_experts();
+}
+
+at::Tensor ExpertParallelEngine::run_micro_batches(model::CausalLM& model, const std::vector<MicroBatch>& batches,
+                                                   const MicroBatchOptions& options) {
+  backward_ = options.backward;
+  if (buckets_) buckets_->expect_backwards(options.backward ? static_cast<int>(batches.size()) : 0);
+  return inner_->run_micro_batches(model, batches, options);
+}
+
+void ExpertParallelEngine::finish_gradients() {
+  inner_->finish_gradients();
+  if (backward_ && buckets_) buckets_->finish();
+}
+
+std::vector<at::Tensor> ExpertParallelEngine::parameters() {
+  std::vector<at::Tensor> out = inner_->parameters();
+  out.insert(out.end(), trained_.begin(), trained_.end());
+  return out;
+}
+
+std::vector<std::string> ExpertParallelEngine::parameter_names() {
+  std::vector<std::string> out = inner_->parameter_names();
+  out.insert(out.end(), trained_names_.begin(), trained_names_.end());
+  return out;
+}
+
+std::vector<TensorBox> ExpertParallelEngine::parameter_boxes() {
+  std::vector<TensorBox> out = inner_->parameter_boxes();
+  out.insert(out.end(), trained_boxes_.begin(), trained_boxes_.end());
+  return out;
+}
+
+at::Tensor ExpertParallelEngine::grad_norm_squared() {
+  at::Tensor norm = inner_->grad_norm_squared();
+  at::Tensor experts = local_grad_norm_squared(trained_, ep_.device());
+  // Each rank of the ep group holds other experts; under megatron each tp rank other slices of
+  // them and each stage other layers'.
+  for (Communicator* group : {&ep_, tp_, pp_})
+    if (group != nullptr && group->size() > 1) group->all_reduce(experts, ReduceOp::Sum);
+  return norm + experts.to(norm.device());
+}
+
+std::vector<Communicator*> ExpertParallelEngine::communicators() const {
+  std::vector<Communicator*> out = inner_->communicators();
+  out.push_back(&ep_);
+  if (edp_.size() > 1) out.push_back(&edp_);
+  return out;
+}
+
+}  // namespace lft::engine

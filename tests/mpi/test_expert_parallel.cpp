@@ -1,0 +1,85 @@
+// Expert parallelism ([mesh] ep): a mixture of experts whose experts are spread over ep ranks
+// trains exactly as the one-rank run of the same folder (moe_runs.h: losses with the auxiliary
+// term, and gradient norms, within 1e-5 relative over 8 steps), under ddp, fsdp2, ZeRO-2/3, with
+// replicas (HSDP), with context parallelism, with activation checkpointing, megatron tp x ep
+// (sequence parallel) and pp x ep; when every token picks
+// the same experts (all rows to one rank: nothing hangs, nothing is dropped); and its checkpoint
+// resumes at another ep and world size.
+#include "lft/ckpt/checkpoint_files.h"
+#include "moe_runs.h"
+
+namespace lft {
+namespace {
+
+using test::engines_match_the_one_rank_run;
+using test::moe_folder;
+using test::run_toml;
+using test::train_saving;
+using test::world;
+
+const std::string kSft = "stage = \"sft\"\ntrain_dataset = \"inputs/data/arithmetic_alpaca.json\"\ntemplate = \"default\"\n";
+
+bool runs_here() { return world().size() == 2 || world().size() == 4; }
+
+TEST(ExpertParallel, Qwen3MoeLayoutsMatchTheOneRankRun) {
+  if (!runs_here()) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  engines_match_the_one_rank_run(
+      "qwen3_moe", kSft,
+      {{"ddp ep 2", "ddp", "[mesh]\nep = 2\n", 2, 0},
+       {"fsdp2 ep 2, checkpointing", "fsdp2", "gradient_checkpointing = true\n[mesh]\nep = 2\n", 2, 0},
+       {"ZeRO-2 ep 2", "deepspeed", "deepspeed = \"inputs/ds_z2_config.json\"\n[mesh]\nep = 2\n", 2, 0},
+       {"fsdp2 dp_shard 4 x ep 4", "fsdp2", "[mesh]\nep = 4\n", 4, 0},
+       {"fsdp2 dp_replicate 2 x dp_shard 2, ep 2", "fsdp2", "[mesh]\ndp_replicate = 2\ndp_shard = 2\nep = 2\n", 4, 0},
+       {"fsdp2 cp 2, ep 2 over the cp ranks", "fsdp2", "[mesh]\ncp = 2\nep = 2\n", 4, 2},
+       {"ZeRO-3 ep 2", "deepspeed", "deepspeed = \"inputs/ds_z3_config.json\"\n[mesh]\nep = 2\n", 4, 0},
+       {"megatron tp 2 x ep 2, sp", "megatron", "[mesh]\ntp = 2\nep = 2\n[dist_config]\nsequence_parallel = true\n", 4, 2}});
+}
+
+// Qwen2-MoE (a shared expert, layer 2 dense, no auxiliary loss): pipelines with ep too.
+TEST(ExpertParallel, Qwen2MoeWithSharedExpertMatchesTheOneRankRun) {
+  if (!runs_here()) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  engines_match_the_one_rank_run("qwen2_moe", "train_dataset = \"inputs/data/arithmetic.txt\"\n",
+                                 {{"fsdp2 ep 2", "fsdp2", "[mesh]\nep = 2\n", 2, 0},
+                                  {"megatron pp 2 x ep 2", "megatron", "[mesh]\npp = 2\nep = 2\n", 4, 2}});
+}
+
+// Router weights zero: every token's probabilities tie and every token picks the same two experts,
+// which one rank holds; the others receive nothing and still take part in every exchange.
+TEST(ExpertParallel, EveryTokenToOneRanksExpertsCompletes) {
+  if (!runs_here()) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  const std::string ep = "[mesh]\nep = " + std::to_string(world().size()) + "\n";
+  engines_match_the_one_rank_run("qwen3_moe", kSft, {{"fsdp2, all tokens to rank 0's experts", "fsdp2", ep, 0, 0}},
+                                 moe_folder("qwen3_moe", 0));
+}
+
+// A checkpoint of fsdp2 at ep = world size resumes on each rank alone (every expert on one rank)
+// and at ep 1 over the world, and both continue the straight run.
+TEST(ExpertParallel, CheckpointResumesAtAnotherEpAndWorldSize) {
+  if (!runs_here()) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  at::set_num_threads(1);
+  const int n = world().size();
+  const std::string folder = moe_folder("qwen3_moe");
+  const std::string dir = test::shared_temp_dir("lft-ep-resume");
+  const std::string steps = "max_steps = 10\nsave_strategy = \"no\"\n";
+  const std::string ep = "[mesh]\nep = " + std::to_string(n) + "\n";
+  const auto straight =
+      train_saving(run_toml(folder, "fsdp2", 24 / (2 * n), kSft + steps + "output_dir = \"" + dir + "\"\n" + ep), world(), 5);
+  const std::string from = "\nresume_from_checkpoint = \"" + dir + "/checkpoint-5\"\n";
+  const auto at_ep1 = train_saving(run_toml(folder, "fsdp2", 24 / (2 * n), kSft + steps + "output_dir = \"" + dir +
+                                            "/ep1\"" + from),
+                                   world(), 0);
+  MpiCommunicator self(MPI_COMM_SELF, "self", false);
+  const std::string mine = dir + "/alone-" + std::to_string(world().rank());
+  const auto alone = train_saving(run_toml(folder, "none", 12, kSft + steps + "output_dir = \"" + mine + "\"" + from), self, 0);
+  ASSERT_EQ(alone.size(), 5u);
+  ASSERT_EQ(at_ep1.size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i) {
+    EXPECT_NEAR(alone[i], straight[5 + i], 1e-5 * straight[5 + i]) << "alone, step " << 6 + i;
+    EXPECT_NEAR(at_ep1[i], straight[5 + i], 1e-5 * straight[5 + i]) << "ep 1, step " << 6 + i;
+  }
+  world().barrier();
+  if (world().rank() == 0) ckpt::remove_tree(dir);
+}
+
+}  // namespace
+}  // namespace lft
