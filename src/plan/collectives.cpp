@@ -41,6 +41,10 @@ GroupShape group_shape(const MeshShape& mesh, const std::string& group) {
   if (group == "dp_replicate_cp") return {tp, dpr * cp};
   if (group == "dp") return {tp * cp, dpr * dps};
   if (group == "dp_cp") return {tp, dpr * dps * cp};
+  // Expert parallelism borrows dp x cp (ordered as dp_cp): ep consecutive ranks of it, and the
+  // ranks ep apart (device_mesh.h).
+  if (group == "ep") return {tp, mesh.ep};
+  if (group == "edp") return {tp * mesh.ep, dpr * dps * cp / mesh.ep};
   return {tp * cp * dps * dpr, mesh[MeshDim::PP]};  // "pp"
 }
 
@@ -208,10 +212,27 @@ double chunk_tokens(const StepInput& in) {
   return static_cast<double>((in.seq_len + cp - 1) / cp);
 }
 
-std::vector<Collective> data_parallel_collectives(const StepInput& in) {
+std::vector<Collective> data_parallel_collectives(const StepInput& given) {
+  // With expert parallelism the engine takes every parameter but the routed experts; each rank
+  // holds its experts whole and all-reduces their gradients over the expert-data-parallel group
+  // once per step, in buckets during the last backward (ExpertParallelEngine).
+  StepInput in = given;
+  std::vector<Collective> out;
+  const int ep = in.layout.mesh.ep;
+  if (ep > 1 && in.model.expert_params > 0) {
+    const double experts_trained = in.model.expert_trained;
+    in.model.params -= in.model.expert_params;
+    in.model.trained -= experts_trained;
+    const int edp = in.layout.mesh.dp_size() * in.layout.mesh[MeshDim::CP] / ep;
+    if (edp > 1 && experts_trained > 0) {
+      const double bytes = 4 * experts_trained / ep;
+      const double calls = std::max(1.0, std::ceil(bytes / in.ddp_bucket_bytes));
+      out.push_back(make("all-reduce the experts' gradients in buckets", "edp", CollKind::AllReduce, bytes / calls,
+                         calls, When::DuringLastBackward, 1));
+    }
+  }
   const Layout& l = in.layout;
   const ModelShape& m = in.model;
-  std::vector<Collective> out;
   switch (l.algorithm) {
     case Algorithm::Single:
       break;
@@ -231,6 +252,30 @@ std::vector<Collective> data_parallel_collectives(const StepInput& in) {
       megatron_step(in, out);
       break;
   }
+  return out;
+}
+
+std::vector<Collective> expert_parallel_collectives(const StepInput& in, std::int64_t layers) {
+  const Layout& l = in.layout;
+  const ModelShape& m = in.model;
+  std::vector<Collective> out;
+  const int ep = l.mesh.ep;
+  if (ep <= 1 || m.moe_layers == 0) return out;
+  // This stage's MoE layers (a pipeline stage runs its share of them).
+  const double moe = static_cast<double>(m.moe_layers) * static_cast<double>(layers) /
+                     static_cast<double>(std::max<std::int64_t>(1, m.layers));
+  const double rows = static_cast<double>(l.micro_batch) * chunk_tokens(in) * static_cast<double>(m.experts_per_token);
+  // Routing spread evenly: each of the ep - 1 other ranks gets rows / ep of them, in one send a
+  // round; the outputs come back the same way, and backward sends both again (checkpointing
+  // recomputes the forward's two inside the backward).
+  const double per_send = rows / ep * static_cast<double>(m.hidden) * in.compute_bytes;
+  const double rounds = ep - 1, recompute = l.checkpointing ? 1 : 0;
+  out.push_back(make("send the routed rows to their experts' ranks and the outputs back", "ep", CollKind::Send,
+                     per_send, moe * 2 * rounds, When::ForwardPath));
+  out.push_back(make("send the rows' and outputs' gradients back (and the recomputed forward's)", "ep", CollKind::Send,
+                     per_send, moe * 2 * rounds * (1 + recompute), When::BackwardPath));
+  out.push_back(make("all-to-all the rows' counts per expert", "ep", CollKind::AllToAll,
+                     8.0 * static_cast<double>(m.experts), moe * (1 + recompute), When::ForwardPath));
   return out;
 }
 

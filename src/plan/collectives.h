@@ -25,6 +25,10 @@ std::vector<Collective> tensor_parallel_collectives(const StepInput& in, std::in
 // (Ulysses' all-to-alls or ring attention's shifts); the last stage adds the loss gather.
 std::vector<Collective> context_parallel_collectives(const StepInput& in, std::int64_t layers, bool last);
 
+// Expert parallelism's exchanges of ONE micro-batch over a stage of `layers` decoder layers (its
+// share of the MoE layers), routing spread evenly over the experts.
+std::vector<Collective> expert_parallel_collectives(const StepInput& in, std::int64_t layers);
+
 // Megatron's pipeline sends and receives of ONE micro-batch on pipeline stage `stage`.
 std::vector<Collective> pipeline_collectives(const StepInput& in, int stage);
 

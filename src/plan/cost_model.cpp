@@ -53,6 +53,7 @@ StageTime stage_time(const StepInput& in, const TokenFlops& f, std::int64_t laye
   t.backward_compute = tokens * (n * (f.layer_backward + recompute) + (last ? f.head_backward : 0.0)) / rate;
   t.path = detail::tensor_parallel_collectives(in, layers, first, last);
   for (Collective& c : detail::context_parallel_collectives(in, layers, last)) t.path.push_back(c);
+  for (Collective& c : detail::expert_parallel_collectives(in, layers)) t.path.push_back(c);
   for (Collective& c : detail::pipeline_collectives(in, stage)) t.path.push_back(c);
   detail::time_collectives(in, t.path);
   for (const Collective& c : t.path) (c.when == When::ForwardPath ? t.forward_comm : t.backward_comm) += c.seconds;

@@ -82,15 +82,28 @@ std::vector<Layout> engine_variants(const LayoutSpace& s, const MeshShape& mesh)
   return out;
 }
 
-// Each engine variant, and with cp > 1 each as Ulysses and as ring attention.
+// Each engine variant, and with cp > 1 each as Ulysses and as ring attention; for a mixture of
+// experts the data-parallel engines' each with every ep that divides dp x cp and the experts.
 std::vector<Layout> variants(const LayoutSpace& s, const MeshShape& mesh) {
-  std::vector<Layout> out;
+  std::vector<Layout> cp_modes;
   for (const Layout& l : engine_variants(s, mesh)) {
-    out.push_back(l);
+    cp_modes.push_back(l);
     if (mesh[MeshDim::CP] > 1) {
       Layout ring = l;
       ring.ring = true;
-      out.push_back(ring);
+      cp_modes.push_back(ring);
+    }
+  }
+  std::vector<Layout> out;
+  const std::int64_t dp_cp = mesh.dp_size() * mesh[MeshDim::CP];
+  for (const Layout& l : cp_modes) {
+    out.push_back(l);
+    if (s.experts == 0 || l.algorithm == Algorithm::Megatron || l.algorithm == Algorithm::Single) continue;
+    for (const std::int64_t ep : divisors(dp_cp)) {
+      if (ep == 1 || s.experts % ep != 0) continue;
+      Layout e = l;
+      e.mesh.ep = static_cast<int>(ep);
+      out.push_back(e);
     }
   }
   return out;
@@ -141,6 +154,7 @@ std::string deepspeed_example(int stage) {
 std::string Layout::engine_text() const {
   std::string out = algorithm_text();
   if (mesh[MeshDim::CP] > 1 && ring) out += " ring";
+  if (mesh.ep > 1) out += " ep " + std::to_string(mesh.ep);
   return out;
 }
 
@@ -210,6 +224,7 @@ std::vector<std::string> layout_overrides(const Layout& l, const std::string& de
       "gradient_checkpointing=" + flag(l.checkpointing),
   };
   if (l.mesh[MeshDim::CP] > 1) out.push_back(std::string("dist_config.cp_mode=") + cp_mode(l));
+  if (l.mesh.ep > 1) out.push_back("mesh.ep=" + std::to_string(l.mesh.ep));
   if (l.engine == Preset::Fsdp2) out.push_back("dist_config.reshard_after_forward=" + flag(l.reshard_after_forward));
   if (l.engine == Preset::DeepSpeed) out.push_back("deepspeed=" + deepspeed_json);
   if (l.algorithm == Algorithm::Megatron) {
@@ -231,6 +246,7 @@ std::string layout_config_lines(const Layout& l) {
   out += "\n[mesh]\n";
   for (int d = 0; d < kMeshDims; ++d)
     out += std::string(mesh_dim_name(static_cast<MeshDim>(d))) + " = " + std::to_string(l.mesh.sizes[d]) + "\n";
+  if (l.mesh.ep > 1) out += "ep = " + std::to_string(l.mesh.ep) + "\n";
   std::string dist;
   if (l.mesh[MeshDim::CP] > 1) dist += std::string("cp_mode = \"") + cp_mode(l) + "\"\n";
   if (l.engine == Preset::Fsdp2 && !l.reshard_after_forward) dist += "reshard_after_forward = false\n";

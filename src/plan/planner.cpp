@@ -141,6 +141,10 @@ ModelShape model_shape(const model::CausalLM& m) {
       s.root_params += n;
       if (trains) s.root_trained += n;
     } else if (t.dim() >= 2) {
+      if (item.key().find(".experts.") != std::string::npos) {
+        s.expert_params += n;
+        if (trains) s.expert_trained += n;
+      }
       // A mixture of experts holds every expert (params) but a token runs k of them (compute).
       const double runs = item.key().find(".experts.") == std::string::npos
                               ? 1.0
@@ -151,6 +155,10 @@ ModelShape model_shape(const model::CausalLM& m) {
     const bool in_head = std::find(where.units.begin(), where.units.end(), m.head_unit()) != where.units.end();
     if (in_head && t.dim() == 2 && trains) s.head_trained = true;
   }
+  s.experts = c.moe.num_experts;
+  s.experts_per_token = c.moe.experts_per_token;
+  for (std::int64_t layer = 0; layer < c.num_hidden_layers; ++layer)
+    if (c.moe.num_experts > 0 && c.moe.routes(layer)) ++s.moe_layers;
   const double layers = static_cast<double>(std::max<std::int64_t>(1, s.layers));
   s.layer_matmul_params = matmul / layers;
   s.layer_matmul_trained = matmul_trained / layers;
@@ -204,6 +212,7 @@ PlanResult make_plan(const PlanRequest& r) {
   space.layers = result.model.layers;
   space.seq_len = result.seq_len;
   space.engines = r.engines;
+  space.experts = result.model.experts;
 
   ZeroJsonFiles zero_files;
   std::map<engine::EnginePreset, EngineVerdict> verdicts;

@@ -297,6 +297,54 @@ TEST(PlanCostModel, ContextParallelPayloadsMatchTheMeasuredFormula) {
   EXPECT_NEAR(half, predict_step(in).compute_s / 2, 1e-9 * half);
 }
 
+// Expert parallelism (fsdp2, 4 ranks, ep 2): the engine gathers and reduces the layers without
+// their experts; the experts' gradients are all-reduced over edp (4 / 2 ranks); each MoE layer's
+// micro-batch sends rows / ep of its k x tokens rows to the other rank and gets their outputs, and
+// backward does it again (checkpointing: the recomputed forward's too).
+TEST(PlanCostModel, ExpertParallelMovesTheRoutedRowsAndReducesTheExpertsOverEdp) {
+  ModelShape m = shape(2, 1e4, 1e3);
+  m.expert_params = m.expert_trained = 2 * 8e3;  // 8e3 of each layer's 1e4 are experts
+  m.experts = 4;
+  m.experts_per_token = 2;
+  m.moe_layers = 2;
+  StepInput in = two_ranks_fp32(m, 16, Preset::Fsdp2, Algorithm::FullyShardedData, 2, 3);
+  in.cluster = one_node(4);
+  in.layout.mesh = mesh(1, 1, 4, 1);
+  const StepPrediction without = predict_step(in);
+  in.layout.mesh.ep = 2;
+  const double B = 2, T = 16, k = 2, H = 32, L = 2, mb = 3, ep = 2;
+  for (const bool checkpointing : {false, true}) {
+    SCOPED_TRACE(checkpointing ? "checkpointing" : "no checkpointing");
+    in.layout.checkpointing = checkpointing;
+    const StepPrediction p = predict_step(in);
+    const double per_send = B * T * k / ep * H * 4, exchanges = 2 * (checkpointing ? 3 : 2);
+    EXPECT_NEAR(sum_over(p, "ep", CollKind::Send, false), mb * L * exchanges * (ep - 1) * per_send, 1e-6);
+    EXPECT_NEAR(sum_over(p, "edp", CollKind::AllReduce, false), 4 * 2 * 8e3 / ep, 1e-6);
+    // Each layer's gather carries its 2e3 non-expert elements instead of 1e4.
+    EXPECT_NEAR(sum_over(p, "dp_shard", CollKind::AllGather, false) - m.root_params * 4 * mb,
+                (sum_over(without, "dp_shard", CollKind::AllGather, false) - m.root_params * 4 * mb) * 2e3 / 1e4, 1e-6);
+  }
+  LayoutSpace space;
+  space.world = 4;
+  space.devices_per_node = 4;
+  space.global_batch = 4;
+  space.layers = 2;
+  space.experts = 4;
+  std::map<int, int> eps;
+  for (const Layout& l : enumerate_layouts(space)) {
+    if (l.mesh.ep == 1) continue;
+    EXPECT_NE(l.algorithm, Algorithm::Megatron);
+    EXPECT_EQ(space.experts % l.mesh.ep, 0);
+    EXPECT_EQ(l.mesh.dp_size() * l.mesh[MeshDim::CP] % l.mesh.ep, 0);
+    ++eps[l.mesh.ep];
+    const std::vector<std::string> o = layout_overrides(l, "x.json");
+    EXPECT_NE(std::find(o.begin(), o.end(), "mesh.ep=" + std::to_string(l.mesh.ep)), o.end());
+    EXPECT_NE(l.engine_text().find(" ep "), std::string::npos);
+  }
+  EXPECT_GT(eps[2], 0);
+  EXPECT_GT(eps[4], 0);
+}
+
 TEST(PlanCostModel, PipelineBubbleIsTheScheduleOne) {
   StepInput in;
   in.cluster = one_node(4);

@@ -34,6 +34,13 @@ struct ModelShape {
   bool head_trained = true;         // lm_head (or the tied embedding) gets a weight gradient
   bool tied_embedding = false;      // tie_word_embeddings: the head is the embedding
   bool embedding_trained = true;    // the embedding gets a weight gradient
+  // A mixture of experts: its routed experts (every MoE layer's; also in params and trained),
+  // the experts per layer and per token, and the layers that route.
+  double expert_params = 0;
+  double expert_trained = 0;
+  std::int64_t experts = 0;
+  std::int64_t experts_per_token = 0;
+  std::int64_t moe_layers = 0;
 };
 
 struct StepInput {
@@ -65,7 +72,8 @@ const char* when_name(When when);
 
 struct Collective {
   std::string what;   // "all-gather layer parameters (forward)"
-  std::string group;  // "tp", "cp", "pp", "dp_shard", "dp_replicate" or "dp" (both); "_cp": with the cp ranks
+  std::string group;  // "tp", "cp", "pp", "dp_shard", "dp_replicate" or "dp" (both); "_cp": with the cp ranks;
+                      // "ep", "edp": expert parallelism's groups
   CollKind kind = CollKind::AllReduce;
   int group_size = 1;
   bool inter_node = false;

@@ -41,7 +41,7 @@ struct Layout {
   engine::PipelineScheduleKind schedule = engine::PipelineScheduleKind::OneFOneB;
   int virtual_stages = 1;
 
-  // "fsdp2" / "ZeRO-2" / "megatron sp, interleaved_1f1b v5, dist-opt" / "fsdp2 ring"
+  // "fsdp2" / "ZeRO-2" / "megatron sp, interleaved_1f1b v5, dist-opt" / "fsdp2 ring" / "fsdp2 ep 8"
   std::string engine_text() const;
   // "1x1x64x1x1" (pp x dp_replicate x dp_shard x cp x tp)
   std::string mesh_text() const;
@@ -59,6 +59,7 @@ struct LayoutSpace {
   std::int64_t seq_len = 1;          // cutoff_len: context parallelism is tried for long ones
   std::int64_t max_micro_batch = 8;  // largest per_device_train_batch_size tried
   std::vector<engine::EnginePreset> engines;  // among ddp, fsdp2, deepspeed, megatron; empty: all
+  std::int64_t experts = 0;          // a mixture of experts' experts per layer: ep is tried (0: dense)
 };
 
 // Context parallelism is tried where each cp rank keeps at least this many tokens of a sequence:
@@ -72,7 +73,9 @@ constexpr std::int64_t kMinContextChunk = 4096;
 // sequence parallel when tp > 1, the distributed optimizer when dp_replicate x cp > 1, ZeRO-2 and
 // ZeRO-3 (data_parallel_sharding_strategy) when dp_shard > 1, and for pp > 1 1f1b and
 // interleaved_1f1b with each v in 2..8 that divides the layers). Not yet validated against the
-// model: the planner asks the engines (resolve_run_plan) and drops what they refuse.
+// model: the planner asks the engines (resolve_run_plan) and drops what they refuse. With experts,
+// each layout of the data-parallel engines also with every ep > 1 that divides dp x cp and the
+// experts (megatron's tp / pp with ep are not enumerated yet).
 std::vector<Layout> enumerate_layouts(const LayoutSpace& space);
 
 // The command-line overrides that select `layout` over a config ("distributed=fsdp2",
