@@ -52,7 +52,8 @@ ExpertParallelEngine::ExpertParallelEngine(const EngineContext& ctx, std::unique
       ep_(ctx.mesh.device_ep()),
       edp_(ctx.mesh.device_edp()),
       bucket_bytes_(ctx.plan.parallel.bucket_bytes),
-      exchange_(std::make_shared<CommExpertExchange>(ep_)) {
+      exchange_(std::make_shared<CommExpertExchange>(ep_)),
+      shard_state_(edp_.size() > 1 && ctx.plan.parallel.sharded.has_value()) {
   if (!ctx.plan.parallel.megatron) return;
   megatron_ = &*ctx.plan.parallel.megatron;
   stage_ = ctx.mesh.coord(MeshDim::PP);
@@ -108,6 +109,19 @@ void ExpertParallelEngine::take_trained_experts() {
     TensorBox box{held_[i].global_shape, std::vector<std::int64_t>(held_[i].global_shape.size(), 0), edp_.size(),
                   edp_.rank()};
     if (held_[i].slice.dim >= 0) box.offset[static_cast<std::size_t>(held_[i].slice.dim)] = held_[i].slice.begin;
+    if (shard_state_) {
+      // This edp rank's rows of the expert (of its tp slice): the optimizer's piece.
+      const std::int64_t rows = tensor.size(0), n = edp_.size(), r = edp_.rank(), width = tensor.numel() / rows;
+      Piece p;
+      p.begin = rows * r / n;
+      p.count = rows * (r + 1) / n - p.begin;
+      for (std::int64_t k = 0; k < n; ++k) p.counts.push_back((rows * (k + 1) / n - rows * k / n) * width);
+      p.tensor = tensor.detach().narrow(0, p.begin, p.count).clone();
+      box.offset[0] += p.begin;
+      box.replicas = 1;
+      box.replica = 0;
+      pieces_.push_back(std::move(p));
+    }
     trained_boxes_.push_back(std::move(box));
   }
   if (!trained_.empty()) buckets_ = std::make_unique<GradientBuckets>(edp_, trained_, bucket_bytes_);
@@ -141,12 +155,31 @@ at::Tensor ExpertParallelEngine::run_micro_batches(model::CausalLM& model, const
 
 void ExpertParallelEngine::finish_gradients() {
   inner_->finish_gradients();
-  if (backward_ && buckets_) buckets_->finish();
+  if (!backward_ || !buckets_) return;
+  buckets_->finish();
+  // Each piece's gradient: its rows of the summed one (a view: clipping scales both alike).
+  // The whole gradient is dropped from the expert (the trainer drops the pieces' after the step),
+  // so that the next step's first backward starts from none.
+  for (std::size_t i = 0; i < pieces_.size(); ++i) {
+    pieces_[i].tensor.mutable_grad() = trained_[i].grad().narrow(0, pieces_[i].begin, pieces_[i].count);
+    trained_[i].mutable_grad().reset();
+  }
+}
+
+void ExpertParallelEngine::parameters_updated() {
+  inner_->parameters_updated();
+  // The updated pieces gathered into the whole experts the layers use.
+  c10::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < pieces_.size(); ++i)
+    edp_.all_gather(pieces_[i].tensor.reshape({-1}), trained_[i].detach().view({-1}), pieces_[i].counts);
 }
 
 std::vector<at::Tensor> ExpertParallelEngine::parameters() {
   std::vector<at::Tensor> out = inner_->parameters();
-  out.insert(out.end(), trained_.begin(), trained_.end());
+  if (shard_state_)
+    for (const Piece& p : pieces_) out.push_back(p.tensor);
+  else
+    out.insert(out.end(), trained_.begin(), trained_.end());
   return out;
 }
 
@@ -164,10 +197,17 @@ std::vector<TensorBox> ExpertParallelEngine::parameter_boxes() {
 
 at::Tensor ExpertParallelEngine::grad_norm_squared() {
   at::Tensor norm = inner_->grad_norm_squared();
-  at::Tensor experts = local_grad_norm_squared(trained_, ep_.device());
+  std::vector<at::Tensor> held = trained_;
+  Communicator* pieces_over = nullptr;
+  if (shard_state_) {  // the gradients are the pieces' now, each edp rank other rows
+    held.clear();
+    for (const Piece& p : pieces_) held.push_back(p.tensor);
+    pieces_over = &edp_;
+  }
+  at::Tensor experts = local_grad_norm_squared(held, ep_.device());
   // Each rank of the ep group holds other experts; under megatron each tp rank other slices of
   // them and each stage other layers'.
-  for (Communicator* group : {&ep_, tp_, pp_})
+  for (Communicator* group : {pieces_over, &ep_, tp_, pp_})
     if (group != nullptr && group->size() > 1) group->all_reduce(experts, ReduceOp::Sum);
   return norm + experts.to(norm.device());
 }

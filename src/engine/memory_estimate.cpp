@@ -138,11 +138,13 @@ void add_expert_parallel_memory(const RunPlan& run, MemoryEstimate& e) {
       if (t.requires_grad()) trained += static_cast<double>(t.numel());
     }
   }
-  // Whole fp32 experts with their gradients and AdamW's moments, and the buckets' fp32 copy of
-  // their gradients.
-  e.weights += 4 * held;
+  // Whole fp32 experts with their gradients and the buckets' fp32 copy of them; AdamW's moments
+  // whole, or under a sharding engine of the edp rank's piece only, beside the piece itself.
+  const int edp = run.mesh.dp_size() * run.mesh[MeshDim::CP] / run.mesh.ep;
+  const double shards = run.parallel.sharded && edp > 1 ? edp : 1;
+  e.weights += 4 * held + (shards > 1 ? 4 * trained / shards : 0.0);
   e.gradients += 4 * trained;
-  e.optimizer += 8 * trained;
+  e.optimizer += 8 * trained / shards;
   e.gathered += 4 * trained;
 }
 

@@ -229,6 +229,13 @@ std::vector<Collective> data_parallel_collectives(const StepInput& given) {
       const double calls = std::max(1.0, std::ceil(bytes / in.ddp_bucket_bytes));
       out.push_back(make("all-reduce the experts' gradients in buckets", "edp", CollKind::AllReduce, bytes / calls,
                          calls, When::DuringLastBackward, 1));
+      // Under a sharding engine each edp rank updates its piece of every expert: the pieces are
+      // all-gathered after the step, an expert tensor at a time (3 a MoE layer).
+      if (in.layout.algorithm != Algorithm::Replicated && in.model.moe_layers > 0) {
+        const double tensors = 3.0 * static_cast<double>(in.model.moe_layers) * static_cast<double>(in.model.experts) / ep;
+        out.push_back(make("all-gather the experts' updated fp32 pieces", "edp", CollKind::AllGather,
+                           4 * experts_trained / ep / tensors, tensors, When::Exposed));
+      }
     }
   }
   const Layout& l = in.layout;

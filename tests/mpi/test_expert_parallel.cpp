@@ -52,8 +52,9 @@ TEST(ExpertParallel, EveryTokenToOneRanksExpertsCompletes) {
                                  moe_folder("qwen3_moe", 0));
 }
 
-// A checkpoint of fsdp2 at ep = world size resumes on each rank alone (every expert on one rank)
-// and at ep 1 over the world, and both continue the straight run.
+// A checkpoint of fsdp2 at ep 2 (at 4 ranks: each expert's optimizer state in pieces over its 2
+// edp ranks) resumes on each rank alone (every expert on one rank), at ep 1 over the world and at
+// ep 2 again (the pieces read back), and each continues the straight run.
 TEST(ExpertParallel, CheckpointResumesAtAnotherEpAndWorldSize) {
   if (!runs_here()) GTEST_SKIP() << "runs at 2 and 4 ranks";
   at::set_num_threads(1);
@@ -61,21 +62,26 @@ TEST(ExpertParallel, CheckpointResumesAtAnotherEpAndWorldSize) {
   const std::string folder = moe_folder("qwen3_moe");
   const std::string dir = test::shared_temp_dir("lft-ep-resume");
   const std::string steps = "max_steps = 10\nsave_strategy = \"no\"\n";
-  const std::string ep = "[mesh]\nep = " + std::to_string(n) + "\n";
+  const std::string ep = "[mesh]\nep = 2\n";
   const auto straight =
       train_saving(run_toml(folder, "fsdp2", 24 / (2 * n), kSft + steps + "output_dir = \"" + dir + "\"\n" + ep), world(), 5);
   const std::string from = "\nresume_from_checkpoint = \"" + dir + "/checkpoint-5\"\n";
   const auto at_ep1 = train_saving(run_toml(folder, "fsdp2", 24 / (2 * n), kSft + steps + "output_dir = \"" + dir +
                                             "/ep1\"" + from),
                                    world(), 0);
+  const auto at_ep2 = train_saving(run_toml(folder, "fsdp2", 24 / (2 * n), kSft + steps + "output_dir = \"" + dir +
+                                            "/ep2\"" + from + ep),
+                                   world(), 0);
   MpiCommunicator self(MPI_COMM_SELF, "self", false);
   const std::string mine = dir + "/alone-" + std::to_string(world().rank());
   const auto alone = train_saving(run_toml(folder, "none", 12, kSft + steps + "output_dir = \"" + mine + "\"" + from), self, 0);
   ASSERT_EQ(alone.size(), 5u);
   ASSERT_EQ(at_ep1.size(), 5u);
+  ASSERT_EQ(at_ep2.size(), 5u);
   for (std::size_t i = 0; i < 5; ++i) {
     EXPECT_NEAR(alone[i], straight[5 + i], 1e-5 * straight[5 + i]) << "alone, step " << 6 + i;
     EXPECT_NEAR(at_ep1[i], straight[5 + i], 1e-5 * straight[5 + i]) << "ep 1, step " << 6 + i;
+    EXPECT_NEAR(at_ep2[i], straight[5 + i], 1e-5 * straight[5 + i]) << "ep 2 again, step " << 6 + i;
   }
   world().barrier();
   if (world().rank() == 0) ckpt::remove_tree(dir);

@@ -320,6 +320,8 @@ TEST(PlanCostModel, ExpertParallelMovesTheRoutedRowsAndReducesTheExpertsOverEdp)
     const double per_send = B * T * k / ep * H * 4, exchanges = 2 * (checkpointing ? 3 : 2);
     EXPECT_NEAR(sum_over(p, "ep", CollKind::Send, false), mb * L * exchanges * (ep - 1) * per_send, 1e-6);
     EXPECT_NEAR(sum_over(p, "edp", CollKind::AllReduce, false), 4 * 2 * 8e3 / ep, 1e-6);
+    // fsdp2: each edp rank's pieces of the updated experts gathered back.
+    EXPECT_NEAR(sum_over(p, "edp", CollKind::AllGather, false), 4 * 2 * 8e3 / ep, 1e-6);
     // Each layer's gather carries its 2e3 non-expert elements instead of 1e4.
     EXPECT_NEAR(sum_over(p, "dp_shard", CollKind::AllGather, false) - m.root_params * 4 * mb,
                 (sum_over(without, "dp_shard", CollKind::AllGather, false) - m.root_params * 4 * mb) * 2e3 / 1e4, 1e-6);

@@ -16,8 +16,12 @@
 // (gate / up rows, down columns: the layer's tp exit sums the partial outputs), and the norm sums
 // the experts' squares over ep, tp and pp.
 //
-// Not (yet) here: experts sharded over their edp group (they are replicated over it: torchtitan's
-// layout where ep = dp_shard x cp).
+// Under a sharding engine (fsdp, fsdp2, ZeRO 1-3) with more than one rank in the edp group, the
+// experts' optimizer state is sharded over it as ZeRO-1 shards it: each edp rank keeps an fp32
+// piece of every expert's rows (what the optimizer updates and a checkpoint writes), takes its
+// rows of the summed gradient, and after the step the pieces are all-gathered into the whole
+// experts the layers use. The experts' weights and gradients stay whole on every edp rank
+// (torchtitan and FSDPTurbo shard those too: not yet here).
 #pragma once
 
 #include <cstdint>
@@ -65,7 +69,7 @@ class ExpertParallelEngine final : public Engine {
   std::vector<at::Tensor> parameters() override;
   std::vector<std::string> parameter_names() override;
   std::vector<TensorBox> parameter_boxes() override;
-  void parameters_updated() override { inner_->parameters_updated(); }
+  void parameters_updated() override;
   at::Tensor grad_norm_squared() override;
   std::vector<Communicator*> communicators() const override;
   std::string summary(double steps, double step_seconds) override { return inner_->summary(steps, step_seconds); }
@@ -100,6 +104,14 @@ class ExpertParallelEngine final : public Engine {
   std::vector<std::string> trained_names_;
   std::vector<at::Tensor> trained_;
   std::vector<TensorBox> trained_boxes_;
+  // Optimizer state sharded over edp: each trained expert's rows [begin, begin + count) here.
+  bool shard_state_ = false;
+  struct Piece {
+    at::Tensor tensor;  // fp32, what the optimizer updates
+    std::int64_t begin = 0, count = 0;
+    std::vector<std::int64_t> counts;  // every edp rank's elements, for the all-gather
+  };
+  std::vector<Piece> pieces_;  // per trained_ entry when shard_state_
   std::unique_ptr<GradientBuckets> buckets_;
   bool backward_ = false;  // the step's micro-batches ran backward
 };
