@@ -3,8 +3,8 @@
 // term, and gradient norms, within 1e-5 relative over 8 steps), under ddp, fsdp2, ZeRO-2/3, with
 // replicas (HSDP), with context parallelism, with activation checkpointing, megatron tp x ep
 // (sequence parallel) and pp x ep; when every token picks
-// the same experts (all rows to one rank: nothing hangs, nothing is dropped); and its checkpoint
-// resumes at another ep and world size.
+// the same experts (all rows to one rank: nothing hangs, nothing is dropped); the bytes it sends
+// are the routed rows'; and its checkpoint resumes at another ep and world size.
 #include "lft/ckpt/checkpoint_files.h"
 #include "moe_runs.h"
 
@@ -50,6 +50,34 @@ TEST(ExpertParallel, EveryTokenToOneRanksExpertsCompletes) {
   const std::string ep = "[mesh]\nep = " + std::to_string(world().size()) + "\n";
   engines_match_the_one_rank_run("qwen3_moe", kSft, {{"fsdp2, all tokens to rank 0's experts", "fsdp2", ep, 0, 0}},
                                  moe_folder("qwen3_moe", 0));
+}
+
+// The bytes each rank sends over the ep group in a step are the routed rows the algorithm must
+// move, from the routing itself: router weights zero give every row the same top-k (at::topk's
+// choice among equal probabilities, computed here the same way), so a rank sends the rows it
+// routes to the other rank's experts and returns the outputs of the rows the other rank routes to
+// its own, each hidden x 4 bytes (fp32), in forward and again in backward, for every MoE layer.
+TEST(ExpertParallel, ExchangeBytesAreTheRoutedRows) {
+  if (world().size() != 2) GTEST_SKIP() << "runs at 2 ranks";
+  at::set_num_threads(1);
+  const std::string folder = moe_folder("qwen3_moe", 0);
+  std::unique_ptr<DeviceMesh> mesh;
+  auto trainer = test::make_trainer(
+      run_toml(folder, "fsdp2", 2, "train_dataset = \"inputs/data/arithmetic.txt\"\nmax_steps = 1\n[mesh]\nep = 2\n"),
+      world(), mesh);
+  trainer->step();
+  std::uint64_t sent = 0;
+  for (Communicator* c : trainer->engine().communicators())
+    if (c->name() == "ep") sent += c->stats()[CollKind::Send].bytes;
+  const model::ModelConfig c = test::moe_config("qwen3_moe");
+  const std::int64_t rows = 2 * 32;  // a micro-batch: 2 packed sequences of cutoff_len 32
+  const at::Tensor chosen = std::get<1>(at::topk(at::full({rows, c.moe.num_experts}, 1.0f / 8), c.moe.experts_per_token, -1));
+  const std::int64_t local = c.moe.num_experts / 2, mine = world().rank();
+  const std::int64_t to_other = (chosen.floor_divide(local) != mine).sum().item<std::int64_t>();
+  const std::int64_t from_other = (chosen.floor_divide(local) == mine).sum().item<std::int64_t>();  // the other rank routes alike
+  const std::int64_t passes = 2, micro_batches = 2, layers = c.num_hidden_layers;
+  EXPECT_EQ(sent, static_cast<std::uint64_t>(layers * micro_batches * passes * (to_other + from_other) * c.hidden_size * 4));
+  EXPECT_GT(sent, 0u);
 }
 
 // A checkpoint of fsdp2 at ep 2 (at 4 ranks: each expert's optimizer state in pieces over its 2
