@@ -2,7 +2,7 @@
 // tiny Qwen3-MoE and Qwen2-MoE folders, their run files, and the comparison of a layout's losses
 // and gradient norms with the one-rank run of the same folder, computed in the same test run (each
 // rank alone over MPI_COMM_SELF): the same global batch of 24 sequences in micro-batches of 2, 8
-// steps, fp32, within 1e-5 relative.
+// steps, fp32, within 1e-6 relative at step 1 and 1e-5 after.
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -88,9 +88,10 @@ inline void engines_match_the_one_rank_run(const std::string& family, const std:
     const int dp = c.dp_ranks == 0 ? n : c.dp_ranks;
     const auto got = losses_and_grad_norms(run_toml(folder, c.engine, 24 / (2 * dp), data + c.extra), world(), kSteps);
     for (std::size_t i = 0; i < got.size(); ++i) {
-      EXPECT_NEAR(got[i].first, reference[i].first, 1e-5 * std::abs(reference[i].first))
+      const double tolerance = i == 0 ? 1e-6 : 1e-5;  // step 1: the same weights, only the sums' order differs
+      EXPECT_NEAR(got[i].first, reference[i].first, tolerance * std::abs(reference[i].first))
           << family << ", " << c.label << " step " << i + 1;
-      EXPECT_NEAR(got[i].second, reference[i].second, 1e-5 * std::abs(reference[i].second))
+      EXPECT_NEAR(got[i].second, reference[i].second, tolerance * std::abs(reference[i].second))
           << family << ", " << c.label << " gradient norm, step " << i + 1;
     }
   }
