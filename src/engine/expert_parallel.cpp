@@ -63,26 +63,21 @@ ExpertParallelEngine::ExpertParallelEngine(const EngineContext& ctx, std::unique
 }
 
 void ExpertParallelEngine::place_experts(model::CausalLM& model) {
-  for (const auto& item : model.named_modules()) {
-    auto* block = dynamic_cast<model::SparseMoeBlockImpl*>(item.value().get());
-    if (block == nullptr) continue;
-    for (auto& [local_name, tensor] : block->place_experts(exchange_)) {
-      const std::string name = item.key() + "." + local_name;
-      Held h{tensor.sizes().vec(), {}};
-      if (megatron_ != nullptr) {
-        const model::ParameterPlacement placement = model.placement(name);
-        if (stage_of_unit(*megatron_, model, placement.units.front()) != stage_) {
-          // Another stage's layer: nothing of it here (the layer does not run on this rank).
-          c10::NoGradGuard no_grad;
-          tensor.set_data(at::empty({0}, tensor.options()));
-          tensor.set_requires_grad(false);
-          continue;
-        }
-        h.slice = tp_slice(placement.tp, megatron_->tp, tp_rank_);
+  for (auto& [name, tensor] : model::place_model_experts(model, exchange_)) {
+    Held h{tensor.sizes().vec(), {}};
+    if (megatron_ != nullptr) {
+      const model::ParameterPlacement placement = model.placement(name);
+      if (stage_of_unit(*megatron_, model, placement.units.front()) != stage_) {
+        // Another stage's layer: nothing of it here (the layer does not run on this rank).
+        c10::NoGradGuard no_grad;
+        tensor.set_data(at::empty({0}, tensor.options()));
+        tensor.set_requires_grad(false);
+        continue;
       }
-      experts_.emplace_back(name, tensor);
-      held_.push_back(std::move(h));
+      h.slice = tp_slice(placement.tp, megatron_->tp, tp_rank_);
     }
+    experts_.emplace_back(name, tensor);
+    held_.push_back(std::move(h));
   }
 }
 

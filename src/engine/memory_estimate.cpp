@@ -31,15 +31,11 @@ class MetaExchange final : public model::ExpertExchange {
   int size_;
 };
 
-// With expert parallelism, the model the engine takes: its experts out (estimate_experts counts
-// them), as ExpertParallelEngine takes them out before the engine's prepare.
+// With expert parallelism, the model the engine takes: its experts out (add_expert_parallel_memory
+// counts them), as ExpertParallelEngine takes them out before the engine's prepare.
 std::shared_ptr<model::CausalLM> meta_model(const RunPlan& run) {
   std::shared_ptr<model::CausalLM> m = create_run_model(run, at::TensorOptions().device(at::kMeta));  // the one builder
-  if (run.mesh.ep > 1) {
-    const auto exchange = std::make_shared<MetaExchange>(run.mesh.ep);
-    for (const auto& item : m->named_modules())
-      if (auto* block = dynamic_cast<model::SparseMoeBlockImpl*>(item.value().get())) block->place_experts(exchange);
-  }
+  if (run.mesh.ep > 1) model::place_model_experts(*m, std::make_shared<MetaExchange>(run.mesh.ep));
   return m;
 }
 
@@ -128,15 +124,10 @@ std::string MemoryEstimate::str() const {
 void add_expert_parallel_memory(const RunPlan& run, MemoryEstimate& e) {
   if (run.mesh.ep <= 1) return;
   const auto m = create_run_model(run, at::TensorOptions().device(at::kMeta));
-  const auto exchange = std::make_shared<MetaExchange>(run.mesh.ep);
   double held = 0, trained = 0;  // this rank's experts (every rank holds as many)
-  for (const auto& item : m->named_modules()) {
-    auto* block = dynamic_cast<model::SparseMoeBlockImpl*>(item.value().get());
-    if (block == nullptr) continue;
-    for (const auto& [name, t] : block->place_experts(exchange)) {
-      held += static_cast<double>(t.numel());
-      if (t.requires_grad()) trained += static_cast<double>(t.numel());
-    }
+  for (const auto& [name, t] : model::place_model_experts(*m, std::make_shared<MetaExchange>(run.mesh.ep))) {
+    held += static_cast<double>(t.numel());
+    if (t.requires_grad()) trained += static_cast<double>(t.numel());
   }
   // Whole fp32 experts with their gradients and the buckets' fp32 copy of them; AdamW's moments
   // whole, or under a sharding engine of the edp rank's piece only, beside the piece itself.

@@ -39,11 +39,6 @@ struct ExchangeRows : public torch::autograd::Function<ExchangeRows> {
   }
 };
 
-std::int64_t sum(const std::vector<std::int64_t>& v, std::size_t begin, std::size_t end) {
-  return std::accumulate(v.begin() + static_cast<std::ptrdiff_t>(begin), v.begin() + static_cast<std::ptrdiff_t>(end),
-                         std::int64_t{0});
-}
-
 }  // namespace
 
 at::Tensor experts_across_ranks(const std::shared_ptr<const ExpertExchange>& exchange, const at::Tensor& rows,
@@ -59,21 +54,23 @@ at::Tensor experts_across_ranks(const std::shared_ptr<const ExpertExchange>& exc
   const std::int64_t* theirs = theirs_t.data_ptr<std::int64_t>();
   std::vector<std::int64_t> send(ranks), recv(ranks);
   for (std::size_t r = 0; r < ranks; ++r) {
-    send[r] = sum(per_expert, r * local, (r + 1) * local);
+    send[r] = std::accumulate(per_expert.begin() + static_cast<std::ptrdiff_t>(r * local),
+                              per_expert.begin() + static_cast<std::ptrdiff_t>((r + 1) * local), std::int64_t{0});
     recv[r] = std::accumulate(theirs + r * local, theirs + (r + 1) * local, std::int64_t{0});
   }
   const auto holder = c10::make_intrusive<ExchangeHolder>(exchange);
   const at::Tensor arrived = ExchangeRows::apply(rows, holder, send, recv);  // (source, expert) order
 
-  // Regrouped by expert: for each local expert, its rows from every source in source order.
-  std::vector<std::int64_t> by_expert, sizes(local, 0), source_start(ranks, 0);
+  // Regrouped by expert: for each local expert, its rows from every source in source order
+  // (`next[s]`: where source s's block of the current expert starts in `arrived`).
+  std::vector<std::int64_t> by_expert, sizes(local, 0), next(ranks, 0);
   by_expert.reserve(static_cast<std::size_t>(arrived.size(0)));
-  for (std::size_t s = 1; s < ranks; ++s) source_start[s] = source_start[s - 1] + recv[s - 1];
+  for (std::size_t s = 1; s < ranks; ++s) next[s] = next[s - 1] + recv[s - 1];
   for (std::size_t e = 0; e < local; ++e) {
     for (std::size_t s = 0; s < ranks; ++s) {
-      const std::int64_t begin = source_start[s] + std::accumulate(theirs + s * local, theirs + s * local + e, std::int64_t{0});
       const std::int64_t n = theirs[s * local + e];
-      for (std::int64_t i = 0; i < n; ++i) by_expert.push_back(begin + i);
+      for (std::int64_t i = 0; i < n; ++i) by_expert.push_back(next[s] + i);
+      next[s] += n;
       sizes[e] += n;
     }
   }

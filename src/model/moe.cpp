@@ -238,6 +238,17 @@ MoeForCausalLMImpl::MoeForCausalLMImpl(const ModelConfig& config, const c10::Ten
         return std::make_shared<MoeDecoderLayerImpl>(config, layer, options, attention);
       }) {}
 
+std::vector<std::pair<std::string, at::Tensor>> place_model_experts(torch::nn::Module& model,
+                                                                    const std::shared_ptr<const ExpertExchange>& exchange) {
+  std::vector<std::pair<std::string, at::Tensor>> placed;
+  for (const auto& item : model.named_modules()) {
+    auto* block = dynamic_cast<SparseMoeBlockImpl*>(item.value().get());
+    if (block == nullptr) continue;
+    for (auto& [name, tensor] : block->place_experts(exchange)) placed.emplace_back(item.key() + "." + name, tensor);
+  }
+  return placed;
+}
+
 LayerParameters moe_layer_parameters(const ModelConfig& c, std::int64_t layer) {
   LayerParameters p = llama_layer_parameters(c, layer);  // attention, norms and a dense MLP
   if (!c.moe.routes(layer)) return p;

@@ -74,10 +74,6 @@ class ExpertParallelEngine final : public Engine {
   std::vector<Communicator*> communicators() const override;
   std::string summary(double steps, double step_seconds) override { return inner_->summary(steps, step_seconds); }
 
-  Engine& inner() { return *inner_; }
-  // This rank's experts (every MoE layer's, frozen ones included) by global name.
-  const std::vector<std::pair<std::string, at::Tensor>>& experts() const { return experts_; }
-
  private:
   // Takes each MoE layer's experts of this rank out of the model (the wrapped engine never sees
   // them); under megatron keeps those of this stage, with their tp slices.
@@ -91,7 +87,7 @@ class ExpertParallelEngine final : public Engine {
   Communicator& edp_;
   double bucket_bytes_;
   std::shared_ptr<CommExpertExchange> exchange_;
-  std::vector<std::pair<std::string, at::Tensor>> experts_;
+  std::vector<std::pair<std::string, at::Tensor>> experts_;  // this rank's (frozen ones too), global names
   struct Held {
     std::vector<std::int64_t> global_shape;
     TpSlice slice;  // dim -1: whole

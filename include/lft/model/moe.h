@@ -137,6 +137,12 @@ class MoeForCausalLMImpl : public CausalLM {
   explicit MoeForCausalLMImpl(const ModelConfig& config, const c10::TensorOptions& options = {});
 };
 
+// SparseMoeBlockImpl::place_experts on every MoE layer of `model`: this rank's experts, named as
+// in the whole model ("model.layers.3.mlp.experts.5.gate_proj.weight"). The engine's expert
+// component and the memory estimate (on a meta model) both place them through this.
+std::vector<std::pair<std::string, at::Tensor>> place_model_experts(torch::nn::Module& model,
+                                                                    const std::shared_ptr<const ExpertExchange>& exchange);
+
 // The parameters of one layer of a MoE family (families.h): every expert, and for a token the
 // router and its k experts (and the shared expert).
 LayerParameters moe_layer_parameters(const ModelConfig& c, std::int64_t layer);
