@@ -38,6 +38,8 @@ struct State {
   std::uint64_t next_id = 1;
   std::thread thread;
   bool running = false;
+  // Set (under the mutex) when a deadline passed: the job is being aborted with a report.
+  bool aborting = false;
   double collective_seconds = 600;
   double setup_seconds = 1800;
 };
@@ -111,6 +113,7 @@ void watch_loop() {
       const double waited = std::chrono::duration<double>(now - e.start).count();
       if (waited > e.timeout_seconds) {
         const Entry copy = e;
+        s.aborting = true;
         lock.unlock();
         report_and_abort(copy);
       }
@@ -177,9 +180,16 @@ Watchdog::Scope::Scope(std::string what, double timeout_seconds, const char* tim
 
 Watchdog::Scope::~Scope() {
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
+  std::unique_lock<std::mutex> lock(s.mutex);
   s.active.erase(id_);
   refresh_signal_text_locked(s);
+  // The job was declared failed while this rank waited (the wait may still complete, e.g. when
+  // mpirun's SIGCONT wakes a frozen peer before its SIGTERM): it must not go on to side effects
+  // such as publishing a checkpoint. It stays here until the abort ends the process.
+  if (s.aborting) {
+    lock.unlock();
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
 }
 
 }  // namespace lft

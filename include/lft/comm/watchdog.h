@@ -31,6 +31,7 @@ class Watchdog {
   class Scope {
    public:
     Scope(std::string what, double timeout_seconds, const char* timeout_key);
+    // Does not return once the job is being aborted (a deadline passed): see watchdog.cpp.
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
