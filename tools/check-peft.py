@@ -2,14 +2,15 @@
 """Makes PEFT LoRA adapters for a base model, and checks logits computed by lftrain against PEFT's.
 
 usage: check-peft.py make-adapter BASE_DIR OUT_DIR [--r 4] [--alpha 8] [--targets all|q_proj,...]
-                                   [--modules-to-save lm_head] [--rslora] [--seed 0] [--std 0.05]
+                                   [--modules-to-save lm_head] [--rslora] [--dora] [--seed 0] [--std 0.05]
        check-peft.py compare BASE_DIR ADAPTER_DIR INPUT_IDS_SAFETENSORS EXPECTED_LOGITS_SAFETENSORS
                                    [--tol 1e-4]
 
 make-adapter: loads BASE_DIR with transformers (float32), wraps it with peft.get_peft_model (a
 LoraConfig of rank --r, lora_alpha --alpha, the --targets linears: "all" is every linear of the
 decoder layers, q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj; --rslora for alpha /
-sqrt(r) scaling; --modules-to-save: comma-separated modules trained whole), then gives every
+sqrt(r) scaling; --dora for DoRA, whose magnitude vectors start at PEFT's row norms of the base
+weights and are then scaled by 1 + noise; --modules-to-save: comma-separated modules trained whole), then gives every
 lora_A and lora_B random nonzero values (normal, --std, from a generator seeded with --seed; PEFT
 starts lora_B at zero, which would leave the logits unchanged) and adds such noise to the
 modules_to_save copies, and writes OUT_DIR with save_pretrained (adapter_config.json,
@@ -97,7 +98,7 @@ def make_adapter(args):
     with torch.no_grad():
         before = base(input_ids=ids).logits.clone()
     config = LoraConfig(r=args.r, lora_alpha=args.alpha, lora_dropout=0.0, target_modules=targets,
-                        modules_to_save=modules_to_save, use_rslora=args.rslora, bias="none",
+                        modules_to_save=modules_to_save, use_rslora=args.rslora, use_dora=args.dora, bias="none",
                         task_type="CAUSAL_LM")
     try:
         model = get_peft_model(base, config)
@@ -114,6 +115,9 @@ def make_adapter(args):
             elif ".modules_to_save." in name:
                 p.add_(noise.to(p.dtype))
                 saved += 1
+            elif ".lora_magnitude_vector." in name:
+                p.mul_((1 + noise).to(p.dtype))
+                lora += 1
     if lora == 0:
         print(f"check-peft: no LoRA parameters were made for targets {targets}", file=sys.stderr)
         return 1
@@ -126,7 +130,7 @@ def make_adapter(args):
         after = model(input_ids=ids).logits
     model.save_pretrained(args.out_dir)
     print(f"check-peft: wrote {args.out_dir}: r {args.r}, alpha {args.alpha}"
-          f"{' (rslora)' if args.rslora else ''}, targets {','.join(targets)}, "
+          f"{' (rslora)' if args.rslora else ''}{' (dora)' if args.dora else ''}, targets {','.join(targets)}, "
           f"{lora} lora tensors, modules_to_save {','.join(modules_to_save or []) or 'none'} "
           f"({saved} tensors); it changes the base's logits by up to "
           f"{(after - before).abs().max().item():.3e}")
@@ -194,6 +198,7 @@ def main():
     make.add_argument("--modules-to-save", default="",
                       help="comma-separated modules trained whole (lm_head, embed_tokens, norm)")
     make.add_argument("--rslora", action="store_true", help="alpha / sqrt(r) scaling")
+    make.add_argument("--dora", action="store_true", help="DoRA (use_dora): magnitude vectors too")
     make.add_argument("--seed", type=int, default=0, help="random seed (0)")
     make.add_argument("--std", type=float, default=0.05, help="std of the random values (0.05)")
     cmp = commands.add_parser("compare", help="PEFT's logits against expected ones")

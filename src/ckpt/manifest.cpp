@@ -65,17 +65,20 @@ void read_finetuning(const Fields& root, RunInfo& run) {
   run.lora_scaling = root.real("lora_scaling", because);
   run.lora_dropout = root.real("lora_dropout", because);
   run.use_rslora = root.integer("use_rslora", because) != 0;
+  run.use_dora = root.has("use_dora") && root.integer("use_dora") != 0;
   run.lora_target = root.text("lora_target", because);
   run.additional_target = root.has("additional_target") ? root.text("additional_target") : "";
 }
 
 }  // namespace
 
+std::int64_t format_version_for(const RunInfo& run) { return run.use_dora ? 2 : 1; }
+
 void write_manifest(StoreWriter& w, const Manifest& m) {
   const RunInfo& run = m.run;
   const Progress& progress = m.progress;
   w.set_attribute("/", "format", std::string(kFormatName));
-  w.set_attribute("/", "format_version", m.format_version);
+  w.set_attribute("/", "format_version", m.format_version != 0 ? m.format_version : format_version_for(run));
   w.set_attribute("/", "lftrain_version", m.lftrain_version.empty() ? std::string(LFT_VERSION) : m.lftrain_version);
   w.set_attribute("/", "step", progress.step);
   w.set_attribute("/", "tokens_seen", progress.tokens_seen);
@@ -98,6 +101,7 @@ void write_manifest(StoreWriter& w, const Manifest& m) {
     w.set_attribute("/", "lora_scaling", run.lora_scaling);
     w.set_attribute("/", "lora_dropout", run.lora_dropout);
     w.set_attribute("/", "use_rslora", static_cast<std::int64_t>(run.use_rslora));
+    if (run.use_dora) w.set_attribute("/", "use_dora", std::int64_t{1});
     w.set_attribute("/", "lora_target", run.lora_target);
     w.set_attribute("/", "additional_target", run.additional_target);
   }

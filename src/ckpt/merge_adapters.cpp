@@ -49,6 +49,7 @@ std::string module_of(const std::string& parameter) {
 }
 
 std::string adapter_tensor(const std::string& parameter, char matrix) {
+  if (matrix == 'M') return module_of(parameter) + ".lora_magnitude_vector";
   return module_of(parameter) + ".lora_" + matrix + ".weight";
 }
 
@@ -147,6 +148,7 @@ struct MergedModel {
   std::set<std::string> whole;    // parameters the checkpoint holds whole
   std::set<std::string> adapted;  // parameters with LoRA adapters
   double scaling;
+  bool dora;
   BaseWeights base;
 };
 
@@ -157,7 +159,11 @@ at::Tensor load_merged(const MergedModel& m, const TensorInfo& t) {
   if (m.adapted.count(t.name) == 0) return w;
   const at::Tensor a = reader.read_full("model/" + adapter_tensor(t.name, 'A')).to(at::kFloat);
   const at::Tensor b = reader.read_full("model/" + adapter_tensor(t.name, 'B')).to(at::kFloat);
-  return w.to(at::kFloat) + at::matmul(b, a) * m.scaling;
+  const at::Tensor merged = w.to(at::kFloat) + at::matmul(b, a) * m.scaling;
+  if (!m.dora) return merged;
+  // PEFT's DoRA merge: each row of W + scaling BA rescaled to its trained magnitude.
+  const at::Tensor magnitude = reader.read_full("model/" + adapter_tensor(t.name, 'M')).to(at::kFloat);
+  return (magnitude / at::linalg_vector_norm(merged, 2, {1})).view({-1, 1}) * merged;
 }
 
 ExportTensors whole_model(const Source& source, const RunModel& run, const Finetuning& ft,
@@ -177,14 +183,15 @@ ExportTensors whole_model(const Source& source, const RunModel& run, const Finet
   }
   sort_export_order(out.tensors);
   auto merged = std::make_shared<const MergedModel>(MergedModel{
-      &source, whole, adapted, ft.lora_scaling, BaseWeights(ft, source.folder, from_base)});
+      &source, whole, adapted, ft.lora_scaling, ft.use_dora, BaseWeights(ft, source.folder, from_base)});
   out.load = [merged](const TensorInfo& t) { return load_merged(*merged, t); };
   out.origin = ft.type + " checkpoint: " + std::to_string(whole.size()) + " of the " +
                std::to_string(out.tensors.size()) +
                " tensors from the checkpoint, the others from the base " + merged->base.describe();
   if (!adapted.empty())
-    out.origin += "; LoRA adapters merged into " + std::to_string(adapted.size()) + " (W + " +
-                  number_text(ft.lora_scaling) + " * B @ A, in float32)";
+    out.origin += std::string(ft.use_dora ? "; DoRA" : "; LoRA") + " adapters merged into " +
+                  std::to_string(adapted.size()) + " (W + " + number_text(ft.lora_scaling) + " * B @ A" +
+                  (ft.use_dora ? ", each row rescaled to its magnitude" : "") + ", in float32)";
   return out;
 }
 
@@ -246,6 +253,7 @@ Finetuning read_finetuning(const Source& source) {
   ft.lora_scaling = run.lora_scaling;
   ft.lora_dropout = run.lora_dropout;
   ft.use_rslora = run.use_rslora;
+  ft.use_dora = run.use_dora;
   ft.lora_target = split_names(run.lora_target);
   if (ft.lora_rank < 1 || !std::isfinite(ft.lora_scaling))
     throw UsageError(source.state + " has lora_rank " + std::to_string(ft.lora_rank) +
@@ -257,13 +265,14 @@ Finetuning read_finetuning(const Source& source) {
 bool is_finetuning_attribute(const std::string& key) {
   static const std::set<std::string> keys = {
       "finetuning_type", "base_model",   "base_model_hash", "lora_rank",   "lora_alpha",
-      "lora_scaling",    "lora_dropout", "use_rslora",      "lora_target", "additional_target"};
+      "lora_scaling",    "lora_dropout", "use_rslora",      "lora_target", "additional_target",
+      "use_dora"};
   return keys.count(key) != 0;
 }
 
 std::optional<AdapterName> adapter_name(const std::string& tensor) {
-  for (const char matrix : {'A', 'B'}) {
-    const std::string suffix = std::string(".lora_") + matrix + ".weight";
+  for (const char matrix : {'A', 'B', 'M'}) {
+    const std::string suffix = matrix == 'M' ? std::string(".lora_magnitude_vector") : std::string(".lora_") + matrix + ".weight";
     if (tensor.size() > suffix.size() &&
         tensor.compare(tensor.size() - suffix.size(), suffix.size(), suffix) == 0)
       return AdapterName{tensor.substr(0, tensor.size() - suffix.size()) + ".weight", matrix};
@@ -273,7 +282,7 @@ std::optional<AdapterName> adapter_name(const std::string& tensor) {
 
 std::vector<std::string> adapter_problems(
     const std::vector<TensorInfo>& tensors,
-    const std::map<std::string, std::vector<std::int64_t>>& expected, std::int64_t rank) {
+    const std::map<std::string, std::vector<std::int64_t>>& expected, std::int64_t rank, bool dora) {
   std::vector<std::string> problems;
   std::map<std::string, std::string> matrices;  // parameter -> the adapter matrices held
   for (const TensorInfo& t : tensors) {
@@ -288,19 +297,24 @@ std::vector<std::string> adapter_problems(
       continue;
     }
     const std::vector<std::int64_t>& w = it->second;
-    const std::vector<std::int64_t> want = a->matrix == 'A' ? std::vector<std::int64_t>{rank, w[1]}
-                                                            : std::vector<std::int64_t>{w[0], rank};
+    const std::vector<std::int64_t> want = a->matrix == 'A'   ? std::vector<std::int64_t>{rank, w[1]}
+                                           : a->matrix == 'B' ? std::vector<std::int64_t>{w[0], rank}
+                                                              : std::vector<std::int64_t>{w[0]};
+    const std::string what = a->matrix == 'M' ? std::string("the DoRA magnitude") : std::string("lora_") + a->matrix;
     if (!at::isFloatingType(t.dtype))
       problems.push_back(id + " has dtype " + dtype_name(t.dtype) + ", not a floating-point one");
     else if (t.shape != want)
-      problems.push_back(id + " has shape " + shape_text(t.shape) + "; lora_" + a->matrix +
-                         " of rank " + std::to_string(rank) + " (lora_rank) beside '" +
-                         a->parameter + "' " + shape_text(w) + " is " + shape_text(want));
+      problems.push_back(id + " has shape " + shape_text(t.shape) + "; " + what + " of rank " +
+                         std::to_string(rank) + " (lora_rank) beside '" + a->parameter + "' " + shape_text(w) +
+                         " is " + shape_text(want));
   }
-  for (const auto& [parameter, held] : matrices)
-    if (held.size() == 1)
-      problems.push_back("'" + parameter + "' has a lora_" + held + " but no lora_" +
-                         (held == "A" ? "B" : "A"));
+  for (const auto& [parameter, held] : matrices) {
+    const bool a = held.find('A') != std::string::npos, b = held.find('B') != std::string::npos,
+               m = held.find('M') != std::string::npos;
+    if (a != b) problems.push_back("'" + parameter + "' has a lora_" + (a ? "A" : "B") + " but no lora_" + (a ? "B" : "A"));
+    if (dora && !m) problems.push_back("'" + parameter + "' has no DoRA magnitude (lora_magnitude_vector), and the run used DoRA");
+    if (!dora && m) problems.push_back("'" + parameter + "' has a DoRA magnitude, and the run did not use DoRA (no use_dora)");
+  }
   return problems;
 }
 
@@ -365,7 +379,7 @@ std::string peft_adapter_config(const Finetuning& ft, const std::vector<TensorIn
   j["r"] = ft.lora_rank;
   j["target_modules"] = ft.lora_target;
   j["task_type"] = "CAUSAL_LM";
-  j["use_dora"] = false;
+  j["use_dora"] = ft.use_dora;
   j["use_qalora"] = false;
   j["use_rslora"] = ft.use_rslora;
   return j.dump(2) + "\n";

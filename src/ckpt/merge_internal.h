@@ -138,6 +138,7 @@ struct Finetuning {
   std::int64_t lora_rank = 0;
   double lora_scaling = 0, lora_dropout = 0;
   bool use_rslora = false;
+  bool use_dora = false;  // the adapters have DoRA magnitudes
   std::vector<std::string> lora_target;  // module names
 };
 // UsageError when an attribute it needs is missing or of another kind.
@@ -145,19 +146,21 @@ Finetuning read_finetuning(const Source& source);
 // The root attributes above: a whole-model export does not carry them.
 bool is_finetuning_attribute(const std::string& key);
 
-// "model.layers.0.mlp.up_proj.lora_A.weight" -> {"model.layers.0.mlp.up_proj.weight", 'A'}.
+// "model.layers.0.mlp.up_proj.lora_A.weight" -> {"model.layers.0.mlp.up_proj.weight", 'A'};
+// DoRA's "....up_proj.lora_magnitude_vector" -> {..., 'M'}.
 struct AdapterName {
   std::string parameter;
-  char matrix = 'A';  // 'A': [r, in_features]; 'B': [out_features, r]
+  char matrix = 'A';  // 'A': [r, in_features]; 'B': [out_features, r]; 'M': [out_features]
 };
 std::optional<AdapterName> adapter_name(const std::string& tensor);
 
 // What is wrong with the LoRA adapters among `tensors` (the other tensors are not looked at): an
 // adapter of something that is not a linear of the model, a shape other than [rank, in] /
-// [out, rank], a lora_A without its lora_B or the reverse.
+// [out, rank] / [out], a lora_A without its lora_B or the reverse, with `dora` an adapter without
+// its magnitude, without it a magnitude.
 std::vector<std::string> adapter_problems(
     const std::vector<TensorInfo>& tensors,
-    const std::map<std::string, std::vector<std::int64_t>>& expected, std::int64_t rank);
+    const std::map<std::string, std::vector<std::int64_t>>& expected, std::int64_t rank, bool dora);
 
 // The tensors an export writes, in export order, and how to read each.
 struct ExportTensors {

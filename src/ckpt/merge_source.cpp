@@ -286,7 +286,7 @@ void check_model_tensors(const Source& source, const std::vector<TensorInfo>& te
   const auto expected = expected_parameter_shapes(config);
   const bool lora = finetuning.type == "lora";
   std::vector<std::string> problems;
-  if (lora) problems = adapter_problems(tensors, expected, finetuning.lora_rank);
+  if (lora) problems = adapter_problems(tensors, expected, finetuning.lora_rank, finetuning.use_dora);
   std::set<std::string> seen;
   for (const TensorInfo& t : tensors) {
     if (lora && adapter_name(t.name)) continue;

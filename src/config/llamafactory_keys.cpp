@@ -65,7 +65,6 @@ const OnlyDefault kOnlyDefault[] = {
     {"train_on_prompt", Value{false}, "prompts are always masked from the loss"},
     {"mask_history", Value{false}, "every assistant turn is trained"},
     {"pure_bf16", Value{false}, "use bf16 (mixed precision with fp32 master weights)"},
-    {"use_dora", Value{false}, "DoRA (weight-decomposed LoRA) is not implemented: lftrain's adapters are LoRA's"},
     {"pissa_init", Value{false}, "PiSSA initialisation is not implemented: adapters start as PEFT's default"},
     {"create_new_adapter", Value{false}, "adapter_name_or_path is trained on, not merged under a new adapter"},
     {"use_llama_pro", Value{false}, "LLaMA Pro's block expansion is not implemented"},
@@ -85,7 +84,7 @@ const Unbuilt kUnbuilt[] = {
       "use_unsloth"},
      "a LoRA variant (or OFT)",
      "remove it: lftrain's LoRA takes lora_rank, lora_alpha, lora_dropout, lora_target, additional_target, "
-     "use_rslora and adapter_name_or_path"},
+     "use_rslora, use_dora and adapter_name_or_path"},
     {{"ld_alpha", "ref_model_adapters", "ref_model_quantization_bit", "kto_chosen_weight", "kto_rejected_weight"},
      "a preference-training variant",
      "remove it: lftrain's stage dpo takes pref_beta, pref_loss, pref_ftx, simpo_gamma, dpo_label_smoothing and "

@@ -228,7 +228,7 @@ void finetuning_keys(const Input& in) {
   const std::string type = std::get<std::string>(value(in, "finetuning_type"));
   const std::pair<const char*, std::vector<const char*>> owners[] = {
       {"lora", {"lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_rslora",
-                "adapter_name_or_path"}},
+                "use_dora", "adapter_name_or_path"}},
       {"freeze", {"freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules"}}};
   for (const auto& [owner, keys] : owners)
     for (const char* key : keys) {

@@ -166,6 +166,10 @@ std::vector<KeySpec> build() {
         "LoRA: modules trained whole beside the adapters (embed_tokens, lm_head, norm), saved with them")
           .list(),
       K("use_rslora", B, "LoRA: rank-stabilised scaling alpha / sqrt(r)").def(false),
+      K("use_dora", B,
+        "LoRA: DoRA (PEFT's use_dora): a trained magnitude per output row of each adapted linear, starting at the "
+        "base weight's row norms; not with mesh.tp > 1 or fp8")
+          .def(false),
       K("moe_aux_loss_coef", F,
         "A mixture of experts (qwen3_moe, qwen2_moe, mixtral): the auxiliary load-balancing loss's "
         "coefficient, as LlamaFactory's key: when non-zero it sets config.json's router_aux_loss_coef "

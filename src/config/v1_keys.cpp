@@ -179,12 +179,11 @@ class V1Mapper {
       rename("peft_config.lora_dropout", "lora_dropout");
       rename("peft_config.target_modules", "lora_target");
       rename("peft_config.use_rslora", "use_rslora");
+      rename("peft_config.use_dora", "use_dora");
       rename("peft_config.adapter_name_or_path", "adapter_name_or_path");
       rename("peft_config.modules_to_save", "additional_target");
       put("lora_alpha", Value{std::int64_t{16}});
       put("lora_dropout", Value{0.05});
-      if (auto d = take("peft_config.use_dora"))
-        if (true_of(*d)) refuse(*d, "DoRA is not implemented: lftrain's adapters are LoRA's", "remove use_dora");
     } else if (method == "freeze") {
       put("finetuning_type", Value{method}, &*name);
       rename("peft_config.freeze_trainable_layers", "freeze_trainable_layers");
@@ -198,7 +197,7 @@ class V1Mapper {
     for (const Item& item : in_.items)
       if (under(item.path, "peft_config"))
         refuse(item, "unknown key for peft_config.name = " + (method.empty() ? "(none)" : method),
-               method == "lora" ? "lora takes r, lora_alpha, lora_dropout, target_modules, use_rslora, adapter_name_or_path, modules_to_save"
+               method == "lora" ? "lora takes r, lora_alpha, lora_dropout, target_modules, use_rslora, use_dora, adapter_name_or_path, modules_to_save"
                                 : "freeze takes freeze_trainable_layers, freeze_trainable_modules, freeze_extra_modules");
   }
 

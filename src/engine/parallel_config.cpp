@@ -178,6 +178,21 @@ static void check_expert_parallel(const config::Config& cfg, const model::ModelC
          "choose an ep that divides num_experts");
 }
 
+// DoRA's weight norm is taken over a whole output row: under tensor parallelism a row-parallel
+// linear's rows are split over the tp ranks (their squares would need a sum over tp in every
+// forward, not built), and a float8 linear keeps no weight to take it from.
+static void check_dora(const config::Config& cfg, const RunPlan& run) {
+  if (!run.finetuning.use_dora) return;
+  const std::string why = " = true: DoRA takes the norm of each whole output row of a base weight";
+  if (run.mesh[MeshDim::TP] > 1)
+    fail(cfg.where("use_dora") + why + ", which tensor parallelism (mesh.tp = " + std::to_string(run.mesh[MeshDim::TP]) +
+             ") splits over ranks in the row-parallel linears; DoRA under tensor parallelism is not built",
+         "use mesh.tp = 1 (data or pipeline parallelism, or a sharding engine), or remove use_dora");
+  if (cfg.boolean("fp8"))
+    fail(cfg.where("use_dora") + why + ", and fp8 = true keeps the base weights for float8 GEMMs only",
+         "remove fp8, or remove use_dora");
+}
+
 ParallelPlan resolve_parallel_plan(const config::Config& cfg, const RunPlan& run, const model::CausalLM& meta) {
   ParallelPlan p;
   p.preset = engine_for(cfg).preset;
@@ -185,6 +200,7 @@ ParallelPlan resolve_parallel_plan(const config::Config& cfg, const RunPlan& run
   p.cp_ring = cfg.string("dist_config.cp_mode") == "ring";
   check_context_parallel(cfg, run.model, run.mesh[MeshDim::CP], run.mesh[MeshDim::TP]);
   check_expert_parallel(cfg, run.model, run.mesh.ep);
+  check_dora(cfg, run);
   if (p.preset == EnginePreset::Megatron) {
     p.megatron = make_megatron_plan(cfg, meta, run.mesh, run.nccl);
     if (p.megatron->dp_sharding != DpSharding::NoShard) p.sharded = megatron_sharding_plan(*p.megatron, run.compute);

@@ -15,22 +15,19 @@ namespace lft::engine {
 std::unique_ptr<model::WeightSource> starting_weights(const RunPlan& plan, model::CausalLM& model,
                                                       const std::string& folder) {
   const double norm = plan.model.initial_norm_weight();
-  if (folder.empty()) {
-    if (plan.adapter_folder.empty()) return std::make_unique<model::InitWeights>(model, plan.seed, norm);
-    auto adapter = std::make_shared<const model::PeftAdapter>(plan.adapter_folder);
-    adapter->check_shapes(model);
-    return std::make_unique<model::FinetuningWeights>(std::make_unique<model::InitWeights>(model, plan.seed, norm),
-                                                      std::make_unique<model::PeftAdapterWeights>(adapter), adapter);
-  }
-  auto base = std::make_unique<model::HfWeights>(folder, model, model::is_lora_parameter);
+  std::unique_ptr<model::WeightSource> base;
+  if (folder.empty())
+    base = std::make_unique<model::InitWeights>(model, plan.seed, norm);
+  else
+    base = std::make_unique<model::HfWeights>(folder, model, model::is_lora_parameter);
   if (plan.finetuning.type != "lora") return base;
   if (plan.adapter_folder.empty())
-    return std::make_unique<model::FinetuningWeights>(std::move(base),
+    return std::make_unique<model::FinetuningWeights>(model, std::move(base),
                                                       std::make_unique<model::InitWeights>(model, plan.seed, norm));
   auto adapter = std::make_shared<const model::PeftAdapter>(plan.adapter_folder);
   adapter->check_shapes(model);
-  return std::make_unique<model::FinetuningWeights>(std::move(base), std::make_unique<model::PeftAdapterWeights>(adapter),
-                                                    adapter);
+  return std::make_unique<model::FinetuningWeights>(model, std::move(base),
+                                                    std::make_unique<model::PeftAdapterWeights>(adapter), adapter);
 }
 
 ParallelModel parallelize(const RunPlan& plan, DeviceMesh& mesh, const c10::Device& device, const std::string& folder) {

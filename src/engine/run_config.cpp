@@ -44,6 +44,8 @@ void take_adapter_config(const config::Config& cfg, model::FinetuningSpec& f) {
     adapter_conflict(cfg, "lora_alpha", "lora_alpha = " + std::to_string(adapter.lora_alpha));
   if (cfg.is_set("use_rslora") && f.use_rslora != adapter.use_rslora)
     adapter_conflict(cfg, "use_rslora", std::string("use_rslora = ") + (adapter.use_rslora ? "true" : "false"));
+  if (cfg.is_set("use_dora") && f.use_dora != adapter.use_dora)
+    adapter_conflict(cfg, "use_dora", std::string("use_dora = ") + (adapter.use_dora ? "true" : "false"));
   auto sorted = [](std::vector<std::string> v) {
     std::sort(v.begin(), v.end());
     return v;
@@ -57,6 +59,7 @@ void take_adapter_config(const config::Config& cfg, model::FinetuningSpec& f) {
   f.lora_rank = adapter.rank;
   f.lora_alpha = adapter.lora_alpha;
   f.use_rslora = adapter.use_rslora;
+  f.use_dora = adapter.use_dora;
   f.lora_target = adapter.target_modules;
   f.additional_target = adapter.modules_to_save;
   if (!cfg.is_set("lora_dropout")) f.lora_dropout = adapter.lora_dropout;
@@ -72,6 +75,7 @@ model::FinetuningSpec finetuning_spec(const config::Config& cfg) {
     f.lora_alpha = cfg.is_set("lora_alpha") ? static_cast<double>(cfg.integer("lora_alpha")) : 2.0 * static_cast<double>(f.lora_rank);
     f.lora_dropout = cfg.real("lora_dropout");
     f.use_rslora = cfg.boolean("use_rslora");
+    f.use_dora = cfg.boolean("use_dora");
     f.lora_target = names(cfg, "lora_target");
     if (cfg.is_set("additional_target")) f.additional_target = names(cfg, "additional_target");
     if (cfg.is_set("adapter_name_or_path")) take_adapter_config(cfg, f);

@@ -46,14 +46,14 @@ PeftAdapter::PeftAdapter(const std::string& folder) : folder_(folder), file_(fol
   if (j.is_discarded() || !j.is_object()) throw ConfigError(config_file + ": not valid JSON");
   const std::string type = j.value("peft_type", std::string());
   if (type != "LORA") throw ConfigError(config_file + ": peft_type \"" + type + "\": lftrain loads LoRA adapters only");
-  for (const char* unsupported : {"use_dora", "fan_in_fan_out"})
-    if (j.value(unsupported, false)) throw ConfigError(config_file + ": " + unsupported + " = true is not supported");
+  if (j.value("fan_in_fan_out", false)) throw ConfigError(config_file + ": fan_in_fan_out = true is not supported");
   if (!j.contains("r") || !j["r"].is_number_integer() || j["r"].get<std::int64_t>() < 1)
     throw ConfigError(config_file + ": field 'r' must be a positive integer");
   rank = j["r"].get<std::int64_t>();
   lora_alpha = j.contains("lora_alpha") && j["lora_alpha"].is_number() ? j["lora_alpha"].get<double>() : 8.0;
   lora_dropout = j.contains("lora_dropout") && j["lora_dropout"].is_number() ? j["lora_dropout"].get<double>() : 0.0;
   use_rslora = j.value("use_rslora", false);
+  use_dora = j.value("use_dora", false);
   target_modules = string_list(j, config_file, "target_modules");
   modules_to_save = string_list(j, config_file, "modules_to_save");
   if (target_modules.empty()) throw ConfigError(config_file + ": field 'target_modules' is empty");
@@ -97,12 +97,24 @@ void PeftAdapter::read_rows(const std::string& name, std::int64_t row_begin, std
   out.copy_(read_safetensors_rows(file_, header_, e->name, row_begin, rows).view(out.sizes()));
 }
 
-FinetuningWeights::FinetuningWeights(std::unique_ptr<WeightSource> base, std::unique_ptr<WeightSource> adapters,
-                                     std::shared_ptr<const PeftAdapter> adapter)
-    : base_(std::move(base)), adapters_(std::move(adapters)), adapter_(std::move(adapter)) {}
+FinetuningWeights::FinetuningWeights(const torch::nn::Module& model, std::unique_ptr<WeightSource> base,
+                                     std::unique_ptr<WeightSource> adapters, std::shared_ptr<const PeftAdapter> adapter)
+    : base_(std::move(base)), adapters_(std::move(adapters)), adapter_(std::move(adapter)) {
+  const auto params = model.named_parameters(/*recurse=*/true);
+  for (const auto& item : params)
+    if (is_dora_magnitude(item.key()))
+      dora_in_features_[item.key()] = params[dora_base_weight(item.key())].size(1);
+}
 
 void FinetuningWeights::read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows,
                                   at::Tensor out) const {
+  if (is_dora_magnitude(name) && !(adapter_ && adapter_->has(name))) {
+    at::Tensor weight = at::empty({rows, dora_in_features_.at(name)}, at::kFloat);
+    base_->read_rows(dora_base_weight(name), row_begin, rows, weight);
+    at::NoGradGuard no_grad;
+    out.copy_(at::linalg_vector_norm(weight, 2, {1}));
+    return;
+  }
   const bool from_adapters = is_lora_parameter(name) || (adapter_ && adapter_->has(name));
   (from_adapters ? adapters_ : base_)->read_rows(name, row_begin, rows, out);
 }

@@ -59,7 +59,8 @@ TpSplit lora_split(const TpSplit& base, bool is_a) {
 }  // namespace
 
 ParameterPlacement CausalLM::placement(const std::string& name) const {
-  for (const char* factor : {".lora_A.weight", ".lora_B.weight"})
+  // DoRA's magnitude [out] is split as B's rows are.
+  for (const char* factor : {".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector"})
     if (ends_with(name, factor)) {
       const std::string linear = name.substr(0, name.size() - std::string(factor).size());
       ParameterPlacement p = placement(linear + ".weight");

@@ -116,8 +116,18 @@ double FinetuningSpec::lora_scaling() const {
   return use_rslora ? lora_alpha / std::sqrt(r) : lora_alpha / r;
 }
 
+namespace {
+constexpr const char* kDoraMagnitude = ".lora_magnitude_vector";
+}  // namespace
+
+bool is_dora_magnitude(const std::string& name) { return ends_with(name, kDoraMagnitude); }
+
+std::string dora_base_weight(const std::string& magnitude_name) {
+  return magnitude_name.substr(0, magnitude_name.size() - std::string(kDoraMagnitude).size()) + ".weight";
+}
+
 bool is_lora_parameter(const std::string& name) {
-  return ends_with(name, ".lora_A.weight") || ends_with(name, ".lora_B.weight");
+  return ends_with(name, ".lora_A.weight") || ends_with(name, ".lora_B.weight") || is_dora_magnitude(name);
 }
 
 std::vector<std::string> lora_target_modules(const CausalLM& model, const FinetuningSpec& spec) {
@@ -157,7 +167,8 @@ void apply_finetuning(CausalLM& model, const FinetuningSpec& spec, const c10::Te
     const std::vector<std::string> targets = lora_target_modules(model, spec);
     for (const LayerLinear& l : layer_linears(model))
       if (std::find(targets.begin(), targets.end(), l.name) != targets.end())
-        l.linear->add_lora(spec.lora_rank, spec.lora_scaling(), spec.lora_dropout, parameter_seed(l.name, 0), options);
+        l.linear->add_lora(spec.lora_rank, spec.lora_scaling(), spec.lora_dropout, parameter_seed(l.name, 0), options,
+                           spec.use_dora);
   } else if (spec.type == "freeze") {
     fragments = freeze_fragments(model, spec);
   } else {

@@ -68,19 +68,37 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
   if (!lora_A || AdaptersOffScope::active()) return y;
   at::Tensor in = x;
   const std::uint64_t seed = DropoutSeedScope::current();
-  if (lora_dropout > 0 && seed != 0 && at::GradMode::is_enabled()) {
+  const bool dropped = lora_dropout > 0 && seed != 0 && at::GradMode::is_enabled();
+  if (dropped) {
     // Drawn from a generator of (the scope's seed, this adapter): the same mask when the layer is
     // recomputed, and on every tensor-parallel rank of the same input.
     const at::Tensor keep = dropout_keep_mask(x.sizes(), 1.0 - lora_dropout, mix_seed(seed, dropout_id_), x.device());
     in = x * (keep / (1.0 - lora_dropout)).to(x.options());
   }
+  if (lora_magnitude_vector.defined()) return y + dora_delta(in, dropped ? at::Tensor() : y);
   return y + at::linear(at::linear(in, lora_A->weight), lora_B->weight) * lora_scaling;
 }
 
+// PEFT's DoraLinearLayer.forward, in its order of operations, for the adapter's input x:
+// `base_output` is Wx + b when that is the layer's input, else (undefined: dropout drew x) W x is
+// computed here.
+at::Tensor LinearImpl::dora_delta(const at::Tensor& x, const at::Tensor& base_output) const {
+  const at::Tensor w = weight.to(x.scalar_type());
+  // B A as PEFT forms it (B(A(I)))^T, then the row norms of W + scaling BA without a gradient.
+  const at::Tensor eye = at::eye(lora_A->weight.size(1), lora_A->weight.options());
+  const at::Tensor ba = at::linear(at::linear(eye, lora_A->weight), lora_B->weight).t().to(x.scalar_type());
+  const at::Tensor norm = at::linalg_vector_norm(w + lora_scaling * ba.detach(), 2, {1}).to(w.scalar_type()).detach();
+  const at::Tensor scale = (lora_magnitude_vector / norm).view({1, -1});
+  const at::Tensor adapter = at::linear(at::linear(x, lora_A->weight), lora_B->weight);
+  const at::Tensor base = base_output.defined() ? (bias.defined() ? base_output - bias : base_output) : at::linear(x, w);
+  return (scale - 1) * base + scale * adapter * lora_scaling;
+}
+
 void LinearImpl::add_lora(std::int64_t rank, double scaling, double dropout, std::uint64_t dropout_id,
-                          const c10::TensorOptions& options) {
+                          const c10::TensorOptions& options, bool dora) {
   lora_A = register_module("lora_A", std::make_shared<LinearImpl>(in_features, rank, false, options));
   lora_B = register_module("lora_B", std::make_shared<LinearImpl>(rank, out_features, false, options));
+  if (dora) lora_magnitude_vector = register_parameter("lora_magnitude_vector", new_parameter({out_features}, options, 1.0));
   lora_scaling = scaling;
   lora_dropout = dropout;
   dropout_id_ = dropout_id;

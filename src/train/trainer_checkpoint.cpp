@@ -66,6 +66,7 @@ ckpt::RunInfo Trainer::run_info() const {
   info.lora_scaling = f.lora_scaling();
   info.lora_dropout = f.lora_dropout;
   info.use_rslora = f.use_rslora;
+  info.use_dora = f.use_dora;
   for (const std::string& name : model::lora_target_names(*s.model, f))
     info.lora_target += (info.lora_target.empty() ? "" : ",") + name;
   for (const std::string& name : f.additional_target)

@@ -29,11 +29,12 @@ int main(int argc, char** argv) {
     spec.lora_rank = adapter->rank;
     spec.lora_alpha = adapter->lora_alpha;
     spec.use_rslora = adapter->use_rslora;
+    spec.use_dora = adapter->use_dora;
     spec.lora_target = adapter->target_modules;
     spec.additional_target = adapter->modules_to_save;
     lft::model::apply_finetuning(*model, spec);
     lft::model::load_weights(*model, lft::model::FinetuningWeights(
-                                         std::make_unique<lft::model::HfWeights>(argv[1], *model, lft::model::is_lora_parameter),
+                                         *model, std::make_unique<lft::model::HfWeights>(argv[1], *model, lft::model::is_lora_parameter),
                                          std::make_unique<lft::model::PeftAdapterWeights>(adapter), adapter));
   } else {
     lft::model::load_hf_checkpoint(*model, argv[1]);

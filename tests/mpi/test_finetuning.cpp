@@ -33,6 +33,7 @@ using test::tiny_run;
 using test::world;
 
 const std::string kLora = "finetuning_type = \"lora\"\nlora_rank = 4\nlora_alpha = 8\nadditional_target = \"lm_head\"\n";
+const std::string kDora = kLora + "use_dora = true\n";
 const std::string kFreeze =
     "finetuning_type = \"freeze\"\nfreeze_trainable_layers = 1\nfreeze_extra_modules = \"embed_tokens\"\n";
 
@@ -83,7 +84,8 @@ int model_ranks(const Case& c) {
   return ranks;
 }
 
-void expect_parity(const std::string& finetuning) {
+// `tensor_parallel`: also the megatron cases with mesh.tp > 1.
+void expect_parity(const std::string& finetuning, bool tensor_parallel = true) {
   const int n = world().size();
   at::set_num_threads(1);
   MpiCommunicator self(MPI_COMM_SELF, "self", false);
@@ -92,6 +94,7 @@ void expect_parity(const std::string& finetuning) {
   for (const Case& c : cases()) {
     const int dp = n / model_ranks(c);  // the global batch stays 24 sequences
     if (n < c.min_ranks || n % model_ranks(c) != 0 || 24 % (2 * dp) != 0) continue;
+    if (!tensor_parallel && c.extra.find("tp = ") != std::string::npos) continue;
     SCOPED_TRACE(c.label);
     // Top-level keys must come before the tables of the case.
     const auto got = test::train_losses(tiny_run(c.engine, 2, 24 / (2 * dp), finetuning + c.extra), world(), 10);
@@ -108,6 +111,13 @@ void expect_parity(const std::string& finetuning) {
 TEST(FinetuningParity, LoraEveryEngineMatchesOneRank) {
   if (world().size() == 1 || world().size() > 4) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
   expect_parity(kLora);
+}
+
+// DoRA's norms are over whole weight rows, which every engine but tensor parallelism (refused)
+// gives each layer's forward.
+TEST(FinetuningParity, DoraEveryEngineMatchesOneRank) {
+  if (world().size() == 1 || world().size() > 4) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
+  expect_parity(kDora, /*tensor_parallel=*/false);
 }
 
 TEST(FinetuningParity, FreezeEveryEngineMatchesOneRank) {

@@ -62,7 +62,8 @@ TEST(Manifest, ReadsBackEveryFieldItWrote) {
   const std::string dir = shared_temp_dir();
   const Manifest m = lora_run();
   const Manifest r = read_manifest(StoreReader(MPI_COMM_WORLD, store_with(dir + "/a.h5", &m)), "a");
-  EXPECT_EQ(r.format_version, kFormatVersion);
+  EXPECT_EQ(r.format_version, 1) << "a checkpoint without DoRA stays readable by version-1 lftrains";
+  EXPECT_FALSE(r.run.use_dora);
   EXPECT_EQ(r.lftrain_version, "9.9.9");
   EXPECT_EQ(r.run.engine, m.run.engine);
   EXPECT_EQ(r.run.mesh, m.run.mesh);
@@ -92,6 +93,15 @@ TEST(Manifest, ReadsBackEveryFieldItWrote) {
   EXPECT_EQ(r.progress.sampler.order_dp, world().size());
   EXPECT_EQ(r.optimizer_steps, 40);
   EXPECT_EQ(r.optimizer_hyperparameters, m.optimizer_hyperparameters);
+}
+
+TEST(Manifest, ADoraRunIsVersionTwo) {
+  const std::string dir = shared_temp_dir();
+  Manifest m = lora_run();
+  m.run.use_dora = true;
+  const Manifest r = read_manifest(StoreReader(MPI_COMM_WORLD, store_with(dir + "/dora.h5", &m)), "dora");
+  EXPECT_EQ(r.format_version, 2) << "a version-1 reader would merge DoRA's adapters as plain LoRA";
+  EXPECT_TRUE(r.run.use_dora);
 }
 
 TEST(Manifest, AFullRunLeavesTheFinetuningFieldsOut) {

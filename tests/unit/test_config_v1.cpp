@@ -189,6 +189,7 @@ TEST(ConfigV1, EveryAliasPairFollowsTheOneRule) {
       {"  lora_dropout: 0.0\n", "lora_dropout", "0.1", lora},
       {"  target_modules: all\n", "lora_target", "q_proj", lora},
       {"  use_rslora: false\n", "use_rslora", "true", lora},
+      {"  use_dora: false\n", "use_dora", "true", lora},
       {"  modules_to_save: lm_head\n", "additional_target", "embed_tokens", lora},
       {"  freeze_trainable_layers: 1\n", "freeze_trainable_layers", "2", freeze},
       {"  freeze_trainable_modules: all\n", "freeze_trainable_modules", "mlp", freeze},

@@ -406,11 +406,16 @@ TEST(LlamaFactoryKeys, FinetuningTypeDefaultsAndItsKeys) {
                      "finetuning_type = \"full\" (the default)");
 }
 
+TEST(LlamaFactoryKeys, DoraIsALoraKey) {
+  const Config dora = parse_yaml("train_dataset: " + data_path() + "\nfinetuning_type: lora\nuse_dora: true\n" + yaml_model());
+  EXPECT_TRUE(dora.boolean("use_dora"));
+  EXPECT_EQ(dora.where("use_dora"), "run.yaml:3:1: key 'use_dora'");
+  const std::string m = yaml_error(yaml_head() + "use_dora: true\n" + yaml_model());
+  EXPECT_CONTAINS(m, "run.yaml:3:1: key 'use_dora' applies to finetuning_type = \"lora\", but finetuning_type = \"full\"");
+}
+
 TEST(LlamaFactoryKeys, LoraVariantsAreRefused) {
-  std::string m = yaml_error(yaml_head() + "use_dora: true\n" + yaml_model());
-  EXPECT_CONTAINS(m, "config error: run.yaml:3:1: use_dora = true is not supported");
-  EXPECT_NO_THROW(parse_yaml("train_dataset: " + data_path() + "\nfinetuning_type: lora\nuse_dora: false\n" + yaml_model()));
-  m = yaml_error(yaml_head() + "loraplus_lr_ratio: 16.0\n" + yaml_model());
+  std::string m = yaml_error(yaml_head() + "loraplus_lr_ratio: 16.0\n" + yaml_model());
   EXPECT_CONTAINS(m, "run.yaml:3:1: key 'loraplus_lr_ratio' configures a LoRA variant (or OFT) that lftrain does not implement");
   // With other refusals: every one reported.
   m = yaml_error(yaml_head() + "do_train: false\nloraplus_lr_ratio: 16.0\noptim: sgd\n" + yaml_model());

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/autograd.h>
 
 #include "lft/config/config.h"
 #include "lft/model/adapter_weights.h"
@@ -129,6 +130,56 @@ TEST(Lora, ForwardIsTheBasePlusScaledLowRankUpdate) {
   base->lora_B->weight.data().normal_();
   const at::Tensor expected = before + 1.5 * at::matmul(at::matmul(x, base->lora_A->weight.t()), base->lora_B->weight.t());
   EXPECT_TRUE(at::allclose(base(x), expected, 1e-5, 1e-6));
+}
+
+// DoRA (the paper's eq. 5 with the norm detached, section 4.3): the output is m/||W + sBA||
+// (per output row) times the LoRA output; the magnitude trains, the norm passes no gradient.
+TEST(Dora, ForwardRescalesEachRowToItsMagnitude) {
+  at::manual_seed(2);
+  Linear l(6, 5, true);
+  l->weight.data().normal_();
+  l->bias.data().normal_();
+  l->add_lora(2, 1.5, 0.0, 1, {}, /*dora=*/true);
+  l->lora_A->weight.data().normal_();
+  l->lora_B->weight.data().normal_();
+  l->lora_magnitude_vector.data().uniform_(0.5, 2.0);
+  for (const at::Tensor& p : {l->lora_A->weight, l->lora_B->weight, l->lora_magnitude_vector}) p.requires_grad_(true);
+  const at::Tensor x = at::randn({3, 6});
+  const at::Tensor adapted = l->weight + 1.5 * at::matmul(l->lora_B->weight, l->lora_A->weight);
+  const at::Tensor norm = at::linalg_vector_norm(adapted, 2, {1}).detach();
+  const at::Tensor expected = at::linear(x, adapted * (l->lora_magnitude_vector / norm).view({-1, 1})) + l->bias;
+  const at::Tensor y = l(x);
+  EXPECT_TRUE(at::allclose(y, expected, 1e-5, 1e-6));
+  const at::Tensor g = at::randn_like(y);
+  const auto want = torch::autograd::grad({expected}, {l->lora_A->weight, l->lora_B->weight, l->lora_magnitude_vector}, {g});
+  const auto got = torch::autograd::grad({y}, {l->lora_A->weight, l->lora_B->weight, l->lora_magnitude_vector}, {g});
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(at::allclose(got[i], want[i], 1e-5, 1e-6)) << i;
+}
+
+TEST(Dora, MagnitudeStartsAtTheBaseRowNormsSoNothingChanges) {
+  FinetuningSpec spec;
+  spec.type = "lora";
+  spec.use_dora = true;
+  spec.lora_target = {"q_proj"};
+  const auto m = build(spec);
+  EXPECT_EQ(trained(*m).count("model.layers.0.self_attn.q_proj.lora_magnitude_vector"), 1u);
+  EXPECT_EQ(m->placement("model.layers.0.self_attn.q_proj.lora_magnitude_vector").tp.role, TpRole::ColumnParallel);
+  const std::uint64_t seed = 5;
+  FinetuningWeights weights(*m, std::make_unique<InitWeights>(*m, seed), std::make_unique<InitWeights>(*m, seed));
+  load_weights(*m, weights);
+  const at::Tensor w = init_parameter("model.layers.0.self_attn.q_proj.weight", m->named_parameters()["model.layers.0.self_attn.q_proj.weight"].sizes(), seed);
+  EXPECT_TRUE(at::allclose(m->named_parameters()["model.layers.0.self_attn.q_proj.lora_magnitude_vector"],
+                           at::linalg_vector_norm(w, 2, {1}), 1e-6, 0));
+  // Rows 2..4 alone (a rank's shard) are those rows' norms.
+  at::Tensor rows = at::empty({3});
+  weights.read_rows("model.layers.0.self_attn.q_proj.lora_magnitude_vector", 2, 3, rows);
+  EXPECT_TRUE(at::allclose(rows, at::linalg_vector_norm(w.narrow(0, 2, 3), 2, {1}), 1e-6, 0));
+  // B = 0: the model is the base model.
+  const std::shared_ptr<CausalLM> plain = create_causal_lm(tiny(), {});
+  init_weights(*plain, seed);
+  const at::Tensor ids = at::arange(12, at::kLong).view({2, 6});
+  at::NoGradGuard no_grad;
+  EXPECT_TRUE(at::allclose(m->forward(ids), plain->forward(ids), 1e-5, 1e-5));
 }
 
 TEST(Lora, InitialisationIsPeftsAndDependsOnlyOnTheName) {

@@ -28,7 +28,9 @@ class Optimizer;
 namespace lft::ckpt {
 
 inline constexpr const char* kFormatName = "lftrain-checkpoint";
-inline constexpr std::int64_t kFormatVersion = 1;
+// 2 adds use_dora; a checkpoint is written as the lowest version that holds it (2 only for DoRA
+// runs, which a version-1 reader would merge as plain LoRA), so older lftrains read the others.
+inline constexpr std::int64_t kFormatVersion = 2;
 
 // A tensor this rank updates: the box [offset, offset + local.sizes()) of a global tensor, held
 // by box.replicas ranks (the save splits the writing among them).
@@ -58,6 +60,7 @@ struct RunInfo {
   std::int64_t lora_rank = 0;
   double lora_alpha = 0, lora_scaling = 0, lora_dropout = 0;
   bool use_rslora = false;
+  bool use_dora = false;
   std::string lora_target, additional_target;
 };
 

@@ -3,8 +3,9 @@
 // save_checkpoint and read by resume, `lfmerge --inspect` and lfmerge's export with the same
 // code (docs/checkpoint.md lists the attributes).
 //
-// Versions: 1 is the only one so far. A reader takes every version up to kFormatVersion and
-// refuses a newer one (CheckpointMismatch: it is the wrong lftrain, not a damaged file).
+// Versions: 1; 2 adds use_dora (written only by DoRA runs: format_version_for). A reader takes
+// every version up to kFormatVersion and refuses a newer one (CheckpointMismatch: it is the wrong
+// lftrain, not a damaged file).
 #pragma once
 
 #include <cstdint>
@@ -19,8 +20,12 @@ namespace lft::ckpt {
 class StoreReader;
 class StoreWriter;
 
+// The lowest format version that holds what `run` needs: 2 for DoRA, else 1.
+std::int64_t format_version_for(const RunInfo& run);
+
 struct Manifest {
-  std::int64_t format_version = kFormatVersion;
+  // As read. Written as format_version_for(run) when 0 (a test may write another).
+  std::int64_t format_version = 0;
   std::string lftrain_version;
   RunInfo run;
   Progress progress;

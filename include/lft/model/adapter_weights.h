@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ class PeftAdapter {
   double lora_alpha = 0;
   double lora_dropout = 0;
   bool use_rslora = false;
+  bool use_dora = false;
   std::vector<std::string> target_modules;
   std::vector<std::string> modules_to_save;
   // ConfigError naming both shapes unless every tensor of the file that `model` has a parameter
@@ -43,17 +45,19 @@ class PeftAdapter {
 inline constexpr const char* kPeftPrefix = "base_model.model.";
 
 // Adapter parameters (is_lora_parameter) and whatever `adapter` holds from `adapters`; the rest
-// from `base`.
+// from `base`. A DoRA magnitude that `adapter` does not hold starts as PEFT's: the row norms of
+// the base weight (read from `base`, in float32; `model` gives its shape).
 class FinetuningWeights final : public WeightSource {
  public:
-  FinetuningWeights(std::unique_ptr<WeightSource> base, std::unique_ptr<WeightSource> adapters,
-                    std::shared_ptr<const PeftAdapter> adapter = nullptr);
+  FinetuningWeights(const torch::nn::Module& model, std::unique_ptr<WeightSource> base,
+                    std::unique_ptr<WeightSource> adapters, std::shared_ptr<const PeftAdapter> adapter = nullptr);
   void read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows, at::Tensor out) const override;
   std::string describe() const override;
 
  private:
   std::unique_ptr<WeightSource> base_, adapters_;
   std::shared_ptr<const PeftAdapter> adapter_;
+  std::map<std::string, std::int64_t> dora_in_features_;  // magnitude name -> its weight's columns
 };
 
 // A PeftAdapter as a WeightSource.

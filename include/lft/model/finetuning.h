@@ -1,8 +1,9 @@
 // Which parameters train (LlamaFactory's finetuning_type; docs/finetuning.md):
 //   full    every parameter
 //   freeze  the decoder layers and modules the freeze_* keys choose (LlamaFactory's rules)
-//   lora    low-rank adapters (PEFT's LoRA) beside the lora_target linears of the decoder layers,
-//           and the additional_target modules whole; the base weights frozen
+//   lora    low-rank adapters (PEFT's LoRA; with use_dora PEFT's DoRA) beside the lora_target
+//           linears of the decoder layers, and the additional_target modules whole; the base
+//           weights frozen
 // A frozen parameter has requires_grad false: the engines give it no gradient, no optimizer state
 // and no gradient communication, and checkpoints do not hold it.
 #pragma once
@@ -26,6 +27,7 @@ struct FinetuningSpec {
   double lora_alpha = 16;
   double lora_dropout = 0;
   bool use_rslora = false;
+  bool use_dora = false;  // a magnitude vector per adapted linear (layers.h)
   std::vector<std::string> lora_target{"all"};  // module names, or "all"
   std::vector<std::string> additional_target;
   std::int64_t freeze_trainable_layers = 2;  // last n (> 0) or first -n (< 0)
@@ -53,7 +55,10 @@ void apply_finetuning(CausalLM& model, const FinetuningSpec& spec, const c10::Te
 std::vector<std::string> lora_target_modules(const CausalLM& model, const FinetuningSpec& spec);
 std::vector<std::string> lora_target_names(const CausalLM& model, const FinetuningSpec& spec);
 
-// "<linear>.lora_A.weight" or "<linear>.lora_B.weight".
+// "<linear>.lora_A.weight", "<linear>.lora_B.weight" or DoRA's "<linear>.lora_magnitude_vector".
 bool is_lora_parameter(const std::string& name);
+bool is_dora_magnitude(const std::string& name);
+// The base weight ("<linear>.weight") whose row norms start DoRA's magnitude `name`.
+std::string dora_base_weight(const std::string& magnitude_name);
 
 }  // namespace lft::model

@@ -24,7 +24,10 @@ struct Float8Sharding;  // float8.h
 // y = x W^T (+ b). Parameters: "weight" [out, in], and "bias" [out] when `bias`. A small holder
 // rather than torch::nn::Linear, so construction does no random init. With a LoRA adapter
 // (add_lora) it adds scaling * B(A(dropout(x))), as PEFT's lora.Linear: submodules "lora_A"
-// (weight [r, in]) and "lora_B" (weight [out, r]), so the names are PEFT's saved ones.
+// (weight [r, in]) and "lora_B" (weight [out, r]), so the names are PEFT's saved ones. With DoRA
+// (`dora`) also the parameter "lora_magnitude_vector" [out] (PEFT's saved name) m, and the output
+// is PEFT's DoRA: with n = ||W + scaling BA|| per output row, detached (the paper's section 4.3),
+//   y = Wx + b + (m/n - 1) W x' + (m/n) scaling B(A(x')),  x' = dropout(x) (x: no second GEMM).
 class LinearImpl : public torch::nn::Module {
  public:
   LinearImpl(std::int64_t in_features, std::int64_t out_features, bool bias,
@@ -32,7 +35,7 @@ class LinearImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
   // `dropout_id` tells this adapter's dropout mask apart from the others' (a hash of its name).
   void add_lora(std::int64_t rank, double scaling, double dropout, std::uint64_t dropout_id,
-                const c10::TensorOptions& options = {});
+                const c10::TensorOptions& options = {}, bool dora = false);
   bool has_lora() const { return lora_A != nullptr; }
 
   std::int64_t in_features;
@@ -40,6 +43,7 @@ class LinearImpl : public torch::nn::Module {
   at::Tensor weight;
   at::Tensor bias;  // undefined without bias
   std::shared_ptr<LinearImpl> lora_A, lora_B;
+  at::Tensor lora_magnitude_vector;  // DoRA's m; undefined without DoRA
   double lora_scaling = 0.0, lora_dropout = 0.0;
   bool float8 = false;  // x W^T in float8 (float8.h); the adapters stay in the compute dtype
   // Set by an engine that gathers the weight in float8: its e4m3 data and inverse scale, used
@@ -49,6 +53,7 @@ class LinearImpl : public torch::nn::Module {
   std::shared_ptr<Float8Sharding> float8_sharding;
 
  private:
+  at::Tensor dora_delta(const at::Tensor& x, const at::Tensor& base_output) const;
   std::uint64_t dropout_id_ = 0;
 };
 TORCH_MODULE(Linear);
