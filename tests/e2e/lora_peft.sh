@@ -4,7 +4,9 @@
 # (b) again with rsLoRA scaling on q_proj,v_proj alone. (c) lftrain fine-tunes such an adapter
 # (fsdp2, 2 ranks) over a Llama folder with the byte tokenizer's vocabulary; PEFT reloading
 # lfmerge --format peft's export gives the logits of lfmerge's merged model, which transformers
-# loads too. (d) The run changed the adapter.
+# loads too. (d) The run changed the adapter. (e) A DoRA adapter (PEFT's use_dora, magnitudes
+# away from the base's row norms) gives PEFT's logits too, and (c)-(d) again from a DoRA adapter:
+# the export says use_dora and holds the trained magnitudes, and PEFT over it = the merged model.
 set -u
 build=$1
 out=$(mktemp -d /tmp/lft-lora-peft-XXXXXX)
@@ -31,6 +33,14 @@ mkdir -p "$out/b-logits"
 $py tools/check-peft.py compare "$fixture" "$out/b" "$out/b-logits/ids.safetensors" \
   "$out/b-logits/logits.safetensors" --tol 1e-4 || fail "PEFT's logits differ from lftrain's (b)"
 
+# (e) DoRA on every linear, magnitudes away from the base's row norms.
+$py tools/check-peft.py make-adapter "$fixture" "$out/e" --r 4 --alpha 8 --targets all --dora --seed 4 \
+  || fail "make-adapter (e)"
+mkdir -p "$out/e-logits"
+"$build/tests/export_logits" "$fixture" "$out/e-logits" --adapter "$out/e" || fail "export_logits (e)"
+$py tools/check-peft.py compare "$fixture" "$out/e" "$out/e-logits/ids.safetensors" \
+  "$out/e-logits/logits.safetensors" --tol 1e-4 || fail "PEFT's logits differ from lftrain's (e, DoRA)"
+
 # (c) The fixture's vocabulary (61) is smaller than the byte tokenizer's (259 ids): training runs
 # on the same architecture with vocab_size 300, written by transformers, and an adapter like (a)'s.
 $py - "$fixture" "$out/base" <<'PY' || fail "writing the base folder"
@@ -42,32 +52,36 @@ config = AutoConfig.from_pretrained(sys.argv[1])
 config.vocab_size = 300
 AutoModelForCausalLM.from_config(config).save_pretrained(sys.argv[2])
 PY
-$py tools/check-peft.py make-adapter "$out/base" "$out/start" --r 4 --alpha 8 --targets all \
-  --modules-to-save lm_head --seed 3 || fail "make-adapter (c)"
-printf '%s\n' 'distributed = "fsdp2"' "model_name_or_path = \"$out/base\"" 'tokenizer = "bytes"' \
-  'finetuning_type = "lora"' "adapter_name_or_path = \"$out/start\"" \
-  'train_dataset = "inputs/data/arithmetic.txt"' "output_dir = \"$out/run\"" \
-  'per_device_train_batch_size = 2' 'cutoff_len = 32' 'learning_rate = 1e-3' 'max_steps = 4' \
-  'save_steps = 4' > "$out/lora.toml"
-mpirun --oversubscribe --bind-to none -np 2 "$build/lftrain" "$out/lora.toml" \
-  > "$out/train.log" 2>&1 || { cat "$out/train.log"; fail "training"; }
-grep -q 'done: 4 steps' "$out/train.log" || { cat "$out/train.log"; fail "the run did not end at step 4"; }
-"$build/lfmerge" "$out/run/checkpoint-4" --out "$out/peft" --format peft || fail "lfmerge --format peft"
-"$build/lfmerge" "$out/run/checkpoint-4" --out "$out/merged" || fail "lfmerge"
-ls -la "$out/peft" "$out/merged"
-mkdir -p "$out/c-logits"
-"$build/tests/export_logits" "$out/merged" "$out/c-logits" || fail "export_logits (c)"
-$py tools/check-peft.py compare "$out/base" "$out/peft" "$out/c-logits/ids.safetensors" \
-  "$out/c-logits/logits.safetensors" --tol 1e-4 \
-  || fail "PEFT over the exported adapter differs from lfmerge's merged model (c)"
-$py tools/check-export.py "$out/merged" "$out/c-logits/ids.safetensors" \
-  "$out/c-logits/logits.safetensors" || fail "transformers' logits differ from lftrain's (c)"
-
-# (d) The exported adapter holds the tensors the run started from, and some changed, each by little
-# (4 AdamW steps of 1e-3 move a value by about 4e-3; an adapter made afresh, lora_B zero, would be
-# about 0.1 away from the start's random values).
-$py - "$out/start/adapter_model.safetensors" "$out/peft/adapter_model.safetensors" <<'PY' \
-  || fail "the trained adapter (d)"
+# (c), (e) A run (fsdp2, 2 ranks) from a LoRA adapter, then one from a DoRA adapter: PEFT over
+# lfmerge --format peft's export = lfmerge's merged model = transformers over it; (d) the run
+# changed the adapter, each tensor by little.
+train_and_export() {
+  local name=$1; shift
+  local dir=$out/$name
+  $py tools/check-peft.py make-adapter "$out/base" "$dir/start" --r 4 --alpha 8 --targets all \
+    --modules-to-save lm_head --seed 3 "$@" || fail "make-adapter ($name)"
+  printf '%s\n' 'distributed = "fsdp2"' "model_name_or_path = \"$out/base\"" 'tokenizer = "bytes"' \
+    'finetuning_type = "lora"' "adapter_name_or_path = \"$dir/start\"" \
+    'train_dataset = "inputs/data/arithmetic.txt"' "output_dir = \"$dir/run\"" \
+    'per_device_train_batch_size = 2' 'cutoff_len = 32' 'learning_rate = 1e-3' 'max_steps = 4' \
+    'save_steps = 4' > "$dir/lora.toml"
+  mpirun --oversubscribe --bind-to none -np 2 "$build/lftrain" "$dir/lora.toml" \
+    > "$dir/train.log" 2>&1 || { cat "$dir/train.log"; fail "training ($name)"; }
+  grep -q 'done: 4 steps' "$dir/train.log" || { cat "$dir/train.log"; fail "the run did not end at step 4 ($name)"; }
+  "$build/lfmerge" "$dir/run/checkpoint-4" --out "$dir/peft" --format peft || fail "lfmerge --format peft ($name)"
+  "$build/lfmerge" "$dir/run/checkpoint-4" --out "$dir/merged" || fail "lfmerge ($name)"
+  mkdir -p "$dir/logits"
+  "$build/tests/export_logits" "$dir/merged" "$dir/logits" || fail "export_logits ($name)"
+  $py tools/check-peft.py compare "$out/base" "$dir/peft" "$dir/logits/ids.safetensors" \
+    "$dir/logits/logits.safetensors" --tol 1e-4 \
+    || fail "PEFT over the exported adapter differs from lfmerge's merged model ($name)"
+  $py tools/check-export.py "$dir/merged" "$dir/logits/ids.safetensors" \
+    "$dir/logits/logits.safetensors" || fail "transformers' logits differ from lftrain's ($name)"
+  # (d) The exported adapter holds the tensors the run started from, and some changed, each by
+  # little (4 AdamW steps of 1e-3 move a value by about 4e-3; an adapter made afresh, lora_B zero,
+  # would be about 0.1 away from the start's random values).
+  $py - "$dir/start/adapter_model.safetensors" "$dir/peft/adapter_model.safetensors" "$name" <<'PY' \
+    || fail "the trained adapter ($name)"
 import sys
 from safetensors.torch import load_file
 start, trained = load_file(sys.argv[1]), load_file(sys.argv[2])
@@ -76,11 +90,17 @@ if set(start) != set(trained):
              f"only in the export {sorted(set(trained) - set(start))}")
 changes = {k: (trained[k].float() - start[k].float()).abs().max().item() for k in start}
 changed = [k for k, v in changes.items() if v > 0]
-print(f"lora_peft: {len(changed)} of {len(changes)} adapter tensors changed in training, by up to "
+print(f"lora_peft: {sys.argv[3]}: {len(changed)} of {len(changes)} adapter tensors changed in training, by up to "
       f"{max(changes.values()):.3e}")
 if not changed:
     sys.exit("the trained adapter equals the one the run started from")
 if max(changes.values()) > 0.02:
     sys.exit("the trained adapter is far from the one the run started from: was it loaded?")
 PY
+}
+train_and_export lora
+train_and_export dora --dora
+grep -q '"use_dora": true' "$out/dora/peft/adapter_config.json" || fail "the DoRA export does not say use_dora"
+[ "$(grep -c lora_magnitude_vector "$out/dora/peft/adapter_model.safetensors")" -gt 0 ] || fail "the DoRA export has no magnitudes"
+
 echo "lora_peft: ok"

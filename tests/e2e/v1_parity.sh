@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # v1_parity.sh BUILD_DIR: lftrain's per-step losses equal LlamaFactory v1's (0.9.5, USE_V1=1, run on
 # the CPU by tools/v1-reference) within 1e-6 relative, for the same v1 YAML file, on a tiny random
-# fp32 Qwen3 (tools/make-v1-fixture.py): full, LoRA and freeze tuning at 1 rank, v1's own messages
+# fp32 Qwen3 (tools/make-v1-fixture.py): full, LoRA, DoRA and freeze tuning at 1 rank, v1's own messages
 # format (v1_sft_demo.jsonl), and full and LoRA with FSDP2 and full with DeepSpeed ZeRO-3 at 2
 # ranks; batching_strategy: dynamic_batching at 1 rank and with FSDP2 at 2. Skips (77) without
 # tools/install-v1-env's .venv-v1. Run from the repository root.
@@ -36,6 +36,9 @@ model=$work/model
 # it, with the adapter's own r, alpha, dropout and targets (the YAML's are ignored).
 "$py" tools/check-peft.py make-adapter "$model" "$work/adapter" --r 8 --alpha 16 --seed 0 >/dev/null 2>&1 ||
   fail "making the LoRA adapter (tools/check-peft.py make-adapter)"
+# The same for DoRA (PEFT's use_dora), its magnitudes away from the base's row norms.
+"$py" tools/check-peft.py make-adapter "$model" "$work/adapter-dora" --r 8 --alpha 16 --seed 1 --dora >/dev/null 2>&1 ||
+  fail "making the DoRA adapter (tools/check-peft.py make-adapter --dora)"
 cat > "$work/identity.yaml" <<EOF
 identity:
   path: $data/identity.json
@@ -67,6 +70,8 @@ dist_config:
 cases=(
   "full_1|1|"
   "lora_1|1|$lora"
+  "dora_1|1|${lora/$work\/adapter/$work/adapter-dora}
+  use_dora: true"
   "freeze_1|1|peft_config:
   name: freeze
   freeze_trainable_layers: 1"
