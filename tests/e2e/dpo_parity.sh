@@ -4,7 +4,7 @@
 # fp32 Qwen3 (tools/make-v1-fixture.py) and inputs/data/arithmetic_pairs*.json, 5 steps of a global
 # batch of all 8 pairs (4 x accumulation 2, so the sample order cannot matter): per step, loss,
 # logps/chosen and logps/rejected within 1e-5 relative and rewards/accuracies equal, for pref_loss
-# sigmoid, orpo, simpo with full and LoRA tuning, sigmoid with pref_ftx 0.5, sigmoid on the
+# sigmoid, orpo, simpo with full and LoRA tuning, sigmoid with DoRA (use_dora), sigmoid with pref_ftx 0.5, sigmoid on the
 # sharegpt pairs, and lftrain with fsdp2 at 2 ranks against LlamaFactory at 1 rank. Skips (77)
 # without tools/install-v1-env's .venv-v1. Run from anywhere.
 #   DPO_PARITY_CASES="sigmoid_full orpo_lora"  only these cases
@@ -53,6 +53,11 @@ if [ ! -f "$work/adapter/adapter_config.json" ]; then
   "$py" tools/check-peft.py make-adapter "$model" "$work/adapter" --r 8 --alpha 16 --seed 0 >/dev/null 2>&1 ||
     fail "making the LoRA adapter (tools/check-peft.py make-adapter)"
 fi
+# The same for DoRA (use_dora: LlamaFactory 0.9.5's classic key; the adapter says it too).
+if [ ! -f "$work/adapter-dora/adapter_config.json" ]; then
+  "$py" tools/check-peft.py make-adapter "$model" "$work/adapter-dora" --r 8 --alpha 16 --seed 1 --dora >/dev/null 2>&1 ||
+    fail "making the DoRA adapter (tools/check-peft.py make-adapter --dora)"
+fi
 
 lora="finetuning_type: lora
 adapter_name_or_path: $work/adapter"
@@ -65,6 +70,9 @@ per_device_train_batch_size: 2"
 cases=(
   "sigmoid_full|1|"
   "sigmoid_lora|1|$lora"
+  "sigmoid_dora|1|finetuning_type: lora
+use_dora: true
+adapter_name_or_path: $work/adapter-dora"
   "orpo_full|1|pref_loss: orpo"
   "orpo_lora|1|pref_loss: orpo
 $lora"
