@@ -65,6 +65,25 @@ TEST(MegatronPlan, OffloadRidesOnTheShardedComponent) {
   EXPECT_TRUE(sharded.memory.offload);  // the estimate counts the shards on the host
 }
 
+// DoRA takes each whole output row's norm: tensor parallelism (row-parallel linears split them)
+// and fp8 (no base weight kept) are refused, naming use_dora; pipeline stages take it.
+TEST(MegatronPlan, DoraRefusedUnderTensorParallelismAndFp8) {
+  auto dora = [](const std::string& extra) {
+    return config::parse_config("distributed = \"megatron\"\ntrain_dataset = \"" + data_file() +
+                                    "\"\ncutoff_len = 32\ngradient_accumulation_steps = 4\nfinetuning_type = \"lora\"\n"
+                                    "use_dora = true\n" + extra +
+                                    "[model]\nvocab_size = 259\nhidden_size = 32\nintermediate_size = 64\n"
+                                    "num_hidden_layers = 4\nnum_attention_heads = 4\nnum_key_value_heads = 2\n",
+                                "dora.toml");
+  };
+  const std::string tp = test::message_of<config::ConfigError>([&] { resolve_run_plan(dora(""), mesh(1, 2)); });
+  EXPECT_NE(tp.find("dora.toml:6:1: key 'use_dora' = true: DoRA takes the norm of each whole output row"), std::string::npos) << tp;
+  EXPECT_NE(tp.find("tensor parallelism (mesh.tp = 2)"), std::string::npos) << tp;
+  const std::string fp8 = test::message_of<config::ConfigError>([&] { resolve_run_plan(dora("fp8 = true\n"), mesh(1, 1)); });
+  EXPECT_NE(fp8.find("fp8 = true keeps the base weights for float8 GEMMs only"), std::string::npos) << fp8;
+  EXPECT_NO_THROW(resolve_run_plan(dora(""), mesh(2, 1)));
+}
+
 TEST(MegatronPlan, LayersBalancedOrGivenForTheFirstAndLastStage) {
   EXPECT_EQ(plan(run(""), 3, 1).stage_layers, (Layers{{0, 3}, {3, 6}, {6, 8}}));
   EXPECT_EQ(plan(run("decoder_first_pipeline_num_layers = 1\ndecoder_last_pipeline_num_layers = 2\n"), 3, 1)
