@@ -66,6 +66,11 @@ void read_finetuning(const Fields& root, RunInfo& run) {
   run.lora_dropout = root.real("lora_dropout", because);
   run.use_rslora = root.integer("use_rslora", because) != 0;
   run.use_dora = root.has("use_dora") && root.integer("use_dora") != 0;
+  if (root.has("quantization_bit")) {
+    run.quantization_bit = root.integer("quantization_bit");
+    run.quantization_type = root.text("quantization_type", because);
+    run.double_quantization = root.integer("double_quantization", because) != 0;
+  }
   run.lora_target = root.text("lora_target", because);
   run.additional_target = root.has("additional_target") ? root.text("additional_target") : "";
 }
@@ -102,6 +107,11 @@ void write_manifest(StoreWriter& w, const Manifest& m) {
     w.set_attribute("/", "lora_dropout", run.lora_dropout);
     w.set_attribute("/", "use_rslora", static_cast<std::int64_t>(run.use_rslora));
     if (run.use_dora) w.set_attribute("/", "use_dora", std::int64_t{1});
+    if (run.quantization_bit != 0) {
+      w.set_attribute("/", "quantization_bit", run.quantization_bit);
+      w.set_attribute("/", "quantization_type", run.quantization_type);
+      w.set_attribute("/", "double_quantization", static_cast<std::int64_t>(run.double_quantization));
+    }
     w.set_attribute("/", "lora_target", run.lora_target);
     w.set_attribute("/", "additional_target", run.additional_target);
   }

@@ -192,6 +192,9 @@ ExportTensors whole_model(const Source& source, const RunModel& run, const Finet
     out.origin += std::string(ft.use_dora ? "; DoRA" : "; LoRA") + " adapters merged into " +
                   std::to_string(adapted.size()) + " (W + " + number_text(ft.lora_scaling) + " * B @ A" +
                   (ft.use_dora ? ", each row rescaled to its magnitude" : "") + ", in float32)";
+  if (!ft.quantized_base.empty())
+    out.origin += "; trained over a " + ft.quantized_base + " base, merged onto the full-precision base weights (as "
+                  "LlamaFactory advises for QLoRA adapters), not the dequantized ones";
   return out;
 }
 
@@ -254,6 +257,9 @@ Finetuning read_finetuning(const Source& source) {
   ft.lora_dropout = run.lora_dropout;
   ft.use_rslora = run.use_rslora;
   ft.use_dora = run.use_dora;
+  if (run.quantization_bit != 0)
+    ft.quantized_base = std::to_string(run.quantization_bit) + "-bit " + run.quantization_type +
+                        (run.double_quantization ? " (double quantization)" : "");
   ft.lora_target = split_names(run.lora_target);
   if (ft.lora_rank < 1 || !std::isfinite(ft.lora_scaling))
     throw UsageError(source.state + " has lora_rank " + std::to_string(ft.lora_rank) +
@@ -266,7 +272,7 @@ bool is_finetuning_attribute(const std::string& key) {
   static const std::set<std::string> keys = {
       "finetuning_type", "base_model",   "base_model_hash", "lora_rank",   "lora_alpha",
       "lora_scaling",    "lora_dropout", "use_rslora",      "lora_target", "additional_target",
-      "use_dora"};
+      "use_dora",        "quantization_bit", "quantization_type", "double_quantization"};
   return keys.count(key) != 0;
 }
 

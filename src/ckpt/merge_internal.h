@@ -139,6 +139,7 @@ struct Finetuning {
   double lora_scaling = 0, lora_dropout = 0;
   bool use_rslora = false;
   bool use_dora = false;  // the adapters have DoRA magnitudes
+  std::string quantized_base;  // "4-bit nf4 (double quantization)" for QLoRA; "" otherwise
   std::vector<std::string> lora_target;  // module names
 };
 // UsageError when an attribute it needs is missing or of another kind.

@@ -228,7 +228,8 @@ void finetuning_keys(const Input& in) {
   const std::string type = std::get<std::string>(value(in, "finetuning_type"));
   const std::pair<const char*, std::vector<const char*>> owners[] = {
       {"lora", {"lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "use_rslora",
-                "use_dora", "adapter_name_or_path"}},
+                "use_dora", "adapter_name_or_path", "quantization_bit", "quantization_type", "double_quantization",
+                "quantization_method"}},
       {"freeze", {"freeze_trainable_layers", "freeze_trainable_modules", "freeze_extra_modules"}}};
   for (const auto& [owner, keys] : owners)
     for (const char* key : keys) {
@@ -241,6 +242,21 @@ void finetuning_keys(const Input& in) {
       if (ft != nullptr) fail_two(in, c->loc, std::string("key '") + key + "'", ft->loc, "finetuning_type", what, hint);
       fail(in.file, &c->loc, what + " (the default)", hint);
     }
+}
+
+// QLoRA's base is 4-bit; LLM.int8 (8) is not built.
+void quantization_keys(const Input& in) {
+  const Checked* bits = get(in, "quantization_bit");
+  if (bits == nullptr) return;
+  const std::int64_t b = std::get<std::int64_t>(bits->value);
+  if (b == 8)
+    fail(in.file, &bits->loc,
+         "quantization_bit = 8 asks for bitsandbytes' LLM.int8 base, whose training (int8 GEMMs with fp16 outlier "
+         "columns) is not built in lftrain",
+         "use quantization_bit = 4 (QLoRA, NF4 or FP4), or remove quantization_bit");
+  if (b != 0 && b != 4)
+    fail(in.file, &bits->loc, "quantization_bit = " + std::to_string(b) + ": bitsandbytes quantizes to 4 or 8 bits",
+         "use quantization_bit = 4, or remove quantization_bit");
 }
 
 void mesh(const Input& in) {
@@ -328,7 +344,7 @@ void check_rules(const Input& in, Problems& problems) {
   // ends this phase.
   for (void (*rule)(const Input&) :
        {output_location, model_source, required_keys, data_sources, contradictions, finetuning_keys,
-        preference_keys, batching_keys, mesh, model_shape}) {
+        quantization_keys, preference_keys, batching_keys, mesh, model_shape}) {
     problems.check([&] { rule(in); });
     if (!problems.empty()) return;
   }

@@ -170,6 +170,18 @@ std::vector<KeySpec> build() {
         "LoRA: DoRA (PEFT's use_dora): a trained magnitude per output row of each adapted linear, starting at the "
         "base weight's row norms; not with mesh.tp > 1 or fp8")
           .def(false),
+      K("quantization_bit", I,
+        "LoRA over a quantized base (QLoRA): 4 quantizes every linear of the decoder layers to 4 bits at load, "
+        "as bitsandbytes (8 is refused: LLM.int8 training is not built); 0: no quantization")
+          .def(0)
+          .min(0)
+          .max(8),
+      K("quantization_type", S, "QLoRA: bitsandbytes' 4-bit data type, nf4 or fp4").def("nf4").allowed({"nf4", "fp4"}),
+      K("double_quantization", B, "QLoRA: quantize the 4-bit blocks' absmax values again, to 8 bits (bitsandbytes)")
+          .def(true),
+      K("quantization_method", S, "QLoRA: the quantization library; bnb (bitsandbytes' formats) only")
+          .def("bnb")
+          .allowed({"bnb"}),
       K("moe_aux_loss_coef", F,
         "A mixture of experts (qwen3_moe, qwen2_moe, mixtral): the auxiliary load-balancing loss's "
         "coefficient, as LlamaFactory's key: when non-zero it sets config.json's router_aux_loss_coef "

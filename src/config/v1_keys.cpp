@@ -156,9 +156,25 @@ class V1Mapper {
     if (auto item = take("kernel_config.name"))
       note(*item, "lftrain's fused kernels (fused_kernels, default \"all\") take the place of v1's kernel plugins");
     if (auto item = take("kernel_config.include_kernels")) note(*item, "no effect: see fused_kernels");
+    quant_keys();
+  }
+
+  // v1's quant_config (its bnb plugin, also behind name: auto) is the classic quantization keys.
+  void quant_keys() {
+    if (auto name = take("quant_config.name")) {
+      const std::string method = string_of(*name);
+      if (method != "bnb" && method != "auto")
+        refuse(*name, "lftrain's quantized bases are bitsandbytes' (v1's bnb plugin)", "use quant_config.name: bnb");
+    }
+    rename("quant_config.quantization_bit", "quantization_bit");
+    rename("quant_config.quantization_type", "quantization_type");
+    rename("quant_config.double_quantization", "double_quantization");
+    if (auto d = take("quant_config.compute_dtype"))
+      note(*d, "lftrain dequantizes the 4-bit base into the run's compute dtype (bf16 with bf16: true, else float32)");
     for (const Item& item : in_.items)
       if (under(item.path, "quant_config"))
-        refuse(item, "quantized training (QLoRA) is not implemented in lftrain", "remove quant_config");
+        refuse(item, "unknown key for quant_config", "quant_config takes name, quantization_bit, quantization_type, "
+                                                     "double_quantization, compute_dtype");
   }
 
   void peft_keys() {

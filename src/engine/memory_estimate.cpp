@@ -12,6 +12,7 @@
 #include "lft/engine/shard_layout.h"
 #include "lft/model/finetuning.h"
 #include "lft/model/moe.h"
+#include "lft/model/quantized_base.h"
 
 namespace lft::engine {
 namespace {
@@ -33,11 +34,14 @@ class MetaExchange final : public model::ExpertExchange {
 
 // With expert parallelism, the model the engine takes: its experts out (add_expert_parallel_memory
 // counts them), as ExpertParallelEngine takes them out before the engine's prepare.
+// QLoRA: its 4-bit base linears out of the parameters too (add_quantized_base_memory counts them).
 std::shared_ptr<model::CausalLM> meta_model(const RunPlan& run) {
   std::shared_ptr<model::CausalLM> m = create_run_model(run, at::TensorOptions().device(at::kMeta));  // the one builder
   if (run.mesh.ep > 1) model::place_model_experts(*m, std::make_shared<MetaExchange>(run.mesh.ep));
+  model::plan_quantized_base(*m, run.finetuning);
   return m;
 }
+
 
 // Elements of the model's parameters: all of them, or those that train.
 double parameter_count(const model::CausalLM& m, bool trained_only) {
@@ -119,6 +123,14 @@ std::string MemoryEstimate::str() const {
          (process > 0 ? "; with the process itself (" + mib(process) + ": libraries, runtime, data) " + mib(resident()) +
                             " resident"
                       : "");
+}
+
+// QLoRA's 4-bit base, whole on every rank, and the one weight dequantized at a time for a GEMM.
+void add_quantized_base_memory(const RunPlan& run, MemoryEstimate& e) {
+  const auto m = create_run_model(run, at::TensorOptions().device(at::kMeta));
+  const model::QuantizedBaseShape q = model::plan_quantized_base(*m, run.finetuning);
+  e.weights += static_cast<double>(q.totals.bytes);
+  e.gathered += static_cast<double>(q.largest) * static_cast<double>(c10::elementSize(run.compute));
 }
 
 void add_expert_parallel_memory(const RunPlan& run, MemoryEstimate& e) {

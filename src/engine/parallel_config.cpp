@@ -193,6 +193,24 @@ static void check_dora(const config::Config& cfg, const RunPlan& run) {
          "remove fp8, or remove use_dora");
 }
 
+// QLoRA's 4-bit base is replicated on every rank, whole, outside the engines' parameters: the
+// data-parallel engines (sharding or not) take it; megatron would need it cut into its tensor-
+// parallel boxes and pipeline stages, and a mixture of experts' experts are no linears.
+static void check_quantization(const config::Config& cfg, const RunPlan& run, EnginePreset preset) {
+  if (run.finetuning.quantization_bit == 0) return;
+  const std::string where = cfg.where("quantization_bit") + " = " + std::to_string(run.finetuning.quantization_bit);
+  if (preset == EnginePreset::Megatron)
+    fail(where + ": a 4-bit base is kept whole on every rank, and megatron's tensor-parallel boxes and pipeline "
+                 "stages of it are not built",
+         "use distributed = fsdp2, fsdp, ddp or deepspeed (any ZeRO stage) for QLoRA, or remove quantization_bit");
+  if (run.model.moe.num_experts > 0)
+    fail(where + ": quantizing a mixture of experts' experts (grouped weights, not linears) is not built",
+         "remove quantization_bit for this " + run.model.model_type + " model");
+  if (cfg.boolean("fp8"))
+    fail(where + " and fp8 = true: the 4-bit base is dequantized for its GEMMs, not cast to float8",
+         "remove fp8, or remove quantization_bit");
+}
+
 ParallelPlan resolve_parallel_plan(const config::Config& cfg, const RunPlan& run, const model::CausalLM& meta) {
   ParallelPlan p;
   p.preset = engine_for(cfg).preset;
@@ -201,6 +219,7 @@ ParallelPlan resolve_parallel_plan(const config::Config& cfg, const RunPlan& run
   check_context_parallel(cfg, run.model, run.mesh[MeshDim::CP], run.mesh[MeshDim::TP]);
   check_expert_parallel(cfg, run.model, run.mesh.ep);
   check_dora(cfg, run);
+  check_quantization(cfg, run, p.preset);
   if (p.preset == EnginePreset::Megatron) {
     p.megatron = make_megatron_plan(cfg, meta, run.mesh, run.nccl);
     if (p.megatron->dp_sharding != DpSharding::NoShard) p.sharded = megatron_sharding_plan(*p.megatron, run.compute);

@@ -9,6 +9,7 @@
 #include "lft/model/hf_checkpoint.h"
 #include "lft/model/init.h"
 #include "lft/model/parameter_storage.h"
+#include "lft/model/quantized_base.h"
 
 namespace lft::engine {
 
@@ -48,9 +49,19 @@ ParallelModel parallelize(const RunPlan& plan, DeviceMesh& mesh, const c10::Devi
     out.model->set_context_parallel(out.cp.get());
   }
   out.model->set_gradient_checkpointing(plan.gradient_checkpointing);
+  // QLoRA: the base linears quantized from the starting weights before the engine places the
+  // parameters (they stop being parameters); DoRA's magnitudes then start from the dequantized
+  // weights, as PEFT's over a 4-bit base.
+  const std::unique_ptr<model::WeightSource> weights = starting_weights(plan, *out.model, folder);
+  const model::QuantizedBase quantized =
+      model::quantize_base_linears(*out.model, *weights, plan.finetuning, plan.compute, device);
+  if (quantized.linears > 0) {
+    if (auto* finetuning = dynamic_cast<model::FinetuningWeights*>(weights.get()))
+      finetuning->take_dora_norms_from(*out.model);
+  }
   // 3, 6, 8. tensor + sequence parallel, pipeline stages, data parallel: the engine places the
   // parameters and reads their starting weights.
-  out.engine->prepare_from(*out.model, *starting_weights(plan, *out.model, folder));
+  out.engine->prepare_from(*out.model, *weights);
   return out;
 }
 

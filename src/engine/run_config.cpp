@@ -76,6 +76,9 @@ model::FinetuningSpec finetuning_spec(const config::Config& cfg) {
     f.lora_dropout = cfg.real("lora_dropout");
     f.use_rslora = cfg.boolean("use_rslora");
     f.use_dora = cfg.boolean("use_dora");
+    f.quantization_bit = static_cast<int>(cfg.integer("quantization_bit"));
+    f.quantization_type = cfg.string("quantization_type");
+    f.double_quantization = cfg.boolean("double_quantization");
     f.lora_target = names(cfg, "lora_target");
     if (cfg.is_set("additional_target")) f.additional_target = names(cfg, "additional_target");
     if (cfg.is_set("adapter_name_or_path")) take_adapter_config(cfg, f);
@@ -157,6 +160,7 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool 
   add_expert_parallel_memory(p, p.memory);
   if (cfg.boolean("async_checkpoint") && cfg.string("save_strategy") != "no")
     p.memory.checkpoint_staging = p.memory.weights + p.memory.optimizer;
+  add_quantized_base_memory(p, p.memory);  // after the staging: checkpoints never hold the 4-bit base
   return p;
 }
 

@@ -53,7 +53,11 @@ std::string plan_report(const RunPlan& p) {
              std::string t;
              for (const std::string& name : p.finetuning.lora_target) t += (t.empty() ? "" : ", ") + name;
              return t;
-           }() + "; base frozen";
+           }() + "; base frozen" +
+           (p.finetuning.quantization_bit == 4
+                ? ", quantized to 4-bit " + p.finetuning.quantization_type +
+                      (p.finetuning.double_quantization ? " (double quantization)" : "") + ", whole on every rank"
+                : std::string());
   else if (p.finetuning.type == "freeze")
     out += "\n  finetuning freeze: " +
            std::string(p.finetuning.freeze_trainable_layers >= 0 ? "last " : "first ") +

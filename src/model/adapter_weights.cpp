@@ -11,6 +11,7 @@
 
 #include "lft/config/config.h"
 #include "lft/model/finetuning.h"
+#include "lft/model/layers.h"
 #include "lft/runtime/json_nesting.h"
 
 namespace lft::model {
@@ -109,6 +110,13 @@ FinetuningWeights::FinetuningWeights(const torch::nn::Module& model, std::unique
 void FinetuningWeights::read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows,
                                   at::Tensor out) const {
   if (is_dora_magnitude(name) && !(adapter_ && adapter_->has(name))) {
+    const auto q = quantized_.find(name);
+    if (q != quantized_.end()) {
+      at::NoGradGuard no_grad;
+      const at::Tensor weight = q->second->base_weight(at::kFloat).narrow(0, row_begin, rows);
+      out.copy_(at::linalg_vector_norm(weight, 2, {1}));
+      return;
+    }
     at::Tensor weight = at::empty({rows, dora_in_features_.at(name)}, at::kFloat);
     base_->read_rows(dora_base_weight(name), row_begin, rows, weight);
     at::NoGradGuard no_grad;
@@ -117,6 +125,14 @@ void FinetuningWeights::read_rows(const std::string& name, std::int64_t row_begi
   }
   const bool from_adapters = is_lora_parameter(name) || (adapter_ && adapter_->has(name));
   (from_adapters ? adapters_ : base_)->read_rows(name, row_begin, rows, out);
+}
+
+void FinetuningWeights::take_dora_norms_from(const torch::nn::Module& model) {
+  for (const auto& item : model.named_modules()) {
+    auto linear = std::dynamic_pointer_cast<const LinearImpl>(item.value());
+    if (linear && linear->quantized && linear->lora_magnitude_vector.defined())
+      quantized_[item.key() + ".lora_magnitude_vector"] = linear;
+  }
 }
 
 std::string FinetuningWeights::describe() const { return base_->describe() + " + adapters from " + adapters_->describe(); }

@@ -17,6 +17,8 @@
 #include "lft/model/fused.h"
 #include "lft/model/init.h"
 #include "lft/model/parameter_storage.h"
+#include "lft/model/quantize_4bit.h"
+#include "lft/model/quantized_base.h"
 
 namespace lft::model {
 
@@ -62,9 +64,10 @@ LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias,
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
-  at::Tensor y = !float8 ? at::linear(x, weight, bias)
-                         : float8_linear(x, weight, bias, Float8Tensor{float8_weight, float8_weight_inv_scale},
-                                         float8_sharding.get());
+  at::Tensor y = quantized ? quantized_linear(x, quantized, bias)
+                 : !float8 ? at::linear(x, weight, bias)
+                           : float8_linear(x, weight, bias, Float8Tensor{float8_weight, float8_weight_inv_scale},
+                                           float8_sharding.get());
   if (!lora_A || AdaptersOffScope::active()) return y;
   at::Tensor in = x;
   const std::uint64_t seed = DropoutSeedScope::current();
@@ -83,7 +86,7 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
 // `base_output` is Wx + b when that is the layer's input, else (undefined: dropout drew x) W x is
 // computed here.
 at::Tensor LinearImpl::dora_delta(const at::Tensor& x, const at::Tensor& base_output) const {
-  const at::Tensor w = weight.to(x.scalar_type());
+  const at::Tensor w = base_weight(x.scalar_type());
   // B A as PEFT forms it (B(A(I)))^T, then the row norms of W + scaling BA without a gradient.
   const at::Tensor eye = at::eye(lora_A->weight.size(1), lora_A->weight.options());
   const at::Tensor ba = at::linear(at::linear(eye, lora_A->weight), lora_B->weight).t().to(x.scalar_type());
@@ -92,6 +95,16 @@ at::Tensor LinearImpl::dora_delta(const at::Tensor& x, const at::Tensor& base_ou
   const at::Tensor adapter = at::linear(at::linear(x, lora_A->weight), lora_B->weight);
   const at::Tensor base = base_output.defined() ? (bias.defined() ? base_output - bias : base_output) : at::linear(x, w);
   return (scale - 1) * base + scale * adapter * lora_scaling;
+}
+
+void LinearImpl::use_quantized_weight(std::shared_ptr<const Quantized4bit> q) {
+  quantized = std::move(q);
+  parameters_.erase("weight");
+  weight = at::Tensor();
+}
+
+at::Tensor LinearImpl::base_weight(c10::ScalarType dtype) const {
+  return quantized ? dequantize_4bit(*quantized, dtype) : weight.to(dtype);
 }
 
 void LinearImpl::add_lora(std::int64_t rank, double scaling, double dropout, std::uint64_t dropout_id,

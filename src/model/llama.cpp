@@ -79,10 +79,11 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
                                        const at::Tensor& sin, const at::Tensor& segment_mask,
                                        const ContextSplit& split) {
   const std::int64_t b = x.size(0), t = x.size(1);
-  // Head counts from the weights: a tensor-parallel rank holds some of the heads.
-  const std::int64_t heads = q_proj->weight.size(0) / head_dim_, kv_heads = k_proj->weight.size(0) / head_dim_;
-  at::Tensor q = q_proj(x).view({b, t, heads, head_dim_});
-  at::Tensor k = k_proj(x).view({b, t, kv_heads, head_dim_});
+  // Head counts from the outputs: a tensor-parallel rank holds some of the heads.
+  at::Tensor q = q_proj(x), k = k_proj(x);
+  const std::int64_t heads = q.size(-1) / head_dim_, kv_heads = k.size(-1) / head_dim_;
+  q = q.view({b, t, heads, head_dim_});
+  k = k.view({b, t, kv_heads, head_dim_});
   at::Tensor v = v_proj(x).view({b, t, kv_heads, head_dim_}).transpose(1, 2);
   normalize_qk(q, k);
   q = rotary_bthd(q, cos, sin);

@@ -67,6 +67,11 @@ ckpt::RunInfo Trainer::run_info() const {
   info.lora_dropout = f.lora_dropout;
   info.use_rslora = f.use_rslora;
   info.use_dora = f.use_dora;
+  info.quantization_bit = f.quantization_bit;
+  if (f.quantization_bit != 0) {
+    info.quantization_type = f.quantization_type;
+    info.double_quantization = f.double_quantization;
+  }
   for (const std::string& name : model::lora_target_names(*s.model, f))
     info.lora_target += (info.lora_target.empty() ? "" : ",") + name;
   for (const std::string& name : f.additional_target)

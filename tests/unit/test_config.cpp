@@ -177,8 +177,8 @@ TEST(Config, UnknownKeyInTablesAndWithoutSuggestion) {
   EXPECT_CONTAINS(m, "run.toml:2:1: unknown key 'mesh.tpp'; did you mean 'mesh.tp'?");
   m = error_of(data_line() + "mesh = { tp = 2, ppp = 1 }\n" + model_table());  // inline table
   EXPECT_CONTAINS(m, "run.toml:2:18: unknown key 'mesh.ppp'; did you mean 'mesh.pp'?");
-  m = error_of(data_line() + "quantization_bit = 4\n" + model_table());
-  EXPECT_CONTAINS(m, "run.toml:2:1: unknown key 'quantization_bit'\n");
+  m = error_of(data_line() + "infer_backend = 4\n" + model_table());
+  EXPECT_CONTAINS(m, "run.toml:2:1: unknown key 'infer_backend'\n");
   EXPECT_EQ(m.find("did you mean"), std::string::npos) << m;
   m = error_of(data_line() + "[mesj]\ntp = 2\n" + model_table());
   EXPECT_CONTAINS(m, "run.toml:2:1: unknown table [mesj]; did you mean [mesh]?");

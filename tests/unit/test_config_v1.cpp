@@ -238,9 +238,21 @@ TEST(ConfigV1, DynamicBatchingIsTheSameKeyAndNeedsMaxSteps) {
   EXPECT_NE(m.find("job.yaml:3:1: batching_strategy = \"dynamic_batching\" needs max_steps"), std::string::npos) << m;
 }
 
-TEST(ConfigV1, RefusedWithWhy) {
-  EXPECT_NE(yaml_error(v1_head() + "quant_config:\n  name: bnb\n  quantization_bit: 4\n").find("quantized training"),
+TEST(ConfigV1, QuantConfigIsTheClassicQuantizationKeys) {
+  const Config c = parse_yaml(v1_head() + "peft_config:\n  name: lora\nquant_config:\n  name: bnb\n  quantization_bit: 4\n"
+                                          "  quantization_type: fp4\n  double_quantization: false\n  compute_dtype: float32\n");
+  EXPECT_EQ(c.integer("quantization_bit"), 4);
+  EXPECT_EQ(c.string("quantization_type"), "fp4");
+  EXPECT_FALSE(c.boolean("double_quantization"));
+  EXPECT_NE(yaml_error(v1_head() + "peft_config:\n  name: lora\nquant_config:\n  name: hqq\n").find("bitsandbytes"),
             std::string::npos);
+  const std::string int8 = yaml_error(v1_head() + "peft_config:\n  name: lora\nquant_config:\n  quantization_bit: 8\n");
+  EXPECT_NE(int8.find("LLM.int8"), std::string::npos) << int8;
+  const std::string full = yaml_error(v1_head() + "quant_config:\n  quantization_bit: 4\n");
+  EXPECT_NE(full.find("applies to finetuning_type = \"lora\""), std::string::npos) << full;
+}
+
+TEST(ConfigV1, RefusedWithWhy) {
   EXPECT_NE(yaml_error(v1_head() + "optim_config:\n  name: muon\n").find("registers no optimizer"), std::string::npos);
   EXPECT_NE(yaml_error(v1_head() + "model_class: cls\n").find("causal language models"), std::string::npos);
   EXPECT_NE(yaml_error(v1_head() + "batching_strategy: dynamic_padding_free\n").find("dynamic_padding_free"),

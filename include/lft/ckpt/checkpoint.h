@@ -61,6 +61,10 @@ struct RunInfo {
   double lora_alpha = 0, lora_scaling = 0, lora_dropout = 0;
   bool use_rslora = false;
   bool use_dora = false;
+  // QLoRA: the base the adapters trained over (0: full precision); informational, not compared.
+  std::int64_t quantization_bit = 0;
+  std::string quantization_type;
+  bool double_quantization = false;
   std::string lora_target, additional_target;
 };
 

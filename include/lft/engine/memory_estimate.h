@@ -19,5 +19,8 @@ MemoryEstimate estimate_megatron(const RunPlan& run);
 // sees them); this adds this rank's experts, whole, with their gradients, optimizer state and
 // gradient buckets (ExpertParallelEngine).
 void add_expert_parallel_memory(const RunPlan& run, MemoryEstimate& e);
+// QLoRA (quantization_bit = 4): the estimates above leave the quantized weights out (no engine
+// holds them); this adds their 4-bit bytes, whole on every rank, and one dequantized at a time.
+void add_quantized_base_memory(const RunPlan& run, MemoryEstimate& e);
 
 }  // namespace lft::engine

@@ -14,6 +14,8 @@
 
 namespace lft::model {
 
+class LinearImpl;  // layers.h
+
 // A PEFT LoRA adapter folder. Tensor names in the file are "base_model.model." + the parameter
 // name (lora_A/lora_B weights, and the modules_to_save it trained whole). ConfigError (naming the
 // file and field) when it is not a LoRA adapter lftrain can load.
@@ -53,9 +55,13 @@ class FinetuningWeights final : public WeightSource {
                     std::unique_ptr<WeightSource> adapters, std::shared_ptr<const PeftAdapter> adapter = nullptr);
   void read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows, at::Tensor out) const override;
   std::string describe() const override;
+  // A DoRA magnitude over a linear of `model` that has a 4-bit base starts at the norms of the
+  // dequantized weight's rows (PEFT over bitsandbytes) instead of the starting weight's.
+  void take_dora_norms_from(const torch::nn::Module& model);
 
  private:
   std::unique_ptr<WeightSource> base_, adapters_;
+  std::map<std::string, std::shared_ptr<const LinearImpl>> quantized_;  // magnitude name -> its linear
   std::shared_ptr<const PeftAdapter> adapter_;
   std::map<std::string, std::int64_t> dora_in_features_;  // magnitude name -> its weight's columns
 };

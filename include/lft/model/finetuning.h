@@ -33,6 +33,11 @@ struct FinetuningSpec {
   std::int64_t freeze_trainable_layers = 2;  // last n (> 0) or first -n (< 0)
   std::vector<std::string> freeze_trainable_modules{"all"};
   std::vector<std::string> freeze_extra_modules;
+  // A quantized base (QLoRA, LlamaFactory's quantization_* keys): 0 (none) or 4 bits, bitsandbytes'
+  // NF4 or FP4, with or without double quantization (quantized_base.h).
+  int quantization_bit = 0;
+  std::string quantization_type = "nf4";
+  bool double_quantization = true;
 
   // PEFT's: alpha / r, or alpha / sqrt(r) with use_rslora.
   double lora_scaling() const;

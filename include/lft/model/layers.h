@@ -16,6 +16,7 @@
 namespace lft::model {
 
 struct Float8Sharding;  // float8.h
+struct Quantized4bit;   // quantize_4bit.h
 
 // Every constructor below creates its parameters with `options` (device, dtype; default CPU
 // float32): weights are zero-filled (norm weights one) until init_weights() or a checkpoint load
@@ -51,6 +52,13 @@ class LinearImpl : public torch::nn::Module {
   at::Tensor float8_weight, float8_weight_inv_scale;
   // Set by an engine that splits the weight over a tensor-parallel group (float8.h).
   std::shared_ptr<Float8Sharding> float8_sharding;
+  // A frozen 4-bit base (QLoRA): `weight` is then no parameter (and undefined); the forward
+  // dequantizes it into the input's dtype, as bitsandbytes' Linear4bit, and its backward again
+  // (quantized_base.h). Set by use_quantized_weight().
+  std::shared_ptr<const Quantized4bit> quantized;
+  void use_quantized_weight(std::shared_ptr<const Quantized4bit> q);
+  // The base weight in `dtype`: `weight`, or the 4-bit one dequantized.
+  at::Tensor base_weight(c10::ScalarType dtype) const;
 
  private:
   at::Tensor dora_delta(const at::Tensor& x, const at::Tensor& base_output) const;

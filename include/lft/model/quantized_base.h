@@ -1,0 +1,48 @@
+// QLoRA's frozen 4-bit base (docs/finetuning.md, "Quantized bases"): every linear of the decoder
+// layers quantized once from the starting weights, as transformers + bitsandbytes quantize a
+// model loaded with a BitsAndBytesConfig (load_in_4bit), and computed as bitsandbytes' Linear4bit.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include "lft/model/causal_lm.h"
+#include "lft/model/finetuning.h"
+#include "lft/model/quantize_4bit.h"
+#include "lft/model/weight_source.h"
+
+namespace lft::model {
+
+// x W^T + b with W = the 4-bit weight dequantized into x's dtype; the backward dequantizes it
+// again instead of keeping it (bitsandbytes' MatMul4Bit), so a layer holds only its 4-bit bytes
+// between forward and backward.
+at::Tensor quantized_linear(const at::Tensor& x, const std::shared_ptr<const Quantized4bit>& q, const at::Tensor& bias);
+
+struct QuantizedBase {
+  std::int64_t linears = 0;
+  std::int64_t elements = 0;  // of their weights
+  std::int64_t bytes = 0;     // held, 4-bit data and absmax values
+};
+
+// Quantizes every linear of the decoder layers (spec.quantization_bit = 4): reads its whole
+// weight from `source`, rounds it to `dtype` (the run's compute dtype, which transformers loads
+// the model in before quantizing), quantizes it on the CPU and keeps it on `device`; the weight
+// stops being a parameter (the engines never see it).
+QuantizedBase quantize_base_linears(CausalLM& model, const WeightSource& source, const FinetuningSpec& spec,
+                                    c10::ScalarType dtype, const c10::Device& device);
+
+// For the memory estimate on a meta-device model: takes the weights quantize_base_linears would
+// quantize out of the parameters and says what their 4-bit form would hold (`largest`: the
+// elements of the largest one, dequantized for its GEMMs one at a time).
+struct QuantizedBaseShape {
+  QuantizedBase totals;
+  std::int64_t largest = 0;
+};
+QuantizedBaseShape plan_quantized_base(CausalLM& model, const FinetuningSpec& spec);
+
+}  // namespace lft::model

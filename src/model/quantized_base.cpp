@@ -1,0 +1,109 @@
+// QLoRA's 4-bit base: quantizing the decoder layers' linears from the starting weights, and their
+// forward and backward (bitsandbytes' Linear4bit / MatMul4Bit on a CPU: dequantize, then GEMM).
+#include "lft/model/quantized_base.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/autograd.h>
+
+#include "lft/model/layers.h"
+
+namespace lft::model {
+namespace {
+
+// The autograd node keeps the 4-bit weight's tensors (the module's, not copies), never a
+// dequantized weight.
+struct QuantizedLinearFunction : torch::autograd::Function<QuantizedLinearFunction> {
+  // `bias` (none, or frozen) is no autograd input: only x is.
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const Quantized4bit& q,
+                            const at::Tensor* bias) {
+    auto& saved = ctx->saved_data;
+    saved["type"] = static_cast<std::int64_t>(q.type);
+    saved["blocksize"] = q.blocksize;
+    saved["shape"] = q.shape;
+    saved["packed"] = q.packed;
+    if (q.double_quantized()) {
+      saved["quantized_absmax"] = q.quantized_absmax;
+      saved["absmax_scale"] = q.absmax_scale;
+    } else {
+      saved["absmax"] = q.absmax;
+    }
+    saved["absmax_offset"] = static_cast<double>(q.absmax_offset);
+    return at::linear(x, dequantize_4bit(q, x.scalar_type()), bias != nullptr ? *bias : at::Tensor());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto& saved = ctx->saved_data;
+    Quantized4bit q;
+    q.type = static_cast<Quant4Type>(saved["type"].toInt());
+    q.blocksize = saved["blocksize"].toInt();
+    q.shape = saved["shape"].toIntVector();
+    q.packed = saved["packed"].toTensor();
+    if (saved.count("absmax") != 0) {
+      q.absmax = saved["absmax"].toTensor();
+    } else {
+      q.quantized_absmax = saved["quantized_absmax"].toTensor();
+      q.absmax_scale = saved["absmax_scale"].toTensor();
+    }
+    q.absmax_offset = static_cast<float>(saved["absmax_offset"].toDouble());
+    const at::Tensor& g = grads[0];
+    at::Tensor grad_x = at::matmul(g, dequantize_4bit(q, g.scalar_type()));
+    return {grad_x, at::Tensor(), at::Tensor()};
+  }
+};
+
+bool is_base_linear(const std::string& name) {
+  return name.rfind("model.layers.", 0) == 0 && name.find(".lora_") == std::string::npos;
+}
+
+}  // namespace
+
+at::Tensor quantized_linear(const at::Tensor& x, const std::shared_ptr<const Quantized4bit>& q, const at::Tensor& bias) {
+  if (!at::GradMode::is_enabled() || !(x.requires_grad() || (bias.defined() && bias.requires_grad())))
+    return at::linear(x, dequantize_4bit(*q, x.scalar_type()), bias);
+  // A trained bias (an additional_target linear) is added outside, where autograd sees it.
+  if (bias.defined() && bias.requires_grad()) return QuantizedLinearFunction::apply(x, *q, nullptr) + bias;
+  return QuantizedLinearFunction::apply(x, *q, bias.defined() ? &bias : nullptr);
+}
+
+QuantizedBase quantize_base_linears(CausalLM& model, const WeightSource& source, const FinetuningSpec& spec,
+                                    c10::ScalarType dtype, const c10::Device& device) {
+  QuantizedBase out;
+  if (spec.quantization_bit == 0) return out;
+  const Quant4Type type = quant4_type_of(spec.quantization_type);
+  for (const auto& item : model.named_modules()) {
+    auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
+    if (!linear || !is_base_linear(item.key())) continue;
+    at::Tensor weight = at::empty({linear->out_features, linear->in_features}, at::kFloat);
+    source.read_rows(item.key() + ".weight", 0, linear->out_features, weight);
+    auto q = std::make_shared<Quantized4bit>(quantize_4bit(weight.to(dtype), type, spec.double_quantization));
+    for (at::Tensor* t : {&q->packed, &q->absmax, &q->quantized_absmax, &q->absmax_scale})
+      if (t->defined()) *t = t->to(device);
+    out.linears += 1;
+    out.elements += weight.numel();
+    out.bytes += q->bytes();
+    linear->use_quantized_weight(std::move(q));
+  }
+  return out;
+}
+
+QuantizedBaseShape plan_quantized_base(CausalLM& model, const FinetuningSpec& spec) {
+  QuantizedBaseShape out;
+  if (spec.quantization_bit == 0) return out;
+  for (const auto& item : model.named_modules()) {
+    auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
+    if (!linear || !is_base_linear(item.key())) continue;
+    const std::int64_t n = linear->out_features * linear->in_features, blocks = (n + 63) / 64;
+    out.totals.linears += 1;
+    out.totals.elements += n;
+    out.totals.bytes += (n + 1) / 2 + (spec.double_quantization ? blocks + 4 * ((blocks + 255) / 256) : 4 * blocks);
+    out.largest = std::max(out.largest, n);
+    linear->use_quantized_weight(std::make_shared<Quantized4bit>());
+  }
+  return out;
+}
+
+}  // namespace lft::model
