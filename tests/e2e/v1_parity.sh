@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # v1_parity.sh BUILD_DIR: lftrain's per-step losses equal LlamaFactory v1's (0.9.5, USE_V1=1, run on
 # the CPU by tools/v1-reference) within 1e-6 relative, for the same v1 YAML file, on a tiny random
-# fp32 Qwen3 (tools/make-v1-fixture.py): full, LoRA, DoRA and freeze tuning at 1 rank, v1's own messages
+# fp32 Qwen3 (tools/make-v1-fixture.py): full, LoRA, DoRA, QLoRA (NF4 with double quantization,
+# FP4 without; and DoRA over NF4) and freeze tuning at 1 rank, v1's own messages
 # format (v1_sft_demo.jsonl), and full and LoRA with FSDP2 and full with DeepSpeed ZeRO-3 at 2
 # ranks; batching_strategy: dynamic_batching at 1 rank and with FSDP2 at 2. Skips (77) without
 # tools/install-v1-env's .venv-v1. Run from the repository root.
@@ -72,6 +73,26 @@ cases=(
   "lora_1|1|$lora"
   "dora_1|1|${lora/$work\/adapter/$work/adapter-dora}
   use_dora: true"
+  # QLoRA: v1's bitsandbytes plugin quantizes the base to 4 bits at load (NF4, double
+  # quantization: its defaults; float32 compute, the run's dtype).
+  "qlora_1|1|$lora
+quant_config:
+  name: bnb
+  quantization_bit: 4
+  compute_dtype: float32"
+  "qdora_1|1|${lora/$work\/adapter/$work/adapter-dora}
+  use_dora: true
+quant_config:
+  name: bnb
+  quantization_bit: 4
+  compute_dtype: float32"
+  "qlora_fp4_1|1|$lora
+quant_config:
+  name: bnb
+  quantization_bit: 4
+  quantization_type: fp4
+  double_quantization: false
+  compute_dtype: float32"
   "freeze_1|1|peft_config:
   name: freeze
   freeze_trainable_layers: 1"

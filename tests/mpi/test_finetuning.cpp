@@ -84,8 +84,13 @@ int model_ranks(const Case& c) {
   return ranks;
 }
 
-// `tensor_parallel`: also the megatron cases with mesh.tp > 1.
-void expect_parity(const std::string& finetuning, bool tensor_parallel = true) {
+// The cases a fine-tuning kind runs under (every one by default).
+using CaseFilter = bool (*)(const Case&);
+bool every_case(const Case&) { return true; }
+bool without_tensor_parallel(const Case& c) { return c.extra.find("tp = ") == std::string::npos; }
+bool data_parallel_engines(const Case& c) { return c.engine != "megatron"; }
+
+void expect_parity(const std::string& finetuning, CaseFilter applies = every_case) {
   const int n = world().size();
   at::set_num_threads(1);
   MpiCommunicator self(MPI_COMM_SELF, "self", false);
@@ -94,7 +99,7 @@ void expect_parity(const std::string& finetuning, bool tensor_parallel = true) {
   for (const Case& c : cases()) {
     const int dp = n / model_ranks(c);  // the global batch stays 24 sequences
     if (n < c.min_ranks || n % model_ranks(c) != 0 || 24 % (2 * dp) != 0) continue;
-    if (!tensor_parallel && c.extra.find("tp = ") != std::string::npos) continue;
+    if (!applies(c)) continue;
     SCOPED_TRACE(c.label);
     // Top-level keys must come before the tables of the case.
     const auto got = test::train_losses(tiny_run(c.engine, 2, 24 / (2 * dp), finetuning + c.extra), world(), 10);
@@ -117,7 +122,15 @@ TEST(FinetuningParity, LoraEveryEngineMatchesOneRank) {
 // gives each layer's forward.
 TEST(FinetuningParity, DoraEveryEngineMatchesOneRank) {
   if (world().size() == 1 || world().size() > 4) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
-  expect_parity(kDora, /*tensor_parallel=*/false);
+  expect_parity(kDora, without_tensor_parallel);
+}
+
+// QLoRA's 4-bit base is whole on every rank of the data-parallel engines (megatron refused).
+TEST(FinetuningParity, QloraEveryEngineMatchesOneRank) {
+  if (world().size() == 1 || world().size() > 4) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
+  expect_parity(kLora + "quantization_bit = 4\n", data_parallel_engines);
+  expect_parity(kDora + "quantization_bit = 4\nquantization_type = \"fp4\"\ndouble_quantization = false\n",
+                data_parallel_engines);
 }
 
 TEST(FinetuningParity, FreezeEveryEngineMatchesOneRank) {
