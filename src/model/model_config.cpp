@@ -70,7 +70,9 @@ ModelConfig ModelConfig::from_hf_json(const std::string& json_text, const std::s
   }
   if (r.find("quantization_config") != nullptr) {
     fail(file_name, "quantization_config",
-         "quantized checkpoints are not supported; use the unquantized model");
+         "a folder saved already quantized is not read (bitsandbytes' packed tensors and quant_state entries); "
+         "train from the full-precision model with quantization_bit = 4, which quantizes it at load exactly as "
+         "transformers + bitsandbytes would");
   }
 
   c.vocab_size = r.integer("vocab_size");

@@ -84,6 +84,28 @@ TEST(MegatronPlan, DoraRefusedUnderTensorParallelismAndFp8) {
   EXPECT_NO_THROW(resolve_run_plan(dora(""), mesh(2, 1)));
 }
 
+// QLoRA's 4-bit base is whole on every rank: megatron (boxes, stages) and fp8 are refused, naming
+// quantization_bit; 8 bits (LLM.int8) are refused at the key.
+TEST(MegatronPlan, QuantizedBaseRefusedUnderMegatronAndFp8) {
+  auto qlora = [](const std::string& engine, const std::string& extra) {
+    return config::parse_config("distributed = \"" + engine + "\"\ntrain_dataset = \"" + data_file() +
+                                    "\"\ncutoff_len = 32\nfinetuning_type = \"lora\"\n" + extra +
+                                    "[model]\nvocab_size = 259\nhidden_size = 32\nintermediate_size = 64\n"
+                                    "num_hidden_layers = 4\nnum_attention_heads = 4\nnum_key_value_heads = 2\n",
+                                "qlora.toml");
+  };
+  const std::string megatron =
+      test::message_of<config::ConfigError>([&] { resolve_run_plan(qlora("megatron", "quantization_bit = 4\n"), mesh(2, 1)); });
+  EXPECT_NE(megatron.find("qlora.toml:5:1: key 'quantization_bit' = 4: a 4-bit base is kept whole on every rank"),
+            std::string::npos) << megatron;
+  const std::string fp8 = test::message_of<config::ConfigError>(
+      [&] { resolve_run_plan(qlora("fsdp2", "quantization_bit = 4\nfp8 = true\n"), MeshShape{}); });
+  EXPECT_NE(fp8.find("not cast to float8"), std::string::npos) << fp8;
+  const std::string int8 = test::message_of<config::ConfigError>([&] { qlora("ddp", "quantization_bit = 8\n"); });
+  EXPECT_NE(int8.find("qlora.toml:5:1: quantization_bit = 8 asks for bitsandbytes' LLM.int8 base"), std::string::npos) << int8;
+  EXPECT_NO_THROW(resolve_run_plan(qlora("fsdp2", "quantization_bit = 4\n"), MeshShape{}));
+}
+
 TEST(MegatronPlan, LayersBalancedOrGivenForTheFirstAndLastStage) {
   EXPECT_EQ(plan(run(""), 3, 1).stage_layers, (Layers{{0, 3}, {3, 6}, {6, 8}}));
   EXPECT_EQ(plan(run("decoder_first_pipeline_num_layers = 1\ndecoder_last_pipeline_num_layers = 2\n"), 3, 1)
