@@ -50,10 +50,10 @@ def main():
     for name, w in weights(torch).items():
         src = os.path.join(work, f"{name}.safetensors")
         save_file({"w": w.contiguous()}, src)
+        subprocess.run([tool, src, os.path.join(work, name)], check=True, stdout=subprocess.DEVNULL)
         for quant_type in ("nf4", "fp4"):
             for double in (False, True):
                 out = os.path.join(work, f"{name}-{quant_type}-{int(double)}.safetensors")
-                subprocess.run([tool, src, out, quant_type, str(int(double))], check=True, stdout=subprocess.DEVNULL)
                 got = load_file(out)
                 packed, state = F.quantize_4bit(w, quant_type=quant_type, compress_statistics=double, blocksize=64)
                 want = {"packed": packed.view(-1),
