@@ -14,7 +14,6 @@ model="$out/tiny-chatml"
 # The reason each refused file must give.
 declare -A refused=(
   [train_full_fsdp2_dynamic_padding_free]="dynamic_padding_free (token-budget rows of samples joined end to end) is not built"
-  [quantization]="quantized training"
   [export_lora]="lfmerge CHECKPOINT --out DIR"
 )
 for file in inputs/llamafactory/v1/*.yaml; do

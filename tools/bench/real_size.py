@@ -5,7 +5,7 @@ tied embeddings), generated here with random weights by `transformers` in bf16 a
 shards (nothing is downloaded), fine-tuned on alpaca at 2 ranks, bf16, gradient checkpointing,
 one packed 512-token sequence per rank and step:
 
-  lftrain fsdp2, deepspeed ZeRO-3 and megatron tp2, then PyTorch FSDP2 (gloo; transformers'
+  lftrain fsdp2, deepspeed ZeRO-3 and megatron tp2, LoRA and QLoRA under fsdp2, then PyTorch FSDP2 (gloo; transformers'
   Qwen3ForCausalLM with fully_shard per decoder layer, bf16 parameters, fp32 reduction), and,
   where tools/install-v1-env installed it, LlamaFactory v1 itself on its example YAML
   (inputs/llamafactory/v1/train_full_fsdp2.yaml) beside lftrain on the same file,
@@ -19,7 +19,7 @@ short last pack lands in step 3 of this job, where one rank idles: PyTorch's job
 steps, so its ratio is printed on both). Timings are ratios within one run (this machine is
 noisy); nothing is asserted.
 
-  tools/bench/real_size.py [--build build] [--steps 6] [--only fsdp2,zero3,megatron,torch,v1,ckpt]
+  tools/bench/real_size.py [--build build] [--steps 6] [--only fsdp2,zero3,megatron,lora,qlora,torch,v1,ckpt]
                            [--dtypes bf16,fp32] [--layers 28]
   (ckpt in --only: saves of the model's state in both checkpoint formats against the disk's rate,
   and async_checkpoint's blocked time: tools/bench/checkpoint.py's real_size_table)   (fewer layers: a quick try of the script)
@@ -243,6 +243,13 @@ def table_rows(args, only, dtype):
         rows.append(lftrain_row(args, "lftrain ZeRO-3", ["distributed=deepspeed", "deepspeed=inputs/ds_z3_config.json"], dtype))
     if "megatron" in only:
         rows.append(lftrain_row(args, "lftrain megatron tp2", ["distributed=megatron", "mesh.tp=2"], dtype))
+    # LoRA r8 beside every decoder-layer linear, and QLoRA: the same over the 4-bit NF4 base (double
+    # quantization), which is whole on every rank where fsdp2 shards the frozen fp32 base.
+    lora = ["distributed=fsdp2", "finetuning_type=lora", "lora_rank=8", "learning_rate=1e-4"] + mixed
+    if "lora" in only:
+        rows.append(lftrain_row(args, "lftrain fsdp2 LoRA r8", lora, dtype))
+    if "qlora" in only:
+        rows.append(lftrain_row(args, "lftrain fsdp2 QLoRA r8", lora + ["quantization_bit=4"], dtype))
     if "torch" in only:
         rows.append(torch_row(args, dtype))
     return rows
@@ -280,7 +287,7 @@ def main():
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--layers", type=int, default=28)
-    parser.add_argument("--only", default="fsdp2,zero3,megatron,torch,v1,ckpt")
+    parser.add_argument("--only", default="fsdp2,zero3,megatron,lora,qlora,torch,v1,ckpt")
     parser.add_argument("--dtypes", default="bf16", help="bf16, fp32 or both (bf16,fp32): one table each")
     parser.add_argument("--model", help="the model folder (default: output/bench-qwen3-0.6b, made if absent)")
     args = parser.parse_args()
