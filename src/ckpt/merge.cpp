@@ -342,7 +342,11 @@ std::string inspect_checkpoint(const std::string& path) {
     if (run.finetuning_type == "lora") {
       row("lora", "rank " + std::to_string(run.lora_rank) + ", alpha " + number(run.lora_alpha) + ", scaling " +
                       number(run.lora_scaling) + ", dropout " + number(run.lora_dropout) + ", rslora " +
-                      std::to_string(static_cast<int>(run.use_rslora)));
+                      std::to_string(static_cast<int>(run.use_rslora)) + ", dora " +
+                      std::to_string(static_cast<int>(run.use_dora)));
+      if (run.quantization_bit != 0)
+        row("base quantized", std::to_string(run.quantization_bit) + "-bit " + run.quantization_type +
+                                  (run.double_quantization ? ", double quantization" : ""));
       row("lora target", run.lora_target);
       row("additional", run.additional_target.empty() ? "-" : run.additional_target);
     }

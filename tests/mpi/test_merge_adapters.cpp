@@ -241,7 +241,7 @@ TEST_F(MergeAdaptersTest, LoraOverAnInlineModelExportsTheBasePlusScaledBA) {
   const std::string text = inspect_checkpoint(ckpt);
   for (const std::string want :
        {"finetuning      lora", "base model      the inline [model]",
-        "lora            rank 4, alpha 8, scaling 2, dropout 0.05, rslora 0",
+        "lora            rank 4, alpha 8, scaling 2, dropout 0.05, rslora 0, dora 0",
         "lora target     q_proj,down_proj", "additional      lm_head"})
     EXPECT_NE(text.find(want), std::string::npos) << "missing '" << want << "' in\n" << text;
 }

@@ -1,5 +1,6 @@
 // Checkpoint and resume: 20 steps straight against 10 + save + resume + 10, on the same layout
 // (bitwise) and on another world size and engine (within 1e-5), and the errors a resume must give.
+#include <fstream>
 #include <ATen/Parallel.h>
 #include <stdlib.h>
 
@@ -152,6 +153,36 @@ TEST(Resume, LoraCheckpointResumesOnAnyLayout) {
   // Another seed initialises other frozen weights under the same adapters.
   refused(lora, "was trained on base model the inline [model] (seed 7); this run's base the inline [model] is seed 8",
           "seed = 8");
+  world().barrier();
+  if (world().rank() == 0) ckpt::remove_tree(dir);
+}
+
+// A QLoRA + DoRA checkpoint (adapters and magnitudes; the 4-bit base is quantized again from the
+// same starting weights) of fsdp2 resumes under ZeRO-3 and alone on each rank.
+TEST(Resume, QloraDoraCheckpointResumesOnAnotherEngine) {
+  if (24 % world().size() != 0) GTEST_SKIP() << "global batch 24 needs a world size dividing 24";
+  at::set_num_threads(1);
+  const std::string dir = shared_temp_dir();
+  const std::string qdora = "finetuning_type = \"lora\"\nlora_rank = 4\nuse_dora = true\nquantization_bit = 4\n";
+  const int n = world().size();
+  const auto straight = train(tiny_run("fsdp2", 1, accum_for(n), qdora + "output_dir = \"" + dir + "\"\n"), world(), 10);
+  const std::string from = "resume_from_checkpoint = \"" + dir + "/checkpoint-10\"\n";
+  const std::string zero3 = "/tmp/lft_resume_z3_rank" + std::to_string(world().rank()) + ".json";
+  std::ofstream(zero3) << R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+  "gradient_accumulation_steps": "auto", "zero_optimization": {"stage": 3}})";
+  const auto other = train(tiny_run("deepspeed", 1, accum_for(n),
+                                    qdora + "deepspeed = \"" + zero3 + "\"\noutput_dir = \"" + dir + "/b\"\n" + from),
+                           world());
+  MpiCommunicator self(MPI_COMM_SELF, "self", false);
+  const auto alone = train(
+      tiny_run("none", 2, 12, qdora + "output_dir = \"" + dir + "/single-" + std::to_string(world().rank()) + "\"\n" + from),
+      self);
+  ASSERT_EQ(other.first_step, 10);
+  ASSERT_EQ(alone.first_step, 10);
+  for (std::size_t i = 0; i < 10; ++i) {
+    EXPECT_NEAR(other.losses[i], straight.losses[10 + i], 1e-5 * straight.losses[10 + i]) << "step " << 11 + i;
+    EXPECT_NEAR(alone.losses[i], straight.losses[10 + i], 1e-5 * straight.losses[10 + i]) << "step " << 11 + i;
+  }
   world().barrier();
   if (world().rank() == 0) ckpt::remove_tree(dir);
 }
