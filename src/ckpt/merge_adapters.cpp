@@ -14,6 +14,7 @@
 #include "lft/model/adapter_weights.h"
 #include "lft/model/hf_checkpoint.h"
 #include "lft/model/init.h"
+#include "lft/model/prequantized.h"
 #include "lft/model/safetensors.h"
 #include "lft/runtime/error.h"
 #include "merge_internal.h"
@@ -96,6 +97,11 @@ class BaseWeights {
       : folder_(ft.base_model), seed_(static_cast<std::uint64_t>(ft.seed)) {
     if (folder_.empty()) return;
     check_base_folder(ft, checkpoint);
+    if (model::read_prequantization(folder_))
+      throw UsageError(checkpoint + " trained over " + folder_ +
+                       ", which holds 4-bit weights saved by bitsandbytes: a merged model needs the full-precision "
+                       "weights they were quantized from. Export the adapter alone with --format peft (PEFT loads it "
+                       "over that folder), or merge it over the full-precision original with PEFT");
     for (const std::string& file : model::hf_weight_files(folder_)) {
       const auto& header =
           headers_.emplace(file, model::read_safetensors_header(file)).first->second;

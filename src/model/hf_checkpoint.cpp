@@ -88,11 +88,21 @@ HfWeights::HfWeights(const std::string& folder, torch::nn::Module& model,
     : folder_(folder) {
   const auto params = model.named_parameters(/*recurse=*/true);
   std::map<std::string, Location> tied_head;
-  for (const std::string& file : hf_weight_files(folder)) {
-    const SafetensorsHeader& header = headers_[file] = read_safetensors_header(file);
+  for (const std::string& file : hf_weight_files(folder)) headers_[file] = read_safetensors_header(file);
+  bnb_ = std::make_unique<Bnb4bitTensors>(headers_);
+  for (const auto& [file, header] : headers_) {
     for (const SafetensorsEntry& e : header.tensors) {
       const std::string& name = e.name;
       if (ends_with(name, ".rotary_emb.inv_freq")) continue;
+      if (bnb_->is_part(name)) {  // a 4-bit linear: read whole by quantized_weight()
+        const at::Tensor* param = params.find(name);
+        if (bnb_->holds_weight(name)) {
+          if (param == nullptr)
+            throw ConfigError(file + ": 4-bit tensor '" + name + "' has no parameter of that name in the model");
+          bnb_shapes_[name] = param->sizes().vec();
+        }
+        continue;
+      }
       if (map_fused_experts(name, file, header, e, params)) continue;
       std::string target = name;  // a Mixtral router under transformers 5's module name
       if (params.find(name) == nullptr && name.find(".mlp.gate.weight") != std::string::npos) {
@@ -121,7 +131,7 @@ HfWeights::HfWeights(const std::string& folder, torch::nn::Module& model,
     }
   }
   for (const auto& item : params) {
-    if (tensors_.count(item.key()) == 0 && !(not_in_folder && not_in_folder(item.key()))) {
+    if (tensors_.count(item.key()) == 0 && bnb_shapes_.count(item.key()) == 0 && !(not_in_folder && not_in_folder(item.key()))) {
       throw ConfigError(folder + ": the checkpoint has no tensor '" + item.key() + "'");
     }
   }
@@ -180,8 +190,19 @@ void HfWeights::check_tied_head(const Location& head, const Location& embed) con
   }
 }
 
+std::shared_ptr<const Quantized4bit> HfWeights::quantized_weight(const std::string& name,
+                                                                 const std::vector<std::int64_t>& shape) const {
+  if (bnb_shapes_.count(name) == 0) return nullptr;
+  return bnb_->read(name, shape);
+}
+
 void HfWeights::read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows,
                           at::Tensor out) const {
+  if (const auto shape = bnb_shapes_.find(name); shape != bnb_shapes_.end()) {
+    at::NoGradGuard no_grad;
+    out.copy_(dequantize_4bit(*bnb_->read(name, shape->second), at::kFloat).narrow(0, row_begin, rows).view(out.sizes()));
+    return;
+  }
   const auto it = tensors_.find(name);
   if (it == tensors_.end()) throw std::logic_error(folder_ + ": no weights for parameter '" + name + "'");
   at::NoGradGuard no_grad;

@@ -12,6 +12,7 @@
 #include "lft/config/config.h"
 #include "lft/model/families.h"
 #include "lft/model/hf_config_reader.h"
+#include "lft/model/prequantized.h"
 #include "lft/runtime/json_nesting.h"
 
 namespace lft::model {
@@ -67,12 +68,6 @@ ModelConfig ModelConfig::from_hf_json(const std::string& json_text, const std::s
   if (family == nullptr) {
     fail(file_name, "model_type",
          "'" + c.model_type + "' is not supported; lftrain trains " + family_names() + " models");
-  }
-  if (r.find("quantization_config") != nullptr) {
-    fail(file_name, "quantization_config",
-         "a folder saved already quantized is not read (bitsandbytes' packed tensors and quant_state entries); "
-         "train from the full-precision model with quantization_bit = 4, which quantizes it at load exactly as "
-         "transformers + bitsandbytes would");
   }
 
   c.vocab_size = r.integer("vocab_size");
@@ -137,6 +132,7 @@ ModelConfig ModelConfig::from_hf_folder(const std::string& folder) {
   if (path.empty()) path = ".";
   if (path.back() != '/') path += '/';
   path += "config.json";
+  (void)read_prequantization(folder);  // a quantization_config lftrain cannot read is refused here
   return from_hf_json(read_file(path), path);
 }
 

@@ -36,11 +36,15 @@ const std::array<float, 16> kNf4 = {-1.0f,
 // FP4 (1 sign, 2 exponent, 1 mantissa bits) by code index, divided by its largest value, 12.
 const std::array<float, 16> kFp4Unscaled = {0, 0.0625f, 8, 12, 4, 6, 2, 3, -0.0f, -0.0625f, -8, -12, -4, -6, -2, -3};
 
-at::Tensor code_of(Quant4Type type) {
+}  // namespace
+
+at::Tensor quant4_code(Quant4Type type) {
   if (type == Quant4Type::NF4) return at::tensor(std::vector<float>(kNf4.begin(), kNf4.end()));
   const at::Tensor data = at::tensor(std::vector<float>(kFp4Unscaled.begin(), kFp4Unscaled.end()));
   return data / data.abs().max();
 }
+
+namespace {
 
 // absmax per block of the flattened float32 tensor (the last block may be short).
 at::Tensor blockwise_absmax(const at::Tensor& flat, std::int64_t blocksize) {
@@ -139,7 +143,7 @@ Quantized4bit quantize_4bit(const at::Tensor& weight, Quant4Type type, bool doub
   if (scaled.numel() % 2 != 0) scaled = at::constant_pad_nd(scaled, {0, 1});
   // The nearest code value, by the midpoints of the sorted code (a value on a midpoint takes the
   // lower one); FP4's code is not sorted, so the sorted position maps back to its index.
-  const at::Tensor code = code_of(type);
+  const at::Tensor code = quant4_code(type);
   const at::Tensor order = at::argsort(code);
   const at::Tensor sorted = code.index_select(0, order);
   const at::Tensor midpoints = (sorted.narrow(0, 0, 15) + sorted.narrow(0, 1, 15)) / 2;
@@ -189,7 +193,7 @@ at::Tensor dequantize_4bit(const Quantized4bit& q, c10::ScalarType dtype) {
   for (std::int64_t d : q.shape) n *= d;
   const at::Tensor high = at::bitwise_right_shift(q.packed, 4), low = at::bitwise_and(q.packed, 15);
   const at::Tensor nibbles = at::stack({high, low}, 1).reshape({-1}).narrow(0, 0, n).to(at::kLong);
-  const at::Tensor values = code_of(q.type).index_select(0, nibbles);
+  const at::Tensor values = quant4_code(q.type).index_select(0, nibbles);
   const at::Tensor absmax = block_absmax(q);
   const std::int64_t full = n - n % q.blocksize, blocks = full / q.blocksize;
   at::Tensor out = (values.narrow(0, 0, full).view({blocks, q.blocksize}) * absmax.narrow(0, 0, blocks).view({-1, 1})).reshape({-1});

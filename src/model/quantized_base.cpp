@@ -77,13 +77,20 @@ QuantizedBase quantize_base_linears(CausalLM& model, const WeightSource& source,
   for (const auto& item : model.named_modules()) {
     auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
     if (!linear || !is_base_linear(item.key())) continue;
-    at::Tensor weight = at::empty({linear->out_features, linear->in_features}, at::kFloat);
-    source.read_rows(item.key() + ".weight", 0, linear->out_features, weight);
-    auto q = std::make_shared<Quantized4bit>(quantize_4bit(weight.to(dtype), type, spec.double_quantization));
+    const std::vector<std::int64_t> shape{linear->out_features, linear->in_features};
+    std::shared_ptr<const Quantized4bit> saved = source.quantized_weight(item.key() + ".weight", shape);
+    std::shared_ptr<Quantized4bit> q;
+    if (saved) {  // a folder bitsandbytes saved: its 4-bit weight as it is
+      q = std::make_shared<Quantized4bit>(*saved);
+    } else {
+      at::Tensor weight = at::empty(shape, at::kFloat);
+      source.read_rows(item.key() + ".weight", 0, linear->out_features, weight);
+      q = std::make_shared<Quantized4bit>(quantize_4bit(weight.to(dtype), type, spec.double_quantization));
+    }
     for (at::Tensor* t : {&q->packed, &q->absmax, &q->quantized_absmax, &q->absmax_scale})
       if (t->defined()) *t = t->to(device);
     out.linears += 1;
-    out.elements += weight.numel();
+    out.elements += linear->out_features * linear->in_features;
     out.bytes += q->bytes();
     linear->use_quantized_weight(std::move(q));
   }

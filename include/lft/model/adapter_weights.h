@@ -55,6 +55,10 @@ class FinetuningWeights final : public WeightSource {
                     std::unique_ptr<WeightSource> adapters, std::shared_ptr<const PeftAdapter> adapter = nullptr);
   void read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows, at::Tensor out) const override;
   std::string describe() const override;
+  std::shared_ptr<const Quantized4bit> quantized_weight(const std::string& name,
+                                                        const std::vector<std::int64_t>& shape) const override {
+    return base_->quantized_weight(name, shape);
+  }
   // A DoRA magnitude over a linear of `model` that has a 4-bit base starts at the norms of the
   // dequantized weight's rows (PEFT over bitsandbytes) instead of the starting weight's.
   void take_dora_norms_from(const torch::nn::Module& model);

@@ -4,9 +4,11 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "lft/model/prequantized.h"
 #include "lft/model/safetensors.h"
 #include "lft/model/weight_source.h"
 
@@ -43,6 +45,10 @@ class HfWeights final : public WeightSource {
   void read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows,
                  at::Tensor out) const override;
   std::string describe() const override { return folder_; }
+  // A linear a folder saved by bitsandbytes holds in 4 bits (prequantized.h); read_rows gives
+  // its rows dequantized to float32.
+  std::shared_ptr<const Quantized4bit> quantized_weight(const std::string& name,
+                                                        const std::vector<std::int64_t>& shape) const override;
 
  private:
   struct Location {
@@ -62,6 +68,8 @@ class HfWeights final : public WeightSource {
   std::string folder_;
   std::map<std::string, SafetensorsHeader> headers_;  // per file
   std::map<std::string, Location> tensors_;           // per parameter name
+  std::unique_ptr<Bnb4bitTensors> bnb_;               // the 4-bit weights and their parts
+  std::map<std::string, std::vector<std::int64_t>> bnb_shapes_;  // their parameters' shapes
 };
 
 // A 64-bit content hash of a model folder's config.json and weight files (hf_weight_files), as

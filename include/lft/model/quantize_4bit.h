@@ -47,6 +47,9 @@ at::Tensor dequantize_4bit(const Quantized4bit& q, c10::ScalarType dtype);
 // The per-block absmax in float32 (the double-quantized ones dequantized, plus the offset).
 at::Tensor block_absmax(const Quantized4bit& q);
 
+// The 16 code values of a 4-bit type by code index (float32): NF4's, or FP4's divided by 12.
+at::Tensor quant4_code(Quant4Type type);
+
 // bitsandbytes' signed dynamic 8-bit code (create_dynamic_map), 256 ascending float32 values.
 const at::Tensor& dynamic_8bit_code();
 

@@ -5,6 +5,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 #include <string>
 
 namespace torch::nn {
@@ -12,6 +14,8 @@ class Module;
 }
 
 namespace lft::model {
+
+struct Quantized4bit;  // quantize_4bit.h
 
 class WeightSource {
  public:
@@ -22,6 +26,14 @@ class WeightSource {
                          at::Tensor out) const = 0;
   // For messages: where the weights come from.
   virtual std::string describe() const = 0;
+  // A weight the source holds already quantized to 4 bits (a folder bitsandbytes saved), else
+  // nullptr. `shape`: the weight's.
+  virtual std::shared_ptr<const Quantized4bit> quantized_weight(const std::string& name,
+                                                                const std::vector<std::int64_t>& shape) const {
+    (void)name;
+    (void)shape;
+    return nullptr;
+  }
 };
 
 // Copies every parameter of `model` whole from `source` (no autograd history).
