@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -205,14 +206,31 @@ TEST(ModelConfig, ErrorsNameFileAndField) {
                   "field 'num_attention_heads': 3 does not divide hidden_size 128");
   EXPECT_CONTAINS(error_of(llama_json(R"(,"num_hidden_layers":0)")),
                   "field 'num_hidden_layers': must be at least 1");
-  EXPECT_CONTAINS(error_of(llama_json(R"(,"quantization_config":{"bits":4})")),
-                  "field 'quantization_config'");
   try {
     ModelConfig::from_hf_folder("/nonexistent/model");
     ADD_FAILURE() << "expected ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_CONTAINS(e.what(), "/nonexistent/model/config.json: cannot open");
   }
+}
+
+// A folder saved quantized: bitsandbytes' 4 bits are read (QLoRA over them); another method or
+// 8 bits is refused naming the field.
+TEST(ModelConfig, QuantizedFoldersOtherThanBitsandbytes4BitAreRefused) {
+  const std::string dir = ::testing::TempDir() + "lft_quantized_folder";
+  std::filesystem::create_directories(dir);
+  auto with = [&](const std::string& quantization) {
+    std::ofstream(dir + "/config.json") << llama_json(",\"quantization_config\":" + quantization);
+    try {
+      ModelConfig::from_hf_folder(dir);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_CONTAINS(with(R"({"quant_method":"gptq","bits":4})"), "quantization_config.quant_method = \"gptq\"");
+  EXPECT_CONTAINS(with(R"({"quant_method":"bitsandbytes","load_in_8bit":true})"), "an 8-bit (LLM.int8) folder");
+  EXPECT_EQ(with(R"({"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4"})"), "");
 }
 
 TEST(ModelConfig, HfJsonRoundTrip) {
