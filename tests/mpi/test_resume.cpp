@@ -44,6 +44,22 @@ Run train(const std::string& toml, MpiCommunicator& comm, int save_at = 0) {
 // Global batch 24 = micro 1 x accumulation x ranks, at any world size that divides 24.
 int accum_for(int ranks) { return 24 / ranks; }
 
+// Resumed at step 10 on another layout, and alone on this rank (`finetuning` + `from`, written to
+// DIR/single-<rank>): both continue as `straight` did, within 1e-5.
+void expect_resumed_alone_and_elsewhere(const Run& straight, const Run& other, const std::string& finetuning,
+                                        const std::string& dir, const std::string& from) {
+  MpiCommunicator self(MPI_COMM_SELF, "self", false);
+  const auto alone = train(
+      tiny_run("none", 2, 12, finetuning + "output_dir = \"" + dir + "/single-" + std::to_string(world().rank()) + "\"\n" + from),
+      self);
+  ASSERT_EQ(other.first_step, 10);
+  ASSERT_EQ(alone.first_step, 10);
+  for (std::size_t i = 0; i < 10; ++i) {
+    EXPECT_NEAR(other.losses[i], straight.losses[10 + i], 1e-5 * straight.losses[10 + i]) << "step " << 11 + i;
+    EXPECT_NEAR(alone.losses[i], straight.losses[10 + i], 1e-5 * straight.losses[10 + i]) << "step " << 11 + i;
+  }
+}
+
 TEST(Resume, SameLayoutContinuesBitwise) {
   if (24 % world().size() != 0) GTEST_SKIP() << "global batch 24 needs a world size dividing 24";
   at::set_num_threads(1);
@@ -129,16 +145,7 @@ TEST(Resume, LoraCheckpointResumesOnAnyLayout) {
     other.first_step = trainer->current_step();
     while (trainer->current_step() < trainer->total_steps()) other.losses.push_back(trainer->step().loss);
   }
-  MpiCommunicator self(MPI_COMM_SELF, "self", false);
-  const auto alone = train(
-      tiny_run("none", 2, 12, lora + "output_dir = \"" + dir + "/single-" + std::to_string(world().rank()) + "\"\n" + from),
-      self);
-  ASSERT_EQ(other.first_step, 10);
-  ASSERT_EQ(alone.first_step, 10);
-  for (std::size_t i = 0; i < 10; ++i) {
-    EXPECT_NEAR(other.losses[i], straight.losses[10 + i], 1e-5 * straight.losses[10 + i]) << "step " << 11 + i;
-    EXPECT_NEAR(alone.losses[i], straight.losses[10 + i], 1e-5 * straight.losses[10 + i]) << "step " << 11 + i;
-  }
+  expect_resumed_alone_and_elsewhere(straight, other, lora, dir, from);
   auto refused = [&](const std::string& extra, const std::string& expected, const std::string& seed = "seed = 7") {
     std::string toml = tiny_run("ddp", 1, accum_for(n), extra + "output_dir = \"" + dir + "/c\"\n" + from);
     toml.replace(toml.find("seed = 7"), 8, seed);
@@ -173,16 +180,7 @@ TEST(Resume, QloraDoraCheckpointResumesOnAnotherEngine) {
   const auto other = train(tiny_run("deepspeed", 1, accum_for(n),
                                     qdora + "deepspeed = \"" + zero3 + "\"\noutput_dir = \"" + dir + "/b\"\n" + from),
                            world());
-  MpiCommunicator self(MPI_COMM_SELF, "self", false);
-  const auto alone = train(
-      tiny_run("none", 2, 12, qdora + "output_dir = \"" + dir + "/single-" + std::to_string(world().rank()) + "\"\n" + from),
-      self);
-  ASSERT_EQ(other.first_step, 10);
-  ASSERT_EQ(alone.first_step, 10);
-  for (std::size_t i = 0; i < 10; ++i) {
-    EXPECT_NEAR(other.losses[i], straight.losses[10 + i], 1e-5 * straight.losses[10 + i]) << "step " << 11 + i;
-    EXPECT_NEAR(alone.losses[i], straight.losses[10 + i], 1e-5 * straight.losses[10 + i]) << "step " << 11 + i;
-  }
+  expect_resumed_alone_and_elsewhere(straight, other, qdora, dir, from);
   world().barrier();
   if (world().rank() == 0) ckpt::remove_tree(dir);
 }
