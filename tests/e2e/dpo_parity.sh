@@ -4,7 +4,8 @@
 # fp32 Qwen3 (tools/make-v1-fixture.py) and inputs/data/arithmetic_pairs*.json, 5 steps of a global
 # batch of all 8 pairs (4 x accumulation 2, so the sample order cannot matter): per step, loss,
 # logps/chosen and logps/rejected within 1e-5 relative and rewards/accuracies equal, for pref_loss
-# sigmoid, orpo, simpo with full and LoRA tuning, sigmoid with DoRA (use_dora), sigmoid with pref_ftx 0.5, sigmoid on the
+# sigmoid, orpo, simpo with full and LoRA tuning, sigmoid with DoRA (use_dora) and QLoRA
+# (quantization_bit: 4, NF4 with double quantization), sigmoid with pref_ftx 0.5, sigmoid on the
 # sharegpt pairs, and lftrain with fsdp2 at 2 ranks against LlamaFactory at 1 rank. Skips (77)
 # without tools/install-v1-env's .venv-v1. Run from anywhere.
 #   DPO_PARITY_CASES="sigmoid_full orpo_lora"  only these cases
@@ -73,6 +74,8 @@ cases=(
   "sigmoid_dora|1|finetuning_type: lora
 use_dora: true
 adapter_name_or_path: $work/adapter-dora"
+  "sigmoid_qlora|1|$lora
+quantization_bit: 4"
   "orpo_full|1|pref_loss: orpo"
   "orpo_lora|1|pref_loss: orpo
 $lora"
