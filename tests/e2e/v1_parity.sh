@@ -2,7 +2,7 @@
 # v1_parity.sh BUILD_DIR: lftrain's per-step losses equal LlamaFactory v1's (0.9.5, USE_V1=1, run on
 # the CPU by tools/v1-reference) within 1e-6 relative, for the same v1 YAML file, on a tiny random
 # fp32 Qwen3 (tools/make-v1-fixture.py): full, LoRA, DoRA, QLoRA (NF4 with double quantization,
-# FP4 without; and DoRA over NF4) and freeze tuning at 1 rank, v1's own messages
+# FP4 without; and DoRA over NF4; dora_1 and qlora_1 over 10 steps) and freeze tuning at 1 rank, v1's own messages
 # format (v1_sft_demo.jsonl), and full and LoRA with FSDP2 and full with DeepSpeed ZeRO-3 at 2
 # ranks; batching_strategy: dynamic_batching at 1 rank and with FSDP2 at 2. Skips (77) without
 # tools/install-v1-env's .venv-v1. Run from the repository root.
@@ -72,14 +72,16 @@ cases=(
   "full_1|1|"
   "lora_1|1|$lora"
   "dora_1|1|${lora/$work\/adapter/$work/adapter-dora}
-  use_dora: true"
+  use_dora: true
+max_steps: 10"
   # QLoRA: v1's bitsandbytes plugin quantizes the base to 4 bits at load (NF4, double
   # quantization: its defaults; float32 compute, the run's dtype).
   "qlora_1|1|$lora
 quant_config:
   name: bnb
   quantization_bit: 4
-  compute_dtype: float32"
+  compute_dtype: float32
+max_steps: 10"
   "qdora_1|1|${lora/$work\/adapter/$work/adapter-dora}
   use_dora: true
 quant_config:
