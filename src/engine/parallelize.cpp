@@ -2,6 +2,9 @@
 
 #include <optional>
 
+#include <ATen/ATen.h>
+
+#include "lft/comm/mpi_communicator.h"
 #include "lft/engine/expert_parallel.h"
 #include "lft/engine/registry.h"
 #include "lft/model/adapter_weights.h"
@@ -53,8 +56,20 @@ ParallelModel parallelize(const RunPlan& plan, DeviceMesh& mesh, const c10::Devi
   // parameters (they stop being parameters); DoRA's magnitudes then start from the dequantized
   // weights, as PEFT's over a 4-bit base.
   const std::unique_ptr<model::WeightSource> weights = starting_weights(plan, *out.model, folder);
+  // Every rank quantizes its share of the linears, then the ranks exchange them (the whole 4-bit
+  // base is on every rank).
+  std::unique_ptr<MpiCommunicator> world;
+  if (plan.finetuning.quantization_bit != 0) world = std::make_unique<MpiCommunicator>(mesh.world(), "quantize", false);
+  const model::QuantizeTogether together{world ? world->rank() : 0, world ? world->size() : 1,
+                                         [&](model::Quantized4bit& q, int owner) {
+                                           for (at::Tensor* t : {&q.packed, &q.absmax, &q.quantized_absmax, &q.absmax_scale})
+                                             if (t->defined()) world->broadcast(*t, owner);
+                                           at::Tensor offset = at::full({1}, q.absmax_offset, at::kFloat);
+                                           world->broadcast(offset, owner);
+                                           q.absmax_offset = offset.item<float>();
+                                         }};
   const model::QuantizedBase quantized =
-      model::quantize_base_linears(*out.model, *weights, plan.finetuning, plan.compute, device);
+      model::quantize_base_linears(*out.model, *weights, plan.finetuning, plan.compute, device, &together);
   if (quantized.linears > 0) {
     if (auto* finetuning = dynamic_cast<model::FinetuningWeights*>(weights.get()))
       finetuning->take_dora_norms_from(*out.model);

@@ -59,6 +59,22 @@ bool is_base_linear(const std::string& name) {
   return name.rfind("model.layers.", 0) == 0 && name.find(".lora_") == std::string::npos;
 }
 
+// The tensors a Quantized4bit of `shape` holds, allocated (for a broadcast to fill).
+Quantized4bit allocated_4bit(Quant4Type type, bool double_quant, const std::vector<std::int64_t>& shape) {
+  Quantized4bit q;
+  q.type = type;
+  q.shape = shape;
+  const std::int64_t n = shape[0] * shape[1], blocks = (n + q.blocksize - 1) / q.blocksize;
+  q.packed = at::empty({(n + 1) / 2}, at::kByte);
+  if (double_quant) {
+    q.quantized_absmax = at::empty({blocks}, at::kByte);
+    q.absmax_scale = at::empty({(blocks + 255) / 256}, at::kFloat);
+  } else {
+    q.absmax = at::empty({blocks}, at::kFloat);
+  }
+  return q;
+}
+
 }  // namespace
 
 at::Tensor quantized_linear(const at::Tensor& x, const std::shared_ptr<const Quantized4bit>& q, const at::Tensor& bias) {
@@ -70,29 +86,48 @@ at::Tensor quantized_linear(const at::Tensor& x, const std::shared_ptr<const Qua
 }
 
 QuantizedBase quantize_base_linears(CausalLM& model, const WeightSource& source, const FinetuningSpec& spec,
-                                    c10::ScalarType dtype, const c10::Device& device) {
+                                    c10::ScalarType dtype, const c10::Device& device,
+                                    const QuantizeTogether* together) {
   QuantizedBase out;
   if (spec.quantization_bit == 0) return out;
   const Quant4Type type = quant4_type_of(spec.quantization_type);
+  const int rank = together ? together->rank : 0, size = together ? together->size : 1;
+  struct Made {
+    std::shared_ptr<LinearImpl> linear;
+    std::shared_ptr<Quantized4bit> q;  // null: another rank's share, received below
+    bool from_folder = false;          // read as saved (the same on every rank)
+  };
+  std::vector<Made> made;
+  // This rank's share first (every rank at once), then the exchange in one pass.
   for (const auto& item : model.named_modules()) {
     auto linear = std::dynamic_pointer_cast<LinearImpl>(item.value());
     if (!linear || !is_base_linear(item.key())) continue;
     const std::vector<std::int64_t> shape{linear->out_features, linear->in_features};
-    std::shared_ptr<const Quantized4bit> saved = source.quantized_weight(item.key() + ".weight", shape);
-    std::shared_ptr<Quantized4bit> q;
-    if (saved) {  // a folder bitsandbytes saved: its 4-bit weight as it is
-      q = std::make_shared<Quantized4bit>(*saved);
-    } else {
+    const int owner = static_cast<int>(made.size() % static_cast<std::size_t>(size));
+    Made m{linear, nullptr, false};
+    if (auto saved = source.quantized_weight(item.key() + ".weight", shape)) {
+      m.q = std::make_shared<Quantized4bit>(*saved);  // a folder bitsandbytes saved: as it is
+      m.from_folder = true;
+    } else if (owner == rank) {
       at::Tensor weight = at::empty(shape, at::kFloat);
       source.read_rows(item.key() + ".weight", 0, linear->out_features, weight);
-      q = std::make_shared<Quantized4bit>(quantize_4bit(weight.to(dtype), type, spec.double_quantization));
+      m.q = std::make_shared<Quantized4bit>(quantize_4bit(weight.to(dtype), type, spec.double_quantization));
     }
-    for (at::Tensor* t : {&q->packed, &q->absmax, &q->quantized_absmax, &q->absmax_scale})
+    made.push_back(std::move(m));
+  }
+  for (std::size_t i = 0; i < made.size(); ++i) {
+    Made& m = made[i];
+    if (!m.from_folder && size > 1) {
+      if (!m.q) m.q = std::make_shared<Quantized4bit>(allocated_4bit(type, spec.double_quantization,
+                                                                     {m.linear->out_features, m.linear->in_features}));
+      together->broadcast(*m.q, static_cast<int>(i % static_cast<std::size_t>(size)));
+    }
+    for (at::Tensor* t : {&m.q->packed, &m.q->absmax, &m.q->quantized_absmax, &m.q->absmax_scale})
       if (t->defined()) *t = t->to(device);
     out.linears += 1;
-    out.elements += linear->out_features * linear->in_features;
-    out.bytes += q->bytes();
-    linear->use_quantized_weight(std::move(q));
+    out.elements += m.linear->out_features * m.linear->in_features;
+    out.bytes += m.q->bytes();
+    m.linear->use_quantized_weight(std::move(m.q));
   }
   return out;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,12 +30,23 @@ struct QuantizedBase {
   std::int64_t bytes = 0;     // held, 4-bit data and absmax values
 };
 
+// The ranks that quantize together: rank `rank` of `size` quantizes every size-th linear, then
+// `broadcast` (every rank calls it for every linear, in order) gives each the others' (its
+// tensors, allocated by the receivers, from `owner`).
+struct QuantizeTogether {
+  int rank = 0, size = 1;
+  std::function<void(Quantized4bit& q, int owner)> broadcast;
+};
+
 // Quantizes every linear of the decoder layers (spec.quantization_bit = 4): reads its whole
 // weight from `source`, rounds it to `dtype` (the run's compute dtype, which transformers loads
 // the model in before quantizing), quantizes it on the CPU and keeps it on `device`; the weight
-// stops being a parameter (the engines never see it).
+// stops being a parameter (the engines never see it). With `together`, each rank quantizes its
+// share and receives the rest (the same bytes: the quantization is deterministic). A weight the
+// source holds already in 4 bits (a folder bitsandbytes saved) is read by every rank.
 QuantizedBase quantize_base_linears(CausalLM& model, const WeightSource& source, const FinetuningSpec& spec,
-                                    c10::ScalarType dtype, const c10::Device& device);
+                                    c10::ScalarType dtype, const c10::Device& device,
+                                    const QuantizeTogether* together = nullptr);
 
 // For the memory estimate on a meta-device model: takes the weights quantize_base_linears would
 // quantize out of the parameters and says what their 4-bit form would hold (`largest`: the
