@@ -68,11 +68,17 @@ void take_adapter_config(const config::Config& cfg, model::FinetuningSpec& f) {
 }
 
 // A model folder bitsandbytes saved in 4 bits decides the quantization (as in LlamaFactory, where
-// quantization_bit does not apply to such a model); keys that say otherwise are errors.
+// quantization_bit does not apply to such a model); only adapters train over it, and keys that
+// say otherwise are errors.
 void take_prequantization(const config::Config& cfg, model::FinetuningSpec& f) {
   if (!cfg.is_set("model_name_or_path")) return;
   const std::optional<model::Prequantization> saved = model::read_prequantization(cfg.string("model_name_or_path"));
   if (!saved) return;
+  if (f.type != "lora")
+    throw config::ConfigError(cfg.where("finetuning_type") + " = \"" + f.type + "\": model_name_or_path " +
+                              cfg.string("model_name_or_path") +
+                              " holds 4-bit linears saved by bitsandbytes, over which only adapters train (QLoRA)"
+                              "\n  hint: set finetuning_type = \"lora\", or train from the full-precision model");
   const std::string folder = "model_name_or_path " + cfg.string("model_name_or_path") + " holds 4-bit " + saved->type +
                              (saved->double_quant ? " (double quantization)" : "") + " linears saved by bitsandbytes";
   auto contradicts = [&](const char* key) {
@@ -102,21 +108,15 @@ model::FinetuningSpec finetuning_spec(const config::Config& cfg) {
     f.quantization_bit = static_cast<int>(cfg.integer("quantization_bit"));
     f.quantization_type = cfg.string("quantization_type");
     f.double_quantization = cfg.boolean("double_quantization");
-    take_prequantization(cfg, f);
     f.lora_target = names(cfg, "lora_target");
     if (cfg.is_set("additional_target")) f.additional_target = names(cfg, "additional_target");
     if (cfg.is_set("adapter_name_or_path")) take_adapter_config(cfg, f);
-  } else if (cfg.is_set("model_name_or_path") && model::read_prequantization(cfg.string("model_name_or_path"))) {
-    throw config::ConfigError(cfg.where("finetuning_type") + " = \"" + f.type + "\": model_name_or_path " +
-                              cfg.string("model_name_or_path") +
-                              " holds 4-bit linears saved by bitsandbytes, over which only adapters train (QLoRA)"
-                              "\n  hint: set finetuning_type = \"lora\", or train from the full-precision model");
-  }
-  if (f.type == "freeze") {
+  } else if (f.type == "freeze") {
     f.freeze_trainable_layers = cfg.integer("freeze_trainable_layers");
     f.freeze_trainable_modules = names(cfg, "freeze_trainable_modules");
     if (cfg.is_set("freeze_extra_modules")) f.freeze_extra_modules = names(cfg, "freeze_extra_modules");
   }
+  take_prequantization(cfg, f);
   return f;
 }
 

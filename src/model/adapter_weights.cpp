@@ -110,16 +110,14 @@ FinetuningWeights::FinetuningWeights(const torch::nn::Module& model, std::unique
 void FinetuningWeights::read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows,
                                   at::Tensor out) const {
   if (is_dora_magnitude(name) && !(adapter_ && adapter_->has(name))) {
-    const auto q = quantized_.find(name);
-    if (q != quantized_.end()) {
-      at::NoGradGuard no_grad;
-      const at::Tensor weight = q->second->base_weight(at::kFloat).narrow(0, row_begin, rows);
-      out.copy_(at::linalg_vector_norm(weight, 2, {1}));
-      return;
-    }
-    at::Tensor weight = at::empty({rows, dora_in_features_.at(name)}, at::kFloat);
-    base_->read_rows(dora_base_weight(name), row_begin, rows, weight);
     at::NoGradGuard no_grad;
+    at::Tensor weight;
+    if (const auto q = quantized_.find(name); q != quantized_.end()) {
+      weight = q->second->base_weight(at::kFloat).narrow(0, row_begin, rows);
+    } else {
+      weight = at::empty({rows, dora_in_features_.at(name)}, at::kFloat);
+      base_->read_rows(dora_base_weight(name), row_begin, rows, weight);
+    }
     out.copy_(at::linalg_vector_norm(weight, 2, {1}));
     return;
   }

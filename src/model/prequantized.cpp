@@ -9,7 +9,6 @@
 
 #include "lft/config/config.h"
 #include "lft/runtime/json_nesting.h"
-#include "lft/runtime/text.h"
 
 namespace lft::model {
 namespace {
@@ -51,10 +50,12 @@ Bnb4bitTensors::Bnb4bitTensors(const std::map<std::string, SafetensorsHeader>& h
       const std::size_t at = e.name.find(kQuantState);
       if (at != std::string::npos) weights_[e.name.substr(0, at)] = e.name;
     }
+  // A part is the weight itself or "<weight>.<suffix>", the weight's name ending in ".weight".
   for (const auto& [file, header] : headers)
-    for (const SafetensorsEntry& e : header.tensors)
-      for (const auto& [weight, state] : weights_)
-        if (e.name == weight || (e.name.rfind(weight + ".", 0) == 0)) parts_[e.name] = Place{file, &header};
+    for (const SafetensorsEntry& e : header.tensors) {
+      const std::size_t at = e.name.find(".weight");
+      if (at != std::string::npos && weights_.count(e.name.substr(0, at + 7)) != 0) parts_[e.name] = Place{file, &header};
+    }
 }
 
 Bnb4bitTensors::Place Bnb4bitTensors::place_of(const std::string& tensor, const std::string& weight) const {

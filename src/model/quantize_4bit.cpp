@@ -1,7 +1,7 @@
 // bitsandbytes' 4-bit formats, computed with the same float32 operations as its CPU path (the
 // torch reference kernel for quantize_4bit, the native one for the 8-bit absmax quantization), so
-// that the bytes and the dequantized weights are equal to bitsandbytes' (QuantizeFourBit.* and
-// tests/e2e/qlora_bnb.sh compare them).
+// that the bytes and the dequantized weights are equal to bitsandbytes' (job_quantize_bnb:
+// tools/check-bnb.py compares them).
 #include "lft/model/quantize_4bit.h"
 
 #include <algorithm>
@@ -38,10 +38,14 @@ const std::array<float, 16> kFp4Unscaled = {0, 0.0625f, 8, 12, 4, 6, 2, 3, -0.0f
 
 }  // namespace
 
-at::Tensor quant4_code(Quant4Type type) {
-  if (type == Quant4Type::NF4) return at::tensor(std::vector<float>(kNf4.begin(), kNf4.end()));
-  const at::Tensor data = at::tensor(std::vector<float>(kFp4Unscaled.begin(), kFp4Unscaled.end()));
-  return data / data.abs().max();
+const at::Tensor& quant4_code(Quant4Type type) {
+  // Made once: dequantize_4bit runs in every forward and backward of a quantized linear.
+  static const at::Tensor nf4 = at::tensor(std::vector<float>(kNf4.begin(), kNf4.end()));
+  static const at::Tensor fp4 = [] {
+    const at::Tensor data = at::tensor(std::vector<float>(kFp4Unscaled.begin(), kFp4Unscaled.end()));
+    return data / data.abs().max();
+  }();
+  return type == Quant4Type::NF4 ? nf4 : fp4;
 }
 
 namespace {
@@ -182,7 +186,7 @@ at::Tensor block_absmax(const Quantized4bit& q) {
   if (!q.double_quantized()) return q.absmax;
   // dequantize_blockwise (code * block scale, float32), then + offset.
   const std::int64_t n = q.quantized_absmax.numel();
-  at::Tensor values = dynamic_8bit_code().index_select(0, q.quantized_absmax.to(at::kLong));
+  at::Tensor values = dynamic_8bit_code().to(q.quantized_absmax.device()).index_select(0, q.quantized_absmax.to(at::kLong));
   const at::Tensor scales = q.absmax_scale.repeat_interleave(256).narrow(0, 0, n);
   return values * scales + q.absmax_offset;
 }
@@ -193,7 +197,7 @@ at::Tensor dequantize_4bit(const Quantized4bit& q, c10::ScalarType dtype) {
   for (std::int64_t d : q.shape) n *= d;
   const at::Tensor high = at::bitwise_right_shift(q.packed, 4), low = at::bitwise_and(q.packed, 15);
   const at::Tensor nibbles = at::stack({high, low}, 1).reshape({-1}).narrow(0, 0, n).to(at::kLong);
-  const at::Tensor values = quant4_code(q.type).index_select(0, nibbles);
+  const at::Tensor values = quant4_code(q.type).to(q.packed.device()).index_select(0, nibbles);
   const at::Tensor absmax = block_absmax(q);
   const std::int64_t full = n - n % q.blocksize, blocks = full / q.blocksize;
   at::Tensor out = (values.narrow(0, 0, full).view({blocks, q.blocksize}) * absmax.narrow(0, 0, blocks).view({-1, 1})).reshape({-1});

@@ -28,7 +28,6 @@ class Bnb4bitTensors {
  public:
   // Scans the files' headers (file -> header, which must outlive this).
   explicit Bnb4bitTensors(const std::map<std::string, SafetensorsHeader>& headers);
-  bool empty() const { return weights_.empty(); }
   // A 4-bit weight, or one of its parts (neither is a parameter of the model).
   bool holds_weight(const std::string& name) const { return weights_.count(name) != 0; }
   bool is_part(const std::string& name) const { return parts_.count(name) != 0; }

@@ -48,7 +48,7 @@ at::Tensor dequantize_4bit(const Quantized4bit& q, c10::ScalarType dtype);
 at::Tensor block_absmax(const Quantized4bit& q);
 
 // The 16 code values of a 4-bit type by code index (float32): NF4's, or FP4's divided by 12.
-at::Tensor quant4_code(Quant4Type type);
+const at::Tensor& quant4_code(Quant4Type type);
 
 // bitsandbytes' signed dynamic 8-bit code (create_dynamic_map), 256 ascending float32 values.
 const at::Tensor& dynamic_8bit_code();

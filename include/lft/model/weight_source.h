@@ -28,10 +28,8 @@ class WeightSource {
   virtual std::string describe() const = 0;
   // A weight the source holds already quantized to 4 bits (a folder bitsandbytes saved), else
   // nullptr. `shape`: the weight's.
-  virtual std::shared_ptr<const Quantized4bit> quantized_weight(const std::string& name,
-                                                                const std::vector<std::int64_t>& shape) const {
-    (void)name;
-    (void)shape;
+  virtual std::shared_ptr<const Quantized4bit> quantized_weight(const std::string& /*name*/,
+                                                                const std::vector<std::int64_t>& /*shape*/) const {
     return nullptr;
   }
 };
