@@ -24,7 +24,8 @@ class FrozenOptimizer final : public optim::Optimizer {
       : steps_(live.steps()), names_(live.state_names()), hyper_(live.hyperparameters()) {
     state_.resize(params);
     for (std::size_t i = 0; i < params; ++i)
-      for (std::size_t k = 0; k < names_.size(); ++k) state_[i].push_back(stage(live.state(i, k)));
+      for (std::size_t k = 0; k < names_.size(); ++k)
+        state_[i].push_back(live.state(i, k).defined() ? stage(live.state(i, k)) : at::Tensor());
   }
   void step(double) override { throw std::logic_error("a snapshot of an optimizer does not step"); }
   std::int64_t steps() const override { return steps_; }
@@ -38,7 +39,8 @@ class FrozenOptimizer final : public optim::Optimizer {
   std::int64_t state_bytes() const override {
     std::int64_t bytes = 0;
     for (const auto& per_param : state_)
-      for (const auto& t : per_param) bytes += static_cast<std::int64_t>(t.nbytes());
+      for (const auto& t : per_param)
+        if (t.defined()) bytes += static_cast<std::int64_t>(t.nbytes());
     return bytes;
   }
 

@@ -133,7 +133,8 @@ std::string save_checkpoint(MPI_Comm world, const SaveOptions& options,
     const HeldTensor& t = params[i];
     slices.push_back(slice_of("model/" + t.name, t, t.local.detach()));
     for (std::size_t k = 0; k < states.size(); ++k)
-      slices.push_back(slice_of("optim/" + t.name + "/" + states[k], t, optimizer.state(i, k)));
+      if (optimizer.state(i, k).defined())  // Muon's matrices have no second moment
+        slices.push_back(slice_of("optim/" + t.name + "/" + states[k], t, optimizer.state(i, k)));
   }
   writer.write(with_every_ranks_tensors(world, std::move(slices)));
   inject_save_fault_if_requested();
@@ -277,8 +278,14 @@ Progress load_checkpoint(MPI_Comm world, const std::string& folder, const RunInf
                                " there, " + shape_text(t.box.global_shape) + " in this model");
     const std::vector<int64_t> box(t.local.sizes().begin(), t.local.sizes().end());
     t.local.copy_(store.read(key, t.box.offset, box));
-    for (std::size_t k = 0; k < states.size(); ++k)
-      optimizer.load_state(i, k, store.read("optim/" + t.name + "/" + states[k], t.box.offset, box));
+    for (std::size_t k = 0; k < states.size(); ++k) {
+      if (!optimizer.state(i, k).defined()) continue;
+      const std::string state = "optim/" + t.name + "/" + states[k];
+      if (!store.has_tensor(state))
+        throw CheckpointMismatch("checkpoint error: " + folder + " holds no " + states[k] + " for " + t.name +
+                                 ": it was saved by another optimizer (use_muon differs)");
+      optimizer.load_state(i, k, store.read(state, t.box.offset, box));
+    }
   }
   optimizer.set_steps(manifest.optimizer_steps);
   return manifest.progress;

@@ -257,6 +257,17 @@ std::vector<KeySpec> build() {
       K("adam_beta1", F, "AdamW beta1 (first-moment decay)").def(0.9).min(0).max(1),
       K("adam_beta2", F, "AdamW beta2 (second-moment decay)").def(0.999).min(0).max(1),
       K("adam_epsilon", F, "AdamW epsilon").def(1e-8).min(0),
+      K("use_muon", B,
+        "Muon (LlamaFactory's use_muon, Moonlight's): the decoder's matrices take Newton-Schulz-orthogonalised "
+        "momentum, the rest (embedding, head, norms, biases, experts) Moonlight's AdamW with adam_beta1/2 and "
+        "adam_epsilon; weight_decay on every parameter; not under megatron")
+          .def(false),
+      K("muon_momentum", F, "Muon: the SGD momentum of its matrices").def(0.95).min(0).max(1),
+      K("muon_nesterov", B, "Muon: Nesterov momentum").def(true),
+      K("muon_ns_steps", I, "Muon: Newton-Schulz iterations").def(5).min(1),
+      K("muon_adapters", B,
+        "Muon: LoRA's A and B take Muon, as the classic trainer's use_muon; false: AdamW, as v1's optim_config")
+          .def(true),
       K("max_grad_norm", F, "Gradient clipping norm; 0 disables clipping").def(1.0).min(0),
       K("lr_scheduler_type", S,
         "Learning-rate schedule, as the Hugging Face Trainer's (\"constant\" has no warm-up; "

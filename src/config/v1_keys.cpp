@@ -3,6 +3,7 @@
 // differ from lftrain's, noted where they have no effect here, or refused saying why.
 // docs/llamafactory.md ("LlamaFactory v1") lists every key.
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <utility>
@@ -319,6 +320,42 @@ class V1Mapper {
       in_.items.push_back(*flag);
   }
 
+  // optim_config: {name: muon, ...} (LlamaFactory main's only optimizer plugin; its defaults where
+  // the file leaves a key out, the learning rate v1's learning_rate). Without it v1 takes torch's
+  // AdamW (training_keys).
+  void optimizer_plugin() {
+    const auto name = take("optim_config.name");
+    if (!name) return;
+    if (string_of(*name) != "muon") {
+      refuse(*name, "LlamaFactory registers only the muon optimizer plugin",
+             "use optim_config: {name: muon, ...}, or remove optim_config (v1 then trains with torch's AdamW)");
+      return;
+    }
+    put("use_muon", Value{true}, &*name);
+    put("muon_adapters", Value{false}, &*name);  // v1 gives LoRA's factors to AdamW
+    rename("optim_config.wd", "weight_decay");
+    rename("optim_config.momentum", "muon_momentum");
+    rename("optim_config.nesterov", "muon_nesterov");
+    rename("optim_config.ns_steps", "muon_ns_steps");
+    rename("optim_config.adamw_eps", "adam_epsilon");
+    if (auto lr = take("optim_config.lr"))
+      note(*lr, "no effect: v1 sets the optimizer's lr to learning_rate");
+    if (auto betas = take("optim_config.adamw_betas")) {
+      const std::string text = string_of(*betas);
+      const auto cut = text.find('\n');
+      char* end = nullptr;
+      const double b1 = cut == std::string::npos ? 0 : std::strtod(text.c_str(), &end);
+      const bool first_ok = end == text.c_str() + cut;
+      const double b2 = cut == std::string::npos ? 0 : std::strtod(text.c_str() + cut + 1, &end);
+      if (!first_ok || cut == std::string::npos || *end != '\0' || text.find('\n', cut + 1) != std::string::npos)
+        refuse(*betas, "adamw_betas takes two numbers", "write e.g. adamw_betas: [0.9, 0.95]");
+      put("adam_beta1", Value{b1}, &*betas);
+      put("adam_beta2", Value{b2}, &*betas);
+    }
+    put("weight_decay", Value{0.1}, &*name);
+    put("adam_beta2", Value{0.95}, &*name);
+  }
+
   void training_keys() {
     rename("micro_batch_size", "per_device_train_batch_size");
     rename("enable_activation_checkpointing", "gradient_checkpointing");
@@ -326,6 +363,7 @@ class V1Mapper {
     put("learning_rate", Value{1e-4});
     put("logging_steps", Value{std::int64_t{1}});
     put("lr_scheduler_type", Value{std::string("constant")});
+    optimizer_plugin();
     put("weight_decay", Value{0.01});
     put("decay_all_parameters", Value{true});
     put("sample_order", Value{std::string("per_rank")});
@@ -343,10 +381,9 @@ class V1Mapper {
                "use batching_strategy: dynamic_batching, normal or padding_free");
       }
     }
-    for (const char* k : {"optim_config.name", "lr_scheduler_config.name"})
-      if (auto item = take(k))
-        refuse(*item, "LlamaFactory 0.9.5 registers no optimizer or scheduler plugin (v1 itself fails on it)",
-               "remove it: v1 trains with torch's AdamW (weight decay 0.01 on every parameter) at a constant learning rate");
+    if (auto item = take("lr_scheduler_config.name"))
+      refuse(*item, "LlamaFactory registers no scheduler plugin (v1 itself fails on it)",
+             "remove it: v1 trains at a constant learning rate");
     if (auto e = take("save_epochs"))
       refuse(*e, "saving by epochs is not built in lftrain", "use save_steps (steps per epoch are in the start-up log)");
     if (auto hf = take("save_ckpt_as_hf"))

@@ -4,6 +4,7 @@
 #include <c10/core/GradMode.h>
 
 #include <stdexcept>
+#include <string>
 
 namespace lft::optim {
 
@@ -57,6 +58,12 @@ std::vector<std::pair<std::string, double>> AdamW::hyperparameters() const {
 void AdamW::set_steps(std::int64_t steps) {
   steps_ = steps;
   for (auto& s : step_count_) s.fill_(static_cast<double>(steps));
+}
+
+std::string AdamW::describe() const {
+  return "AdamW (fused; beta1 " + std::to_string(options_.beta1).substr(0, 5) + ", beta2 " +
+         std::to_string(options_.beta2).substr(0, 5) + ", weight decay " + std::to_string(options_.weight_decay).substr(0, 6) +
+         (options_.decay_all ? " on every tensor)" : " on matrices)");
 }
 
 std::int64_t AdamW::state_bytes() const {

@@ -29,6 +29,15 @@ TrainOptions train_options(const config::Config& cfg, const engine::RunPlan& pla
   o.adamw.eps = cfg.real("adam_epsilon");
   o.adamw.weight_decay = cfg.real("weight_decay");
   o.adamw.decay_all = cfg.boolean("decay_all_parameters");
+  o.use_muon = cfg.boolean("use_muon");
+  o.muon.momentum = cfg.real("muon_momentum");
+  o.muon.nesterov = cfg.boolean("muon_nesterov");
+  o.muon.ns_steps = cfg.integer("muon_ns_steps");
+  o.muon.adapters = cfg.boolean("muon_adapters");
+  o.muon.weight_decay = o.adamw.weight_decay;
+  o.muon.adamw_beta1 = o.adamw.beta1;
+  o.muon.adamw_beta2 = o.adamw.beta2;
+  o.muon.adamw_eps = o.adamw.eps;
   o.lr.name = cfg.string("lr_scheduler_type");
   o.lr.base_lr = cfg.real("learning_rate");
   for (const std::string& key : optim::lr_scheduler_kwarg_names())

@@ -17,13 +17,13 @@
 #include "lft/engine/parallelize.h"
 #include "lft/model/families.h"
 #include "lft/model/hf_checkpoint.h"
-#include "lft/optim/adamw.h"
 #include "lft/runtime/error.h"
 #include "lft/runtime/memory.h"
 #include "lft/runtime/log.h"
 #include "lft/runtime/signals.h"
 #include "lft/train/example_print.h"
 #include "lft/train/loss_plots.h"
+#include "lft/train/make_optimizer.h"
 #include "lft/train/metrics.h"
 #include "lft/train/training_log.h"
 #include "trainer_state.h"
@@ -218,7 +218,7 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     s.base_model_hash = hash;
   }
   for (Communicator* c : s.counted_communicators()) c->reset_stats();  // count training only
-  s.optimizer = std::make_unique<optim::AdamW>(s.engine->parameters(), s.engine->parameter_names(), s.options.adamw);
+  s.optimizer = make_optimizer(*s.engine, s.options);
   optim::LrScheduleSpec lr = s.options.lr;
   lr.warmup_steps = optim::resolve_warmup_steps(s.options.warmup_steps, s.options.warmup_ratio, s.total);
   lr.total_steps = s.total;
@@ -254,7 +254,7 @@ std::string Trainer::describe() const {
          (s.plan.compute == at::kBFloat16 ? ", bf16 compute over fp32 weights"
           : s.scaler ? ", fp16 compute over fp32 weights, loss scale " + std::to_string(s.scaler->scale())
                      : ", fp32") +
-         (s.plan.fp8 ? "; float8 linears" : "");
+         (s.plan.fp8 ? "; float8 linears" : "") + "\noptimizer  " + s.optimizer->describe();
 }
 
 bool Trainer::stop_requested() {

@@ -252,8 +252,35 @@ TEST(ConfigV1, QuantConfigIsTheClassicQuantizationKeys) {
   EXPECT_NE(full.find("applies to finetuning_type = \"lora\""), std::string::npos) << full;
 }
 
+// LlamaFactory main's optim_config muon: its keys and its defaults (wd 0.1, betas 0.9 / 0.95, LoRA's
+// factors to AdamW); other optimizer names are refused.
+TEST(ConfigV1, OptimConfigMuonIsUseMuonWithV1sDefaults) {
+  const Config d = parse_yaml(v1_head() + "optim_config:\n  name: muon\n");
+  EXPECT_TRUE(d.boolean("use_muon"));
+  EXPECT_FALSE(d.boolean("muon_adapters"));
+  EXPECT_DOUBLE_EQ(d.real("weight_decay"), 0.1);
+  EXPECT_DOUBLE_EQ(d.real("adam_beta1"), 0.9);
+  EXPECT_DOUBLE_EQ(d.real("adam_beta2"), 0.95);
+  EXPECT_DOUBLE_EQ(d.real("muon_momentum"), 0.95);
+  const Config c = parse_yaml(v1_head() + "optim_config:\n  name: muon\n  wd: 0.05\n  momentum: 0.9\n  nesterov: false\n"
+                                          "  ns_steps: 6\n  adamw_betas: [0.8, 0.99]\n  adamw_eps: 1.0e-6\n");
+  EXPECT_DOUBLE_EQ(c.real("weight_decay"), 0.05);
+  EXPECT_DOUBLE_EQ(c.real("muon_momentum"), 0.9);
+  EXPECT_FALSE(c.boolean("muon_nesterov"));
+  EXPECT_EQ(c.integer("muon_ns_steps"), 6);
+  EXPECT_DOUBLE_EQ(c.real("adam_beta1"), 0.8);
+  EXPECT_DOUBLE_EQ(c.real("adam_beta2"), 0.99);
+  EXPECT_DOUBLE_EQ(c.real("adam_epsilon"), 1e-6);
+  const Config plain = parse_yaml(v1_head());
+  EXPECT_FALSE(plain.boolean("use_muon"));
+  EXPECT_DOUBLE_EQ(plain.real("weight_decay"), 0.01);
+  const std::string other = yaml_error(v1_head() + "optim_config:\n  name: adafactor\n");
+  EXPECT_NE(other.find("registers only the muon optimizer plugin"), std::string::npos) << other;
+  const std::string betas = yaml_error(v1_head() + "optim_config:\n  name: muon\n  adamw_betas: [0.9]\n");
+  EXPECT_NE(betas.find("adamw_betas takes two numbers"), std::string::npos) << betas;
+}
+
 TEST(ConfigV1, RefusedWithWhy) {
-  EXPECT_NE(yaml_error(v1_head() + "optim_config:\n  name: muon\n").find("registers no optimizer"), std::string::npos);
   EXPECT_NE(yaml_error(v1_head() + "model_class: cls\n").find("causal language models"), std::string::npos);
   EXPECT_NE(yaml_error(v1_head() + "batching_strategy: dynamic_padding_free\n").find("dynamic_padding_free"),
             std::string::npos);

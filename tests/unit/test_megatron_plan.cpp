@@ -84,6 +84,22 @@ TEST(MegatronPlan, DoraRefusedUnderTensorParallelismAndFp8) {
   EXPECT_NO_THROW(resolve_run_plan(dora(""), mesh(2, 1)));
 }
 
+// Muon orthogonalises whole matrices: megatron's boxes of them are refused, naming use_muon; the
+// sharding engines take it.
+TEST(MegatronPlan, MuonRefusedUnderMegatron) {
+  auto muon = [](const std::string& engine) {
+    return config::parse_config("distributed = \"" + engine + "\"\ntrain_dataset = \"" + data_file() +
+                                    "\"\ncutoff_len = 32\ngradient_accumulation_steps = 4\nuse_muon = true\n"
+                                    "[model]\nvocab_size = 259\nhidden_size = 32\nintermediate_size = 64\n"
+                                    "num_hidden_layers = 4\nnum_attention_heads = 4\nnum_key_value_heads = 2\n",
+                                "muon.toml");
+  };
+  const std::string m = test::message_of<config::ConfigError>([&] { resolve_run_plan(muon("megatron"), mesh(1, 2)); });
+  EXPECT_NE(m.find("muon.toml:5:1: key 'use_muon' = true: Muon's Newton-Schulz step needs each whole matrix"),
+            std::string::npos) << m;
+  EXPECT_NO_THROW(resolve_run_plan(muon("fsdp2"), mesh(1, 1)));
+}
+
 // QLoRA's 4-bit base is whole on every rank: megatron (boxes, stages) and fp8 are refused, naming
 // quantization_bit; 8 bits (LLM.int8) are refused at the key.
 TEST(MegatronPlan, QuantizedBaseRefusedUnderMegatronAndFp8) {

@@ -36,6 +36,7 @@ class AdamW final : public Optimizer {
   void load_state(std::size_t param, std::size_t k, const at::Tensor& value) override;
   std::vector<std::pair<std::string, double>> hyperparameters() const override;
   std::int64_t state_bytes() const override;
+  std::string describe() const override;
 
   // State per parameter, by index: exp_avg, exp_avg_sq (same shape and dtype as the parameter).
   const at::Tensor& exp_avg(std::size_t i) const { return exp_avg_[i]; }

@@ -29,6 +29,8 @@ class Optimizer {
   virtual std::vector<std::pair<std::string, double>> hyperparameters() const = 0;
   // Bytes of optimizer state held by this rank.
   virtual std::int64_t state_bytes() const = 0;
+  // One line for the start-up log: which update, with which settings, on which tensors.
+  virtual std::string describe() const { return ""; }
 };
 
 }  // namespace lft::optim

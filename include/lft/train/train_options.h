@@ -11,6 +11,7 @@
 #include "lft/engine/run_plan.h"
 #include "lft/optim/adamw.h"
 #include "lft/optim/lr_schedule.h"
+#include "lft/optim/muon.h"
 #include "lft/train/data_options.h"
 #include "lft/train/preference.h"
 
@@ -31,6 +32,8 @@ struct TrainOptions {
   // parallelism also of tp (each rank takes an equal slice of every sequence).
   std::int64_t pad_multiple = 0;
   optim::AdamWOptions adamw;
+  bool use_muon = false;  // Muon for the matrices, its AdamW for the rest (muon.h); else AdamW
+  optim::MuonOptions muon;
   // lr_scheduler_type, learning_rate, lr_scheduler_kwargs; the steps are the run's (resolve
   // warm-up with warmup_steps / warmup_ratio once the run's length is known).
   optim::LrScheduleSpec lr;

@@ -1,0 +1,105 @@
+// Muon (MomentUm Orthogonalized by Newton-Schulz) as LlamaFactory runs it (`use_muon`, v1's
+// `optim_config: {name: muon}`: Moonlight's Muon, docs/optimizer.md): the decoder's matrices take
+// SGD momentum (Nesterov by default) whose update is orthogonalised by a quintic Newton-Schulz
+// iteration in bf16 and scaled by 0.2 sqrt(max(rows, cols)); every other parameter (embedding,
+// head, norms, biases, the experts that transformers 5 holds as 3-d tensors) takes Moonlight's
+// AdamW. Weight decay lr * wd on both.
+//
+// The Newton-Schulz step needs each matrix whole. Where an engine cuts the tensors a rank updates
+// into row pieces over a group (fsdp, fsdp2, ZeRO), the matrices are dealt to the group's ranks in
+// turn: each rank receives the momentum rows of the matrices it is dealt (one all-gather), computes
+// their orthogonalised updates, and every rank takes its rows of every update (a second
+// all-gather). The arithmetic on each matrix is the one-rank run's.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lft/optim/optimizer.h"
+
+namespace lft::optim {
+
+struct MuonOptions {
+  double momentum = 0.95;
+  bool nesterov = true;
+  std::int64_t ns_steps = 5;
+  double weight_decay = 0.1;  // lr * weight_decay, on every parameter
+  double adamw_beta1 = 0.9;
+  double adamw_beta2 = 0.95;
+  double adamw_eps = 1e-8;
+  // LoRA's A and B take Muon (the classic trainer's rule); false: AdamW (v1's).
+  bool adapters = true;
+};
+
+// The group over which an engine cuts each parameter's rows (rank r holds the r-th range, in rank
+// order): what Muon needs of a communicator.
+class RowGroup {
+ public:
+  virtual ~RowGroup() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // `out` gets every rank's `in` back to back; counts[r] elements come from rank r. Collective.
+  virtual void all_gather(const at::Tensor& in, const at::Tensor& out, const std::vector<std::int64_t>& counts) = 0;
+};
+
+// Whether LlamaFactory's rule gives the parameter `name` of global shape `shape` to Muon: a matrix
+// that is not the embedding or the head (and not a routed expert's, a 3-d tensor in transformers);
+// with `adapters` false not LoRA's either (v1's rule).
+bool takes_muon(const std::string& name, const std::vector<std::int64_t>& shape, bool adapters = true);
+
+// G's orthogonalisation as Keller Jordan's zeropower_via_newtonschulz5 computes it (bf16).
+at::Tensor newton_schulz5(const at::Tensor& g, std::int64_t steps);
+
+class Muon final : public Optimizer {
+ public:
+  // params[i] (this rank's piece of parameter names[i], at box offset row_offsets[i] of a tensor of
+  // global_shapes[i]) is updated from its gradient. `rows` null: every piece is its whole
+  // parameter. Collective over `rows` (the pieces' row ranges are exchanged once).
+  Muon(std::vector<at::Tensor> params, std::vector<std::string> names,
+       std::vector<std::vector<std::int64_t>> global_shapes, std::vector<std::int64_t> row_offsets,
+       MuonOptions options, RowGroup* rows);
+
+  void step(double lr) override;
+  std::int64_t steps() const override { return steps_; }
+  void set_steps(std::int64_t steps) override;
+  // exp_avg: Muon's momentum buffer or AdamW's first moment; exp_avg_sq: AdamW's second moment
+  // (undefined for a Muon matrix: it has none).
+  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  const at::Tensor& state(std::size_t param, std::size_t k) const override {
+    return k == 0 ? exp_avg_[param] : exp_avg_sq_[param];
+  }
+  void load_state(std::size_t param, std::size_t k, const at::Tensor& value) override;
+  std::vector<std::pair<std::string, double>> hyperparameters() const override;
+  std::int64_t state_bytes() const override;
+  std::string describe() const override;
+
+  std::size_t muon_matrices() const { return matrices_.size(); }
+
+ private:
+  struct Matrix {
+    std::size_t param;                    // index into params_
+    std::vector<std::int64_t> shape;      // global
+    std::vector<std::int64_t> rank_rows;  // rows each rank of the group holds (rank order)
+    int owner = 0;                        // the rank that orthogonalises it
+  };
+  void step_adamw(double lr);
+  void step_muon(double lr);
+  // The orthogonalised, scaled-by-nothing updates of matrices [first, last) on this rank's rows.
+  std::vector<at::Tensor> updates(std::size_t first, std::size_t last, const std::vector<at::Tensor>& momenta);
+
+  std::vector<at::Tensor> params_;
+  std::vector<std::string> names_;
+  MuonOptions options_;
+  RowGroup* rows_;
+  std::vector<Matrix> matrices_;
+  std::vector<std::size_t> adamw_;  // params_ AdamW updates
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<std::int64_t> adamw_steps_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace lft::optim

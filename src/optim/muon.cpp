@@ -1,0 +1,252 @@
+// Muon (muon.h): Moonlight's update, the same ATen operations in the same order as LlamaFactory's
+// third_party/muon/muon.py, so that one rank's run equals LlamaFactory's bit for bit where torch's
+// CPU kernels are LibTorch's.
+#include "lft/optim/muon.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace lft::optim {
+namespace {
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+std::int64_t cols_of(const std::vector<std::int64_t>& shape) { return shape[1]; }
+
+// The matrices of one exchange: whole ones of at most this many bytes together (one at least).
+constexpr std::int64_t kChunkBytes = 64LL << 20;
+
+}  // namespace
+
+bool takes_muon(const std::string& name, const std::vector<std::int64_t>& shape, bool adapters) {
+  return shape.size() == 2 && !contains(name, "embed") && !contains(name, "lm_head") && !contains(name, ".experts.") &&
+         (adapters || !contains(name, "lora"));
+}
+
+at::Tensor newton_schulz5(const at::Tensor& g, std::int64_t steps) {
+  const double a = 3.4445, b = -4.7750, c = 2.0315;
+  at::Tensor x = g.to(at::kBFloat16);
+  const bool tall = g.size(0) > g.size(1);
+  if (tall) x = x.t();
+  x = x / (x.norm() + 1e-7);  // spectral norm at most 1
+  for (std::int64_t i = 0; i < steps; ++i) {
+    at::Tensor A = at::matmul(x, x.t());
+    // Python's `b * A + c * A @ A`: (c * A) @ A, as its operators associate.
+    at::Tensor B = A * b + at::matmul(A * c, A);
+    x = x * a + at::matmul(B, x);
+  }
+  return tall ? x.t() : x;
+}
+
+Muon::Muon(std::vector<at::Tensor> params, std::vector<std::string> names,
+           std::vector<std::vector<std::int64_t>> global_shapes, std::vector<std::int64_t> row_offsets,
+           MuonOptions options, RowGroup* rows)
+    : params_(std::move(params)), names_(std::move(names)), options_(options), rows_(rows) {
+  if (params_.size() != names_.size() || params_.size() != global_shapes.size() ||
+      params_.size() != row_offsets.size())
+    throw std::invalid_argument("Muon: one name, global shape and row offset per parameter is required");
+  const int ranks = rows_ ? rows_->size() : 1;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (takes_muon(names_[i], global_shapes[i], options_.adapters)) {
+      Matrix m;
+      m.param = i;
+      m.shape = global_shapes[i];
+      m.owner = static_cast<int>(matrices_.size() % static_cast<std::size_t>(ranks));
+      matrices_.push_back(std::move(m));
+      exp_avg_.push_back(at::zeros_like(params_[i]));
+      exp_avg_sq_.emplace_back();
+    } else {
+      adamw_.push_back(i);
+      exp_avg_.push_back(at::zeros_like(params_[i]));
+      exp_avg_sq_.push_back(at::zeros_like(params_[i]));
+    }
+  }
+  adamw_steps_.assign(params_.size(), 0);
+  // Every rank's rows of every matrix (the same matrices in the same order on every rank of the
+  // group: the engine cuts every parameter over all of them).
+  at::Tensor mine = at::empty({static_cast<std::int64_t>(matrices_.size())}, at::kLong);
+  for (std::size_t k = 0; k < matrices_.size(); ++k) mine[static_cast<std::int64_t>(k)] = params_[matrices_[k].param].size(0);
+  at::Tensor all = mine;
+  if (rows_ && rows_->size() > 1) {
+    all = at::empty({ranks * mine.numel()}, at::kLong);
+    rows_->all_gather(mine, all, std::vector<std::int64_t>(static_cast<std::size_t>(ranks), mine.numel()));
+  }
+  all = all.view({ranks, mine.numel()});
+  for (std::size_t k = 0; k < matrices_.size(); ++k) {
+    Matrix& m = matrices_[k];
+    std::int64_t total = 0;
+    for (int r = 0; r < ranks; ++r) {
+      m.rank_rows.push_back(all[r][static_cast<std::int64_t>(k)].item<std::int64_t>());
+      total += m.rank_rows.back();
+    }
+    if (total != m.shape[0] || (rows_ == nullptr && row_offsets[m.param] != 0))
+      throw std::logic_error("Muon: the pieces of " + names_[m.param] + " do not make its " +
+                             std::to_string(m.shape[0]) + " rows");
+  }
+}
+
+void Muon::step(double lr) {
+  c10::NoGradGuard no_grad;
+  step_muon(lr);
+  step_adamw(lr);
+  ++steps_;
+}
+
+void Muon::step_muon(double lr) {
+  const double wd = options_.weight_decay;
+  std::vector<at::Tensor> momenta(matrices_.size());
+  for (std::size_t k = 0; k < matrices_.size(); ++k) {
+    const Matrix& m = matrices_[k];
+    at::Tensor g = params_[m.param].grad();
+    if (!g.defined()) {
+      if (rows_ && rows_->size() > 1)
+        throw std::logic_error("Muon: " + names_[m.param] + " has no gradient on this rank of its group");
+      continue;  // as torch's optimizers: a parameter without a gradient keeps its value
+    }
+    at::Tensor& buf = exp_avg_[m.param];
+    buf.mul_(options_.momentum).add_(g);
+    momenta[k] = options_.nesterov ? g.add(buf, options_.momentum) : buf;
+  }
+  for (std::size_t first = 0; first < matrices_.size();) {
+    std::size_t last = first;
+    std::int64_t bytes = 0;
+    while (last < matrices_.size() && (last == first || bytes < kChunkBytes)) {
+      bytes += matrices_[last].shape[0] * matrices_[last].shape[1] * 4;
+      ++last;
+    }
+    const std::vector<at::Tensor> u = updates(first, last, momenta);
+    for (std::size_t k = first; k < last; ++k) {
+      if (!u[k - first].defined()) continue;
+      const Matrix& m = matrices_[k];
+      const double scale = 0.2 * std::sqrt(static_cast<double>(std::max(m.shape[0], m.shape[1])));
+      at::Tensor& p = params_[m.param];
+      p.mul_(1 - lr * wd);
+      p.add_(u[k - first], -(lr * scale));
+    }
+    first = last;
+  }
+}
+
+std::vector<at::Tensor> Muon::updates(std::size_t first, std::size_t last, const std::vector<at::Tensor>& momenta) {
+  std::vector<at::Tensor> out(last - first);
+  if (rows_ == nullptr || rows_->size() == 1) {
+    for (std::size_t k = first; k < last; ++k)
+      if (momenta[k].defined()) out[k - first] = newton_schulz5(momenta[k], options_.ns_steps);
+    return out;
+  }
+  const int ranks = rows_->size(), me = rows_->rank();
+  // 1. Every rank's momentum rows of the chunk's matrices, back to back in rank order.
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(ranks), 0);
+  for (int r = 0; r < ranks; ++r)
+    for (std::size_t k = first; k < last; ++k) counts[r] += matrices_[k].rank_rows[r] * cols_of(matrices_[k].shape);
+  std::vector<at::Tensor> mine;
+  for (std::size_t k = first; k < last; ++k) mine.push_back(momenta[k].reshape({-1}));
+  std::int64_t all_rows = 0;
+  for (std::int64_t c : counts) all_rows += c;
+  at::Tensor gathered = at::empty({all_rows}, at::kFloat);
+  rows_->all_gather(at::cat(mine), gathered, counts);
+  // 2. The matrices this rank is dealt, whole, orthogonalised.
+  std::vector<std::int64_t> rank_start(static_cast<std::size_t>(ranks), 0);
+  for (int r = 1; r < ranks; ++r) rank_start[r] = rank_start[r - 1] + counts[r - 1];
+  std::vector<at::Tensor> dealt;
+  std::vector<std::int64_t> dealt_counts(static_cast<std::size_t>(ranks), 0);
+  std::vector<std::int64_t> cursor = rank_start;
+  for (std::size_t k = first; k < last; ++k) {
+    const Matrix& m = matrices_[k];
+    const std::int64_t cols = cols_of(m.shape);
+    std::vector<at::Tensor> parts;
+    for (int r = 0; r < ranks; ++r) {
+      const std::int64_t n = m.rank_rows[r] * cols;
+      if (m.owner == me) parts.push_back(gathered.narrow(0, cursor[r], n));
+      cursor[r] += n;
+    }
+    dealt_counts[m.owner] += m.shape[0] * cols;
+    if (m.owner == me) dealt.push_back(newton_schulz5(at::cat(parts).view(m.shape), options_.ns_steps).reshape({-1}));
+  }
+  // 3. Every rank's updates, and this rank's rows of each.
+  std::int64_t total = 0;
+  for (std::int64_t c : dealt_counts) total += c;
+  at::Tensor updates = at::empty({total}, at::kBFloat16);
+  const at::Tensor sent = dealt.empty() ? at::empty({0}, at::kBFloat16) : at::cat(dealt);
+  rows_->all_gather(sent, updates, dealt_counts);
+  std::vector<std::int64_t> owner_start(static_cast<std::size_t>(ranks), 0);
+  for (int r = 1; r < ranks; ++r) owner_start[r] = owner_start[r - 1] + dealt_counts[r - 1];
+  for (std::size_t k = first; k < last; ++k) {
+    const Matrix& m = matrices_[k];
+    const std::int64_t numel = m.shape[0] * m.shape[1];
+    at::Tensor whole = updates.narrow(0, owner_start[m.owner], numel).view(m.shape);
+    owner_start[m.owner] += numel;
+    std::int64_t row = 0;
+    for (int r = 0; r < me; ++r) row += m.rank_rows[r];
+    out[k - first] = whole.narrow(0, row, m.rank_rows[me]);
+  }
+  return out;
+}
+
+void Muon::step_adamw(double lr) {
+  const double beta1 = options_.adamw_beta1, beta2 = options_.adamw_beta2;
+  for (std::size_t i : adamw_) {
+    const at::Tensor& g = params_[i].grad();
+    if (!g.defined()) continue;
+    const std::int64_t step = ++adamw_steps_[i];
+    at::Tensor& m = exp_avg_[i];
+    at::Tensor& v = exp_avg_sq_[i];
+    m.lerp_(g, 1 - beta1);
+    v.lerp_(g.square(), 1 - beta2);
+    const at::Tensor u = m / (v.sqrt() + options_.adamw_eps);
+    const double bias1 = 1 - std::pow(beta1, static_cast<double>(step));
+    const double bias2 = 1 - std::pow(beta2, static_cast<double>(step));
+    const double scale = bias1 / std::pow(bias2, 0.5);  // Python's `** 0.5`: pow, not sqrt
+    at::Tensor& p = params_[i];
+    p.mul_(1 - lr * options_.weight_decay);
+    p.add_(u, -lr / scale);
+  }
+}
+
+void Muon::set_steps(std::int64_t steps) {
+  steps_ = steps;
+  std::fill(adamw_steps_.begin(), adamw_steps_.end(), steps);
+}
+
+void Muon::load_state(std::size_t param, std::size_t k, const at::Tensor& value) {
+  c10::NoGradGuard no_grad;
+  at::Tensor& t = (k == 0 ? exp_avg_ : exp_avg_sq_).at(param);
+  if (!t.defined()) throw std::logic_error("Muon: " + names_.at(param) + " has no state " + state_names().at(k));
+  t.copy_(value);
+}
+
+std::vector<std::pair<std::string, double>> Muon::hyperparameters() const {
+  return {{"muon", 1.0},
+          {"momentum", options_.momentum},
+          {"nesterov", options_.nesterov ? 1.0 : 0.0},
+          {"ns_steps", static_cast<double>(options_.ns_steps)},
+          {"weight_decay", options_.weight_decay},
+          {"beta1", options_.adamw_beta1},
+          {"beta2", options_.adamw_beta2},
+          {"eps", options_.adamw_eps}};
+}
+
+std::string Muon::describe() const {
+  const int ranks = rows_ ? rows_->size() : 1;
+  return "muon: " + std::to_string(matrices_.size()) + " matrices (momentum " +
+         std::to_string(options_.momentum).substr(0, 5) + (options_.nesterov ? " Nesterov, " : ", ") +
+         std::to_string(options_.ns_steps) + " Newton-Schulz steps in bf16" +
+         (ranks > 1 ? ", each gathered whole and dealt to one of the " + std::to_string(ranks) + " ranks of its pieces"
+                    : std::string()) +
+         "), Moonlight's AdamW for the other " + std::to_string(adamw_.size()) + " tensors; weight decay " +
+         std::to_string(options_.weight_decay).substr(0, 6) + " on all";
+}
+
+std::int64_t Muon::state_bytes() const {
+  std::int64_t n = 0;
+  for (const at::Tensor* list : {exp_avg_.data(), exp_avg_sq_.data()})
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (list[i].defined()) n += list[i].numel() * list[i].element_size();
+  return n;
+}
+
+}  // namespace lft::optim
