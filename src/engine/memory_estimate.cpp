@@ -12,6 +12,7 @@
 #include "lft/engine/shard_layout.h"
 #include "lft/model/finetuning.h"
 #include "lft/model/moe.h"
+#include "lft/model/muon_matrices.h"
 #include "lft/model/quantized_base.h"
 
 namespace lft::engine {
@@ -131,6 +132,14 @@ void add_quantized_base_memory(const RunPlan& run, MemoryEstimate& e) {
   const model::QuantizedBaseShape q = model::plan_quantized_base(*m, run.finetuning);
   e.weights += static_cast<double>(q.totals.bytes);
   e.gathered += static_cast<double>(q.largest) * static_cast<double>(c10::elementSize(run.compute));
+}
+
+void add_muon_memory(const RunPlan& run, MemoryEstimate& e) {
+  if (!run.muon) return;
+  const auto m = create_run_model(run, at::TensorOptions().device(at::kMeta));
+  // The matrices' state is cut as their shards under a sharding engine (megatron refuses Muon).
+  const double shards = run.parallel.sharded ? run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP] : 1;
+  e.optimizer -= 4 * model::muon_matrix_elements(*m, run.muon_adapters) / shards;
 }
 
 void add_expert_parallel_memory(const RunPlan& run, MemoryEstimate& e) {

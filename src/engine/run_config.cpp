@@ -178,6 +178,8 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool 
   p.compute = cfg.boolean("bf16") ? at::kBFloat16 : cfg.boolean("fp16") ? at::kHalf : at::kFloat;
   p.gradient_checkpointing = cfg.boolean("gradient_checkpointing");
   p.fp8 = cfg.boolean("fp8");
+  p.muon = cfg.boolean("use_muon");
+  p.muon_adapters = cfg.boolean("muon_adapters");
   p.finetuning = finetuning_spec(cfg);
   p.seed = static_cast<std::uint64_t>(cfg.integer("seed"));
   if (p.finetuning.type == "lora" && cfg.is_set("adapter_name_or_path")) p.adapter_folder = cfg.string("adapter_name_or_path");
@@ -188,6 +190,7 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool 
   p.parallel = resolve_parallel_plan(cfg, p, *shape);
   p.memory = engine_info(p.parallel.preset).estimate_memory(p);
   add_expert_parallel_memory(p, p.memory);
+  add_muon_memory(p, p.memory);
   if (cfg.boolean("async_checkpoint") && cfg.string("save_strategy") != "no")
     p.memory.checkpoint_staging = p.memory.weights + p.memory.optimizer;
   add_quantized_base_memory(p, p.memory);  // after the staging: checkpoints never hold the 4-bit base

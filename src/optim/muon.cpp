@@ -13,19 +13,12 @@
 namespace lft::optim {
 namespace {
 
-bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
-
 std::int64_t cols_of(const std::vector<std::int64_t>& shape) { return shape[1]; }
 
 // The matrices of one exchange: whole ones of at most this many bytes together (one at least).
 constexpr std::int64_t kChunkBytes = 64LL << 20;
 
 }  // namespace
-
-bool takes_muon(const std::string& name, const std::vector<std::int64_t>& shape, bool adapters) {
-  return shape.size() == 2 && !contains(name, "embed") && !contains(name, "lm_head") && !contains(name, ".experts.") &&
-         (adapters || !contains(name, "lora"));
-}
 
 at::Tensor newton_schulz5(const at::Tensor& g, std::int64_t steps) {
   const double a = 3.4445, b = -4.7750, c = 2.0315;
@@ -44,14 +37,15 @@ at::Tensor newton_schulz5(const at::Tensor& g, std::int64_t steps) {
 
 Muon::Muon(std::vector<at::Tensor> params, std::vector<std::string> names,
            std::vector<std::vector<std::int64_t>> global_shapes, std::vector<std::int64_t> row_offsets,
-           MuonOptions options, RowGroup* rows)
+           const std::vector<bool>& matrix, MuonOptions options, RowGroup* rows)
     : params_(std::move(params)), names_(std::move(names)), options_(options), rows_(rows) {
   if (params_.size() != names_.size() || params_.size() != global_shapes.size() ||
-      params_.size() != row_offsets.size())
-    throw std::invalid_argument("Muon: one name, global shape and row offset per parameter is required");
+      params_.size() != row_offsets.size() || params_.size() != matrix.size())
+    throw std::invalid_argument("Muon: one name, global shape, row offset and choice per parameter is required");
   const int ranks = rows_ ? rows_->size() : 1;
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (takes_muon(names_[i], global_shapes[i], options_.adapters)) {
+    if (matrix[i]) {
+      if (global_shapes[i].size() != 2) throw std::invalid_argument("Muon: " + names_[i] + " is no matrix");
       Matrix m;
       m.param = i;
       m.shape = global_shapes[i];

@@ -1,6 +1,7 @@
 #include "lft/train/make_optimizer.h"
 
 #include "lft/comm/communicator.h"
+#include "lft/model/muon_matrices.h"
 #include "lft/optim/adamw.h"
 #include "lft/optim/muon.h"
 
@@ -31,17 +32,20 @@ class CommRowGroup final : public optim::RowGroup {
 // Muon with the group it gathers over (the optimizer keeps a pointer to it).
 class MuonOverGroup final : public optim::Optimizer {
  public:
-  MuonOverGroup(engine::Engine& engine, const optim::MuonOptions& options) {
+  MuonOverGroup(engine::Engine& engine, const optim::MuonOptions& options, bool adapters) {
     Communicator* comm = engine.row_piece_group();
     if (comm != nullptr) group_ = std::make_unique<CommRowGroup>(*comm);
     std::vector<std::vector<std::int64_t>> shapes;
     std::vector<std::int64_t> offsets;
+    std::vector<bool> matrix;
+    const std::vector<std::string> names = engine.parameter_names();
     for (const TensorBox& box : engine.parameter_boxes()) {
+      matrix.push_back(model::muon_matrix(names[shapes.size()], box.global_shape, adapters));
       shapes.push_back(box.global_shape);
       offsets.push_back(box.offset.empty() ? 0 : box.offset[0]);
     }
-    muon_ = std::make_unique<optim::Muon>(engine.parameters(), engine.parameter_names(), std::move(shapes),
-                                          std::move(offsets), options, group_.get());
+    muon_ = std::make_unique<optim::Muon>(engine.parameters(), names, std::move(shapes), std::move(offsets), matrix,
+                                          options, group_.get());
   }
   void step(double lr) override { muon_->step(lr); }
   std::int64_t steps() const override { return muon_->steps(); }
@@ -63,7 +67,7 @@ class MuonOverGroup final : public optim::Optimizer {
 }  // namespace
 
 std::unique_ptr<optim::Optimizer> make_optimizer(engine::Engine& engine, const TrainOptions& options) {
-  if (options.use_muon) return std::make_unique<MuonOverGroup>(engine, options.muon);
+  if (options.use_muon) return std::make_unique<MuonOverGroup>(engine, options.muon, options.muon_adapters);
   return std::make_unique<optim::AdamW>(engine.parameters(), engine.parameter_names(), options.adamw);
 }
 

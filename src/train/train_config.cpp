@@ -33,7 +33,7 @@ TrainOptions train_options(const config::Config& cfg, const engine::RunPlan& pla
   o.muon.momentum = cfg.real("muon_momentum");
   o.muon.nesterov = cfg.boolean("muon_nesterov");
   o.muon.ns_steps = cfg.integer("muon_ns_steps");
-  o.muon.adapters = cfg.boolean("muon_adapters");
+  o.muon_adapters = cfg.boolean("muon_adapters");
   o.muon.weight_decay = o.adamw.weight_decay;
   o.muon.adamw_beta1 = o.adamw.beta1;
   o.muon.adamw_beta2 = o.adamw.beta2;

@@ -1,12 +1,13 @@
 // Muon over row pieces (optim/muon.h): the ranks of a group, each holding rows of every matrix as
 // the sharding engines cut them (FSDP2's even cut, and an uneven one with empty pieces), update
 // their rows exactly as one rank updates the whole matrices (bit for bit, every step), from the
-// same gradients; and LlamaFactory's rule picks the matrices.
+// same gradients; and LlamaFactory's rule (model/muon_matrices.h) picks the matrices.
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <numeric>
 
+#include "lft/model/muon_matrices.h"
 #include "lft/optim/muon.h"
 #include "mpi_test_util.h"
 
@@ -61,18 +62,20 @@ void expect_pieces_equal_one_rank(bool uneven) {
   std::vector<std::string> names;
   std::vector<std::vector<std::int64_t>> shapes;
   std::vector<std::int64_t> zeros, offsets;
+  std::vector<bool> matrix;
   for (std::size_t i = 0; i < kParams.size(); ++i) {
     whole.push_back(seeded(kParams[i].shape, 100 + i));
     const auto [begin, rows] = rows_of(kParams[i].shape[0], me, ranks, uneven);
     pieces.push_back(whole.back().narrow(0, begin, rows).clone());
     names.push_back(kParams[i].name);
     shapes.push_back(kParams[i].shape);
+    matrix.push_back(model::muon_matrix(kParams[i].name, kParams[i].shape));
     zeros.push_back(0);
     offsets.push_back(begin);
   }
-  optim::Muon one(whole, names, shapes, zeros, options, nullptr);
+  optim::Muon one(whole, names, shapes, zeros, matrix, options, nullptr);
   WorldRows group;
-  optim::Muon cut(pieces, names, shapes, offsets, options, &group);
+  optim::Muon cut(pieces, names, shapes, offsets, matrix, options, &group);
   EXPECT_EQ(one.muon_matrices(), 3u);
   for (int step = 1; step <= 3; ++step) {
     for (std::size_t i = 0; i < kParams.size(); ++i) {
@@ -97,16 +100,16 @@ TEST(Muon, RowPiecesOverRanksUpdateAsOneRankBitwise) { expect_pieces_equal_one_r
 TEST(Muon, UnevenAndEmptyRowPiecesUpdateAsOneRankBitwise) { expect_pieces_equal_one_rank(true); }
 
 TEST(Muon, LlamaFactoryRuleChoosesTheMatrices) {
-  EXPECT_TRUE(optim::takes_muon("model.layers.3.self_attn.o_proj.weight", {8, 8}));
-  EXPECT_TRUE(optim::takes_muon("model.layers.3.self_attn.o_proj.lora_A.weight", {4, 8}));
-  EXPECT_TRUE(optim::takes_muon("model.layers.3.mlp.gate.weight", {8, 16}));  // a router
-  EXPECT_FALSE(optim::takes_muon("model.embed_tokens.weight", {50, 8}));
-  EXPECT_FALSE(optim::takes_muon("lm_head.weight", {50, 8}));
-  EXPECT_FALSE(optim::takes_muon("model.norm.weight", {8}));
-  EXPECT_FALSE(optim::takes_muon("model.layers.0.mlp.experts.3.down_proj.weight", {8, 16}));
+  EXPECT_TRUE(model::muon_matrix("model.layers.3.self_attn.o_proj.weight", {8, 8}));
+  EXPECT_TRUE(model::muon_matrix("model.layers.3.self_attn.o_proj.lora_A.weight", {4, 8}));
+  EXPECT_TRUE(model::muon_matrix("model.layers.3.mlp.gate.weight", {8, 16}));  // a router
+  EXPECT_FALSE(model::muon_matrix("model.embed_tokens.weight", {50, 8}));
+  EXPECT_FALSE(model::muon_matrix("lm_head.weight", {50, 8}));
+  EXPECT_FALSE(model::muon_matrix("model.norm.weight", {8}));
+  EXPECT_FALSE(model::muon_matrix("model.layers.0.mlp.experts.3.down_proj.weight", {8, 16}));
   // v1's rule: LoRA's factors take AdamW.
-  EXPECT_FALSE(optim::takes_muon("model.layers.3.self_attn.o_proj.lora_B.weight", {8, 4}, /*adapters=*/false));
-  EXPECT_TRUE(optim::takes_muon("model.layers.3.self_attn.o_proj.weight", {8, 8}, /*adapters=*/false));
+  EXPECT_FALSE(model::muon_matrix("model.layers.3.self_attn.o_proj.lora_B.weight", {8, 4}, /*adapters=*/false));
+  EXPECT_TRUE(model::muon_matrix("model.layers.3.self_attn.o_proj.weight", {8, 8}, /*adapters=*/false));
 }
 
 }  // namespace

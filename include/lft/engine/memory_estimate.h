@@ -22,5 +22,7 @@ void add_expert_parallel_memory(const RunPlan& run, MemoryEstimate& e);
 // QLoRA (quantization_bit = 4): the estimates above leave the quantized weights out (no engine
 // holds them); this adds their 4-bit bytes, whole on every rank, and one dequantized at a time.
 void add_quantized_base_memory(const RunPlan& run, MemoryEstimate& e);
+// use_muon: Muon's matrices keep a momentum buffer and no second moment (half AdamW's state).
+void add_muon_memory(const RunPlan& run, MemoryEstimate& e);
 
 }  // namespace lft::engine

@@ -76,6 +76,8 @@ struct RunPlan {
   at::ScalarType compute = at::kFloat;  // bf16 / fp16: autocast over fp32 weights
   bool gradient_checkpointing = false;
   bool fp8 = false;                                  // float8 linears (float8.h)
+  bool muon = false;                                 // use_muon: Muon's matrices (muon_matrices.h)
+  bool muon_adapters = true;                         //   LoRA's factors among them
   model::FinetuningSpec finetuning;                  // which parameters train
   std::string adapter_folder;                        // adapter_name_or_path ("" when none)
   std::uint64_t seed = 0;                            // the initialisation's (and LoRA's) seed

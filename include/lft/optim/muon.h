@@ -31,8 +31,6 @@ struct MuonOptions {
   double adamw_beta1 = 0.9;
   double adamw_beta2 = 0.95;
   double adamw_eps = 1e-8;
-  // LoRA's A and B take Muon (the classic trainer's rule); false: AdamW (v1's).
-  bool adapters = true;
 };
 
 // The group over which an engine cuts each parameter's rows (rank r holds the r-th range, in rank
@@ -46,22 +44,18 @@ class RowGroup {
   virtual void all_gather(const at::Tensor& in, const at::Tensor& out, const std::vector<std::int64_t>& counts) = 0;
 };
 
-// Whether LlamaFactory's rule gives the parameter `name` of global shape `shape` to Muon: a matrix
-// that is not the embedding or the head (and not a routed expert's, a 3-d tensor in transformers);
-// with `adapters` false not LoRA's either (v1's rule).
-bool takes_muon(const std::string& name, const std::vector<std::int64_t>& shape, bool adapters = true);
-
 // G's orthogonalisation as Keller Jordan's zeropower_via_newtonschulz5 computes it (bf16).
 at::Tensor newton_schulz5(const at::Tensor& g, std::int64_t steps);
 
 class Muon final : public Optimizer {
  public:
   // params[i] (this rank's piece of parameter names[i], at box offset row_offsets[i] of a tensor of
-  // global_shapes[i]) is updated from its gradient. `rows` null: every piece is its whole
-  // parameter. Collective over `rows` (the pieces' row ranges are exchanged once).
+  // global_shapes[i]) is updated from its gradient, by Muon where matrix[i] (a 2-d global shape),
+  // else by AdamW. `rows` null: every piece is its whole parameter. Collective over `rows` (the
+  // pieces' row ranges are exchanged once).
   Muon(std::vector<at::Tensor> params, std::vector<std::string> names,
        std::vector<std::vector<std::int64_t>> global_shapes, std::vector<std::int64_t> row_offsets,
-       MuonOptions options, RowGroup* rows);
+       const std::vector<bool>& matrix, MuonOptions options, RowGroup* rows);
 
   void step(double lr) override;
   std::int64_t steps() const override { return steps_; }

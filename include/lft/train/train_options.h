@@ -34,6 +34,7 @@ struct TrainOptions {
   optim::AdamWOptions adamw;
   bool use_muon = false;  // Muon for the matrices, its AdamW for the rest (muon.h); else AdamW
   optim::MuonOptions muon;
+  bool muon_adapters = true;  // LoRA's factors take Muon (classic); false: AdamW (v1)
   // lr_scheduler_type, learning_rate, lr_scheduler_kwargs; the steps are the run's (resolve
   // warm-up with warmup_steps / warmup_ratio once the run's length is known).
   optim::LrScheduleSpec lr;
