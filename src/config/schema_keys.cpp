@@ -110,11 +110,17 @@ std::vector<KeySpec> build() {
           .def("auto")
           .allowed({"auto", "alpaca", "sharegpt", "messages", "text"}),
       K("template", S,
-        "Chat template for stage = \"sft\": the classic trainer's (default, llama3, qwen, mistral) "
-        "or LlamaFactory v1's (qwen3_nothink, qwen3, chatml: each message rendered and trained as "
-        "v1 renders it, the assistant header included, sequences cut at cutoff_len)")
+        "Chat template for stage = \"sft\": the classic trainer's (default, llama3, qwen, mistral), "
+        "LlamaFactory v1 0.9.5's (qwen3_nothink, qwen3, chatml: each message rendered and trained as "
+        "v1 renders it, the assistant header included, sequences cut at cutoff_len), or \"model\": the "
+        "model folder's own Jinja chat template (or custom_chat_template, else ChatML) as LlamaFactory "
+        "main's v1 renders it (one example per trained answer, everything after the generation prompt "
+        "trained; a v1 file without template)")
           .def("default")
-          .allowed({"default", "llama3", "qwen", "mistral", "qwen3_nothink", "qwen3", "chatml"}),
+          .allowed({"default", "llama3", "qwen", "mistral", "qwen3_nothink", "qwen3", "chatml", "model"}),
+      K("custom_chat_template", S,
+        "template = \"model\": a Jinja chat template used in place of the model folder's (LlamaFactory "
+        "main's v1 key)"),
       K("packing", B, "Pack several samples into each cutoff_len sequence").def(false),
       K("pad_to_multiple_of", I,
         "Pad each micro-batch to its longest sequence rounded up to a multiple of this (as "

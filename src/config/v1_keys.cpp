@@ -145,7 +145,9 @@ class V1Mapper {
   void model_keys() {
     rename("model", "model_name_or_path");
     put("stage", Value{std::string("sft")});  // v1's `llamafactory-cli sft`
-    put("template", Value{std::string("qwen3_nothink")});
+    // 0.9.5's files name a built-in template (qwen3_nothink, ...); main's have none and render the
+    // model's own Jinja template.
+    put("template", Value{std::string("model")});
     if (auto c = take("model_class"))
       if (string_of(*c) != "llm")
         refuse(*c, "lftrain trains causal language models (model_class: llm) only",

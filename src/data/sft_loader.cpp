@@ -8,6 +8,7 @@
 #include <string>
 
 #include "lft/data/sft_cache.h"
+#include "lft/data/jinja_sft.h"
 #include "lft/data/python_random.h"
 #include "lft/data/sft_dataset.h"
 #include "lft/data/v1_render.h"
@@ -44,7 +45,9 @@ std::string cache_key(const std::vector<DatasetSource>& sources, const SftOption
            c.function_tag + "," + c.system_tag + "," + c.text + ",sep=" + c.query_separator +
            (c.ranking ? ",ranking=" + c.chosen + "," + c.rejected : std::string()) + "\n";
   }
-  key += "template=" + o.template_name + "\ntokenizer=" + tok.name() +
+  key += "template=" + o.template_name + "\n";
+  if (o.jinja) key += "jinja=" + std::to_string(std::hash<std::string>{}(o.jinja->text())) + "\n";
+  key += "tokenizer=" + tok.name() +
          " vocab=" + std::to_string(tok.vocab_size()) + " bos=" + std::to_string(tok.bos_id()) +
          " eos=" + std::to_string(tok.eos_id()) + " " + o.tokenizer_fingerprint + "\n";
   key += "special_tokens=bos=" + std::to_string(sp.bos) + ",eos=" + std::to_string(sp.eos) + "\n";
@@ -130,19 +133,32 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
     }
   }
   const bool pairs = o.stage == "dpo";
+  const bool own = o.template_name == kModelTemplate;  // the model's Jinja template (jinja_sft.h)
+  if (own && !o.jinja) throw std::logic_error("SftOptions: template \"model\" without its encoder");
   say(o, "tokenizing " + std::to_string(records.conversations.size()) + (pairs ? " preference pairs" : " conversations") +
-             " with template " + o.template_name);
-  const ChatTemplate tpl(o.template_name);
-  if (pairs && tpl.is_v1())
+             " with template " + (own ? "model (" + o.jinja->source() + ")" : o.template_name));
+  const ChatTemplate tpl(own ? "chatml" : o.template_name);  // (own: unused)
+  if (pairs && (tpl.is_v1() || own))
     throw UsageError("template " + o.template_name + " is one of LlamaFactory v1's; stage = \"dpo\" renders pairs with "
                      "the classic templates (default, llama3, qwen, mistral)");
+  // v1 with the model's template trains one example per answer (the conversation up to it).
+  std::vector<Conversation> prefixes;
+  if (own)
+    for (const Conversation& conv : records.conversations)
+      for (Conversation& p : JinjaChatEncoder::supervised_prefixes(conv)) prefixes.push_back(std::move(p));
+  const std::vector<Conversation>& items = own ? prefixes : records.conversations;
   const SftParallel& par = o.parallel;
   std::vector<TokenizedExample> examples;
   std::string error;
   try {
-    for (std::size_t i = static_cast<std::size_t>(par.rank); i < records.conversations.size();
-         i += static_cast<std::size_t>(par.ranks)) {
-      const Conversation& conv = records.conversations[i];
+    for (std::size_t i = static_cast<std::size_t>(par.rank); i < items.size(); i += static_cast<std::size_t>(par.ranks)) {
+      const Conversation& conv = items[i];
+      if (!own)
+        for (const Message& m : conv.messages)
+          if (!m.reasoning.empty())
+            throw UsageError("conversation " + std::to_string(i + 1) + " has an answer with reasoning, which template " +
+                             o.template_name + " has no place for\n  hint: leave template unset in a v1 file (or "
+                             "set template = \"model\") to render it with the model's own chat template");
       if (!pairs && conv.is_pair)
         throw UsageError("conversation " + std::to_string(i + 1) + " is a preference pair (chosen and rejected "
                          "answers), which trains with stage = \"dpo\", not " + o.stage);
@@ -156,6 +172,8 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
         examples.push_back(std::move(chosen));
         check_ids(examples.back(), tok);
         examples.push_back(std::move(rejected));
+      } else if (own) {
+        examples.push_back(o.jinja->encode(conv, tok, o.cutoff_len));
       } else {
         examples.push_back(tpl.is_v1() ? v1_encode(o.template_name, conv, tok, o.cutoff_len)
                                        : flatten_turns(tpl.encode(conv, tok, sp), o.cutoff_len));
@@ -188,7 +206,7 @@ SftData load_sft_data(const std::vector<DatasetSource>& sources, const SftOption
   if (o.cutoff_len < 2) {
     throw UsageError("cutoff_len must be at least 2, got " + std::to_string(o.cutoff_len));
   }
-  ChatTemplate check_name(o.template_name);  // an unknown template fails before any work
+  if (o.template_name != kModelTemplate) ChatTemplate check_name(o.template_name);  // an unknown one fails first
   if (sp.pad < 0) throw UsageError("no pad token id: resolve the special tokens first");
   if (sources.empty()) throw UsageError("no dataset file given");
   const bool packing = o.packing || o.neat_packing;
@@ -239,6 +257,7 @@ SftData load_sft_data(const std::vector<DatasetSource>& sources, const SftOption
   summary += "\n" + o.stage + ": " + std::to_string(st.examples) + " examples -> " +
              std::to_string(seqs->num_sequences()) + " sequences (" +
              (o.stage == "pt" ? "" : "template " + o.template_name + ", ") +
+             (o.template_name == kModelTemplate ? "one example per trained answer, " : "") +
              (packing ? (o.neat_packing ? "neat packing" : "packing") : "no packing") + "), " +
              std::to_string(st.truncated) +
              " truncated to cutoff_len = " + std::to_string(o.cutoff_len);

@@ -85,7 +85,7 @@ Message turn(Role role, std::string text) {
 }
 
 // The text of a v1 message's content: a string, or a list of {"type":"text", "value"|"text"}.
-std::string content_text(const json& content, std::string& out) {
+std::string content_text(const json& content, std::string& out, std::string* reasoning = nullptr) {
   if (content.is_string()) {
     out = content.get<std::string>();
     return "";
@@ -98,16 +98,17 @@ std::string content_text(const json& content, std::string& out) {
     if (!part.is_object()) return "a content part is not an object";
     const auto type = part.find("type");
     if (type == part.end() || !type->is_string()) return "a content part has no string \"type\"";
-    if (type->get<std::string>() != "text") {
+    const bool thought = type->get<std::string>() == "reasoning" && reasoning != nullptr;
+    if (type->get<std::string>() != "text" && !thought) {
       return "content of type " + quoted(type->get<std::string>()) +
              " is not supported (text only)";
     }
     auto value = part.find("value");
     if (value == part.end()) value = part.find("text");
     if (value == part.end() || !value->is_string()) {
-      return "a text part has no string \"value\"";
+      return std::string("a ") + (thought ? "reasoning" : "text") + " part has no string \"value\"";
     }
-    out += value->get<std::string>();
+    (thought ? *reasoning : out) += value->get<std::string>();
   }
   return "";
 }
@@ -240,9 +241,11 @@ std::string parse_messages(const json& record, Conversation& out) {
     const auto content = m.find("content");
     if (role == m.end() || !role->is_string()) return where + " has no string \"role\"";
     if (content == m.end()) return where + " has no \"content\"";
-    std::string text;
-    std::string bad = content_text(*content, text);
+    std::string text, reasoning;
+    std::string bad = content_text(*content, text, &reasoning);
     if (!bad.empty()) return where + ": " + bad;
+    const auto reasoning_key = m.find("reasoning_content");
+    if (reasoning_key != m.end() && reasoning_key->is_string()) reasoning += reasoning_key->get<std::string>();
     const std::string r = role->get<std::string>();
     Message msg;
     if (r == "user") {
@@ -256,6 +259,8 @@ std::string parse_messages(const json& record, Conversation& out) {
     } else {
       return where + " has role " + quoted(r) + "; expected system, user, assistant or tool";
     }
+    if (!reasoning.empty() && msg.role != Role::Assistant) return where + " has reasoning, which only answers hold";
+    msg.reasoning = std::move(reasoning);
     const auto weight = m.find("loss_weight");
     if (weight != m.end() && !weight->is_null()) {
       if (!weight->is_number() || !std::isfinite(weight->get<double>()) ||

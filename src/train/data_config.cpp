@@ -15,6 +15,7 @@ DataOptions data_options(const config::Config& cfg) {
   }
   o.bytes_tokenizer = cfg.string("tokenizer") == "bytes";
   o.template_name = cfg.string("template");
+  if (cfg.is_set("custom_chat_template")) o.custom_chat_template = cfg.string("custom_chat_template");
   o.dataset_format = cfg.string("dataset_format");
   o.use_dataset = cfg.is_set("dataset");
   if (o.use_dataset) {

@@ -12,6 +12,7 @@
 #include "lft/data/corpus.h"
 #include "lft/data/dataset_registry.h"
 #include "lft/data/hf_tokenizer.h"
+#include "lft/data/model_chat_template.h"
 #include "lft/data/sft_cache.h"
 #include "lft/data/v1_dataset_file.h"
 #include "lft/runtime/check.h"
@@ -142,12 +143,18 @@ TrainingData::TrainingData(const DataOptions& d, MPI_Comm world) {
                std::to_string(packed_->seq_len()) + " tokens (" + tokenizer_->name() + " tokenizer)";
     return;
   }
-  const data::ChatTemplate chat(d.template_name);
+  // The model's own Jinja template writes every token itself; padding takes the tokenizer's pad
+  // (else eos), as the "default" template resolves them.
+  const bool own = d.template_name == data::kModelTemplate;
+  const data::ChatTemplate chat(own ? "default" : d.template_name);
   data::TokenIdFn token_id;
   if (hf) token_id = [hf](const std::string& s) { return hf->token_id(s); };
   const data::SpecialTokens special = chat.resolve_special_tokens(*tokenizer_, token_id);
   data::SftOptions options = sft_options(d, tokenizer_file);
   if (pretrain && !d.packing_set) options.packing = true;  // LlamaFactory packs pt by default
+  if (own)
+    options.jinja = std::make_shared<const data::JinjaChatEncoder>(
+        data::read_model_chat_template(bytes ? "" : d.model_folder, d.custom_chat_template));
   // Every rank tokenizes its share; rank 0 writes the cache. A set-up phase with its own
   // deadline, not a training collective.
   int rank = 0;
@@ -169,7 +176,8 @@ TrainingData::TrainingData(const DataOptions& d, MPI_Comm world) {
   }
   segments_ = options.neat_packing;
   pairs_ = options.stage == "dpo";
-  summary_ = loaded.summary + " (" + tokenizer_->name() + " tokenizer, template " + chat.name() + ")";
+  summary_ = loaded.summary + " (" + tokenizer_->name() + " tokenizer, template " +
+             (own ? "model: " + options.jinja->source() : chat.name()) + ")";
 }
 
 std::int64_t TrainingData::num_sequences() const {

@@ -46,7 +46,8 @@ TEST(ConfigV1, DefaultsAreV1s) {
   EXPECT_EQ(c.format().rfind("a LlamaFactory v1 YAML (key 'model' at job.yaml:1:1)", 0), 0u) << c.format();
   EXPECT_EQ(c.string("model_name_or_path"), repo_root() + "/tests/fixtures/qwen3-tiny");
   EXPECT_EQ(c.string("stage"), "sft");
-  EXPECT_EQ(c.string("template"), "qwen3_nothink");
+  EXPECT_EQ(c.string("template"), "model");  // main's: the model's own chat template
+  EXPECT_EQ(parse_yaml(v1_head() + "template: qwen3_nothink\n").string("template"), "qwen3_nothink");  // 0.9.5's
   EXPECT_EQ(c.string("finetuning_type"), "full");
   EXPECT_EQ(c.string("distributed"), "ddp");
   EXPECT_EQ(c.string("lr_scheduler_type"), "constant");
@@ -105,7 +106,7 @@ TEST(ConfigV1, TheGuidesFsdp2FileTurnsBf16OnAndTrainsTheFullModel) {
   EXPECT_EQ(c.format().rfind("a LlamaFactory v1 YAML (train_dataset without", 0), 0u) << c.format();
   EXPECT_TRUE(c.boolean("bf16"));
   EXPECT_EQ(c.string("finetuning_type"), "full");
-  EXPECT_EQ(c.string("template"), "qwen3_nothink");
+  EXPECT_EQ(c.string("template"), "model");
   EXPECT_TRUE(noted(c, "pin_memory = true: no effect without offload_params: true"));
 }
 

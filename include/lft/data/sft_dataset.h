@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "lft/data/chat_template.h"
+#include "lft/data/jinja_sft.h"
 #include "lft/data/sft_records.h"
 #include "lft/data/sft_sequences.h"
 #include "lft/data/tokenizer.h"
@@ -85,10 +86,14 @@ struct SftParallel {
       gather;
 };
 
+// template_name of the model's own Jinja chat template (SftOptions::jinja renders it).
+inline constexpr const char* kModelTemplate = "model";
+
 struct SftOptions {
   std::string stage = "sft";  // "sft" | "pt" | "dpo" (every conversation a preference pair)
   RecordOptions records;      // dataset_format and columns
   std::string template_name = "default";
+  std::shared_ptr<const JinjaChatEncoder> jinja;  // template_name "model": the model's template
   std::int64_t cutoff_len = 1024;
   bool packing = false;
   bool neat_packing = false;  // implies packing (as LlamaFactory, with a log line)

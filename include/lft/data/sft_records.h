@@ -36,6 +36,9 @@ struct Message {
   // of other roles is kept as read but never used.
   float loss_weight = 1.0f;
   bool weight_given = false;  // the record set loss_weight (v1's templates default it by role)
+  // An answer's reasoning (v1's "reasoning" content parts, or a "reasoning_content" string), which
+  // only a model's own Jinja template renders (jinja_sft.h); the other templates refuse it.
+  std::string reasoning = {};
 };
 
 // An optional leading System message, then pairs (User or Observation, Assistant), at least one

@@ -17,6 +17,7 @@ struct DataOptions {
   std::string model_folder_where;           // its location, for messages
   bool bytes_tokenizer = false;             // tokenizer = "bytes"
   std::string template_name;                // template
+  std::string custom_chat_template;         // template "model": a Jinja template in place of the model's
   std::string dataset_format;               // dataset_format
   bool use_dataset = false;                 // `dataset` given: dataset_info.json names, not train_dataset files
   std::vector<std::string> train_files;     // train_dataset (files, v1 dataset files)
