@@ -1,4 +1,4 @@
-// Which parameters Muon orthogonalises (LlamaFactory's rule, docs/finetuning.md "Muon"): the
+// Which parameters Muon orthogonalises (LlamaFactory's rule, docs/optimizer.md): the
 // optimizer gets the answer per tensor; the memory estimate counts them.
 #pragma once
 
