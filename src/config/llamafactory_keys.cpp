@@ -85,10 +85,10 @@ const Unbuilt kUnbuilt[] = {
      "a LoRA variant (or OFT)",
      "remove it: lftrain's LoRA takes lora_rank, lora_alpha, lora_dropout, lora_target, additional_target, "
      "use_rslora, use_dora and adapter_name_or_path"},
-    {{"ld_alpha", "ref_model_adapters", "ref_model_quantization_bit", "kto_chosen_weight", "kto_rejected_weight"},
+    {{"ref_model_adapters", "ref_model_quantization_bit", "kto_chosen_weight", "kto_rejected_weight"},
      "a preference-training variant",
-     "remove it: lftrain's stage dpo takes pref_beta, pref_loss, pref_ftx, simpo_gamma, dpo_label_smoothing and "
-     "ref_model"},
+     "remove it: lftrain's stage dpo takes pref_beta, pref_loss, pref_ftx, simpo_gamma, dpo_label_smoothing, "
+     "ld_alpha and ref_model"},
 };
 
 // Adds `path = value` where `from` was, unless the file sets `path` itself (which then wins, with

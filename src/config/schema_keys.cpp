@@ -222,6 +222,10 @@ std::vector<KeySpec> build() {
           .def(0.0)
           .min(0)
           .max(0.5),
+      K("ld_alpha", F,
+        "dpo: LD-DPO (LlamaFactory's ld_alpha): the policy's tokens of an answer beyond the length of the shorter "
+        "answer of its pair weigh ld_alpha in its log-probability (the reference's all weigh 1); unset: off")
+          .min(1e-6),
       K("ref_model", S,
         "dpo: the reference model's Hugging Face folder (default: the policy's starting weights; with LoRA, "
         "the base model without the adapters)")

@@ -144,7 +144,15 @@ class V1Mapper {
 
   void model_keys() {
     rename("model", "model_name_or_path");
-    put("stage", Value{std::string("sft")});  // v1's `llamafactory-cli sft`
+    // v1's `llamafactory-cli sft`, or `llamafactory-cli dpo` for a file with DPO's keys (main's
+    // trainer: pref_loss, pref_beta, ...; `lftrain FILE stage=dpo` for one without).
+    for (const char* k : {"pref_loss", "pref_beta", "pref_ftx", "simpo_gamma", "dpo_label_smoothing", "ld_alpha"})
+      if (const Item* pref = find_item(in_, k)) {
+        note(*pref, "a DPO key: this v1 file trains as `llamafactory-cli dpo` does (stage = \"dpo\")");
+        put("stage", Value{std::string("dpo")}, pref);
+        break;
+      }
+    put("stage", Value{std::string("sft")});
     // 0.9.5's files name a built-in template (qwen3_nothink, ...); main's have none and render the
     // model's own Jinja template.
     put("template", Value{std::string("model")});

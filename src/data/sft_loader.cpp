@@ -98,6 +98,23 @@ void apply_v1_sizes(SftRecords& records, const std::vector<DatasetSource>& sourc
   records.conversations = std::move(out);
 }
 
+// A pair with the model's own template, as LlamaFactory main's v1 DPO makes it: each answer's
+// example (jinja_sft.h), the two cut together to cutoff_len tokens (chosen first: the rejected
+// one keeps what is left).
+std::pair<TokenizedExample, TokenizedExample> jinja_pair(const JinjaChatEncoder& enc, const Conversation& chosen,
+                                                         const Conversation& rejected, const Tokenizer& tok,
+                                                         std::int64_t cutoff_len) {
+  TokenizedExample c = enc.encode(chosen, tok, cutoff_len);
+  const auto room = static_cast<std::int64_t>(std::max<std::int64_t>(0, cutoff_len - static_cast<std::int64_t>(c.ids.size())));
+  TokenizedExample r = enc.encode(rejected, tok, std::max<std::int64_t>(room, 1));
+  if (room == 0) {
+    r.ids.clear();
+    r.weights.clear();
+    r.truncated = true;
+  }
+  return {std::move(c), std::move(r)};
+}
+
 void check_ids(const TokenizedExample& ex, const Tokenizer& tok) {
   for (const std::int32_t id : ex.ids) {
     if (id < 0 || id >= tok.vocab_size()) {
@@ -138,15 +155,15 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
   say(o, "tokenizing " + std::to_string(records.conversations.size()) + (pairs ? " preference pairs" : " conversations") +
              " with template " + (own ? "model (" + o.jinja->source() + ")" : o.template_name));
   const ChatTemplate tpl(own ? "chatml" : o.template_name);  // (own: unused)
-  if (pairs && (tpl.is_v1() || own))
+  if (pairs && tpl.is_v1() && !own)
     throw UsageError("template " + o.template_name + " is one of LlamaFactory v1's; stage = \"dpo\" renders pairs with "
                      "the classic templates (default, llama3, qwen, mistral)");
   // v1 with the model's template trains one example per answer (the conversation up to it).
   std::vector<Conversation> prefixes;
-  if (own)
+  if (own && !pairs)  // (pairs are not split: their last answers are the pair)
     for (const Conversation& conv : records.conversations)
       for (Conversation& p : JinjaChatEncoder::supervised_prefixes(conv)) prefixes.push_back(std::move(p));
-  const std::vector<Conversation>& items = own ? prefixes : records.conversations;
+  const std::vector<Conversation>& items = own && !pairs ? prefixes : records.conversations;
   const SftParallel& par = o.parallel;
   std::vector<TokenizedExample> examples;
   std::string error;
@@ -168,7 +185,8 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
       if (pairs) {  // the chosen sequence, then the rejected one
         Conversation other = conv;
         other.messages.back() = conv.rejected;
-        auto [chosen, rejected] = flatten_pair(tpl.encode(conv, tok, sp), tpl.encode(other, tok, sp), o.cutoff_len);
+        auto [chosen, rejected] = own ? jinja_pair(*o.jinja, conv, other, tok, o.cutoff_len)
+                                      : flatten_pair(tpl.encode(conv, tok, sp), tpl.encode(other, tok, sp), o.cutoff_len);
         examples.push_back(std::move(chosen));
         check_ids(examples.back(), tok);
         examples.push_back(std::move(rejected));
@@ -257,7 +275,7 @@ SftData load_sft_data(const std::vector<DatasetSource>& sources, const SftOption
   summary += "\n" + o.stage + ": " + std::to_string(st.examples) + " examples -> " +
              std::to_string(seqs->num_sequences()) + " sequences (" +
              (o.stage == "pt" ? "" : "template " + o.template_name + ", ") +
-             (o.template_name == kModelTemplate ? "one example per trained answer, " : "") +
+             (o.template_name == kModelTemplate && o.stage == "sft" ? "one example per trained answer, " : "") +
              (packing ? (o.neat_packing ? "neat packing" : "packing") : "no packing") + "), " +
              std::to_string(st.truncated) +
              " truncated to cutoff_len = " + std::to_string(o.cutoff_len);

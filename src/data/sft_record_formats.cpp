@@ -285,7 +285,9 @@ std::string parse_messages(const json& record, Conversation& out) {
 std::string parse_pair(const json& record, Conversation& out) {
   if (!record.is_object()) return not_an_object(record);
   Conversation sides[2];
-  const char* const keys[2] = {"chosen", "rejected"};
+  // v1 0.9.5's pair converter output ("chosen", "rejected"), or main's native records.
+  const bool main_keys = !record.contains("chosen") && record.contains("chosen_messages");
+  const char* const keys[2] = {main_keys ? "chosen_messages" : "chosen", main_keys ? "rejected_messages" : "rejected"};
   for (int k = 0; k < 2; ++k) {
     const auto list = record.find(keys[k]);
     if (list == record.end() || !list->is_array()) return std::string("no \"") + keys[k] + "\" list of messages";
@@ -326,6 +328,8 @@ std::string detect_format(const json& record, const SftColumns& c) {
   }
   if (record.contains(c.prompt)) return "alpaca";
   if (record.contains(c.text)) return "text";
+  // LlamaFactory main's v1 pair records ({"chosen_messages": [...], "rejected_messages": [...]}).
+  if (record.contains("chosen_messages") && record.contains("rejected_messages")) return "pair";
   return "";
 }
 

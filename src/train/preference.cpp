@@ -41,6 +41,14 @@ PairTerms pair_terms(const PreferenceOptions& o, const at::Tensor& logps, const 
   return t;
 }
 
+at::Tensor length_desensitized_weights(const at::Tensor& weights, double ld_alpha) {
+  const at::Tensor trained = weights.gt(0);
+  const at::Tensor counts = trained.sum(1).view({-1, 2});
+  const at::Tensor shorter = std::get<0>(counts.min(1)).repeat_interleave(2).unsqueeze(1);  // [B, 1]
+  const at::Tensor rear = trained.logical_and(trained.cumsum(1).gt(shorter));
+  return at::where(rear, weights * ld_alpha, weights);
+}
+
 engine::SequenceObjective preference_objective(const PreferenceOptions& o) {
   return [o](const at::Tensor& token_losses, const engine::MicroBatch& batch) {
     const at::Tensor logps = -token_losses.sum(1);

@@ -66,6 +66,7 @@ PreferenceOptions PreferenceOptions::from(const config::Config& cfg) {
   o.ftx = cfg.real("pref_ftx");
   o.simpo_gamma = cfg.real("simpo_gamma");
   o.label_smoothing = cfg.real("dpo_label_smoothing");
+  if (cfg.is_set("ld_alpha")) o.ld_alpha = cfg.real("ld_alpha");
   return o;
 }
 

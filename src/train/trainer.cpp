@@ -70,6 +70,10 @@ engine::MicroBatch Trainer::State::device_batch(const data::Batch& b, const std:
   m.input_ids = to_device(b.input_ids, device);
   if (data->segments() && b.segment_ids.defined()) m.segment_ids = to_device(b.segment_ids, device);
   m.weights = to_device(b.weights, device);
+  // LD-DPO weighs the policy's tokens (a training step's batch: `sequences` given), not the
+  // reference's.
+  if (preference && preference->ld_alpha >= 0 && !sequences.empty())
+    m.weights = length_desensitized_weights(m.weights, preference->ld_alpha);
   if (model->config().moe.any() && b.token_mask.defined()) m.token_mask = to_device(b.token_mask, device);
   if (preference && preference->uses_reference() && !sequences.empty())
     m.reference_logps = to_device(reference_of(sequences).to(at::kFloat), device);

@@ -60,6 +60,26 @@ if [ ! -f "$work/adapter-dora/adapter_config.json" ]; then
     fail "making the DoRA adapter (tools/check-peft.py make-adapter --dora)"
 fi
 
+# LD-DPO weighs the tokens of the longer answer beyond the shorter one's length: its cases need
+# pairs whose answers differ in length (arithmetic_pairs' are equal), in both directions.
+cat > "$work/dataset_info.json" <<'JSON'
+{"ld_pairs": {"file_name": "ld_pairs.json", "ranking": true,
+              "columns": {"prompt": "instruction", "query": "input", "chosen": "chosen", "rejected": "rejected"}}}
+JSON
+"$py" - "$work/ld_pairs.json" <<'PY'
+import json, sys
+pairs = []
+for i in range(8):
+    a, b = 7 * i + 3, 11 * i + 5
+    right, wrong = str(a + b), str(a + b + 1 + i % 3)
+    long = f"Adding {a} and {b}: the tens first, then the units, which gives {{}}."
+    chosen, rejected = (long.format(right), wrong) if i % 2 else (right, long.format(wrong))
+    pairs.append({"instruction": f"What is {a} + {b}?", "input": "", "chosen": chosen, "rejected": rejected})
+json.dump(pairs, open(sys.argv[1], "w"), indent=1)
+PY
+ld="dataset: ld_pairs
+dataset_dir: $work"
+
 lora="finetuning_type: lora
 adapter_name_or_path: $work/adapter"
 # lftrain at 2 ranks: 2 x accumulation 2 x 2 ranks = the same 8 pairs a step. LlamaFactory runs
@@ -83,6 +103,12 @@ $lora"
   "simpo_lora|1|pref_loss: simpo
 $lora"
   "sigmoid_ftx_full|1|pref_ftx: 0.5"
+  "sigmoid_ld_full|1|ld_alpha: 0.5
+$ld"
+  "simpo_ld_lora|1|pref_loss: simpo
+ld_alpha: 0.3
+$ld
+$lora"
   "sigmoid_sharegpt_full|1|dataset: arithmetic_pairs_sharegpt"
   "sigmoid_full_fsdp2_2|2|$fsdp2"
   "sigmoid_lora_fsdp2_2|2|$lora

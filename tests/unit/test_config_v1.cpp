@@ -281,6 +281,15 @@ TEST(ConfigV1, OptimConfigMuonIsUseMuonWithV1sDefaults) {
   EXPECT_NE(betas.find("adamw_betas takes two numbers"), std::string::npos) << betas;
 }
 
+// main's `llamafactory-cli dpo`: a v1 file with DPO's keys trains stage dpo (or `stage=dpo` given).
+TEST(ConfigV1, DpoKeysMakeADpoRun) {
+  const Config c = parse_yaml(v1_head() + "pref_loss: simpo\nld_alpha: 0.5\n");
+  EXPECT_EQ(c.string("stage"), "dpo");
+  EXPECT_DOUBLE_EQ(c.real("ld_alpha"), 0.5);
+  EXPECT_TRUE(noted(c, "a DPO key: this v1 file trains as `llamafactory-cli dpo` does"));
+  EXPECT_EQ(parse_yaml(v1_head()).string("stage"), "sft");
+}
+
 TEST(ConfigV1, RefusedWithWhy) {
   EXPECT_NE(yaml_error(v1_head() + "model_class: cls\n").find("causal language models"), std::string::npos);
   EXPECT_NE(yaml_error(v1_head() + "batching_strategy: dynamic_padding_free\n").find("dynamic_padding_free"),

@@ -91,6 +91,20 @@ TEST(PreferenceLoss, FtxAddsTheChosenAnswersMeanNll) {
   EXPECT_NEAR(loss_of(o), plain + 0.5 * (-kC / kLc), 1e-12);
 }
 
+// LD-DPO: in each pair, the trained tokens beyond the shorter answer's count weigh ld_alpha (the
+// prompt and the shorter answer untouched), as LlamaFactory's get_batch_logps.
+TEST(PreferenceLoss, LengthDesensitizedWeightsScaleTheLongerAnswersTail) {
+  const at::Tensor w = at::tensor({0.f, 0.f, 1.f, 1.f, 1.f, 1.f,    // chosen: 4 trained tokens
+                                   0.f, 1.f, 1.f, 0.f, 0.f, 0.f,    // rejected: 2
+                                   0.f, 1.f, 1.f, 1.f, 0.f, 0.f,    // a second pair: 3
+                                   0.f, 0.f, 0.f, 2.f, 2.f, 2.f})   // and 3 (loss_weight 2)
+                           .view({4, 6});
+  const at::Tensor want = at::tensor({0.f, 0.f, 1.f, 1.f, .5f, .5f, 0.f, 1.f, 1.f, 0.f, 0.f, 0.f,
+                                      0.f, 1.f, 1.f, 1.f, 0.f, 0.f, 0.f, 0.f, 0.f, 2.f, 2.f, 2.f})
+                              .view({4, 6});
+  EXPECT_TRUE(at::equal(train::length_desensitized_weights(w, 0.5), want));
+}
+
 TEST(PreferenceLoss, ObjectiveSumsPairLossesFromTokenLosses) {
   train::PreferenceOptions o;
   engine::MicroBatch b;
@@ -167,6 +181,18 @@ TEST(PreferenceData, V1PairRecords) {
   o.columns.ranking = false;  // pairs outside stage dpo
   EXPECT_NE(test::message_of<UsageError>([&] { data::read_sft_records({path}, o); }).find("stage = \"dpo\""),
             std::string::npos);
+  // LlamaFactory main's native pair records, found by format "auto".
+  const std::string main_path = dir.write(
+      "m.jsonl",
+      R"({"chosen_messages": [{"role": "user", "content": [{"type": "text", "value": "q"}], "loss_weight": 0.0}, {"role": "assistant", "content": [{"type": "text", "value": "good"}], "loss_weight": 1.0}], "rejected_messages": [{"role": "user", "content": [{"type": "text", "value": "q"}], "loss_weight": 0.0}, {"role": "assistant", "content": [{"type": "text", "value": "bad"}], "loss_weight": 1.0}]})"
+      "\n");
+  data::RecordOptions a;
+  a.columns.ranking = true;
+  const data::SftRecords m = data::read_sft_records({main_path}, a);
+  ASSERT_EQ(m.conversations.size(), 1u);
+  EXPECT_EQ(m.files[0].format, "pair");
+  EXPECT_EQ(m.conversations[0].messages.back().text, "good");
+  EXPECT_EQ(m.conversations[0].rejected.text, "bad");
 }
 
 TEST(PreferenceData, PairTruncationFollowsTheLongerAnswer) {

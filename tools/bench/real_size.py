@@ -19,7 +19,7 @@ short last pack lands in step 3 of this job, where one rank idles: PyTorch's job
 steps, so its ratio is printed on both). Timings are ratios within one run (this machine is
 noisy); nothing is asserted.
 
-  tools/bench/real_size.py [--build build] [--steps 6] [--only fsdp2,zero3,megatron,lora,qlora,torch,v1,ckpt]
+  tools/bench/real_size.py [--build build] [--steps 6] [--only fsdp2,muon,zero3,megatron,lora,qlora,torch,v1,ckpt]
                            [--dtypes bf16,fp32] [--layers 28]
   (ckpt in --only: saves of the model's state in both checkpoint formats against the disk's rate,
   and async_checkpoint's blocked time: tools/bench/checkpoint.py's real_size_table)   (fewer layers: a quick try of the script)
@@ -239,6 +239,8 @@ def table_rows(args, only, dtype):
     rows = []
     if "fsdp2" in only:
         rows.append(lftrain_row(args, "lftrain fsdp2", ["distributed=fsdp2"] + mixed, dtype))
+    if "muon" in only:  # Muon's cost beside AdamW's on the same job (docs/optimizer.md)
+        rows.append(lftrain_row(args, "lftrain fsdp2 Muon", ["distributed=fsdp2", "use_muon=true"] + mixed, dtype))
     if "zero3" in only:
         rows.append(lftrain_row(args, "lftrain ZeRO-3", ["distributed=deepspeed", "deepspeed=inputs/ds_z3_config.json"], dtype))
     if "megatron" in only:
@@ -287,7 +289,7 @@ def main():
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--layers", type=int, default=28)
-    parser.add_argument("--only", default="fsdp2,zero3,megatron,lora,qlora,torch,v1,ckpt")
+    parser.add_argument("--only", default="fsdp2,muon,zero3,megatron,lora,qlora,torch,v1,ckpt")
     parser.add_argument("--dtypes", default="bf16", help="bf16, fp32 or both (bf16,fp32): one table each")
     parser.add_argument("--model", help="the model folder (default: output/bench-qwen3-0.6b, made if absent)")
     args = parser.parse_args()

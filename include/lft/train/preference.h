@@ -23,6 +23,9 @@ struct PreferenceOptions {
   double ftx = 0.0;              // weight of the chosen answer's per-token mean NLL
   double simpo_gamma = 0.5;
   double label_smoothing = 0.0;  // sigmoid only
+  // LD-DPO (ld_alpha): the policy's tokens of an answer beyond the shorter answer's length of its
+  // pair weigh ld_alpha in its log-probability (the reference's all weigh 1); < 0: off.
+  double ld_alpha = -1.0;
 
   static PreferenceOptions from(const config::Config& cfg);  // the decoder (train_config.cpp)
   // sigmoid, hinge and ipo compare with a reference model; orpo and simpo do not.
@@ -42,6 +45,11 @@ struct PairTerms {
 // log-probabilities (undefined when !uses_reference()). Differentiable in `logps`; any dtype.
 PairTerms pair_terms(const PreferenceOptions& o, const at::Tensor& logps, const at::Tensor& lengths,
                      const at::Tensor& reference);
+
+// ld_alpha's token weights of a batch of pairs (rows 2i, 2i + 1: chosen, rejected): each row's
+// trained tokens (weight > 0) after the first min(trained tokens of the two rows) multiplied by
+// ld_alpha, as LlamaFactory's get_batch_logps (its answers' trained tokens are contiguous).
+at::Tensor length_desensitized_weights(const at::Tensor& weights, double ld_alpha);
 
 // The engine's objective for a micro-batch: the sum of its pairs' losses, from the weighted token
 // losses (-log p of each trained token) and the batch's reference_logps.
