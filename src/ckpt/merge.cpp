@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -156,7 +158,30 @@ std::vector<Attribute> whole_model_attributes(const Source& src) {
 
 }  // namespace
 
-MergeReport merge_checkpoint(const MergeOptions& o) {
+namespace {
+
+bool same_folder(const std::string& a, const std::string& b) {
+  char ra[PATH_MAX], rb[PATH_MAX];
+  if (::realpath(a.c_str(), ra) == nullptr || ::realpath(b.c_str(), rb) == nullptr) return a == b;
+  return std::string(ra) == rb;
+}
+
+// LlamaFactory main's merge with infer_dtype auto: the model loads in its config's dtype and is
+// cast to bf16 when that is float32.
+at::ScalarType base_export_dtype(const RunModel& run) {
+  if (run.model_folder.empty()) return at::kBFloat16;
+  std::ifstream in(run.model_folder + "/config.json");
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::string dtype;
+  for (const char* key : {"dtype", "torch_dtype"})
+    if (j.is_object() && j.contains(key) && j[key].is_string()) dtype = j[key].get<std::string>();
+  return dtype == "float16" ? at::kHalf : at::kBFloat16;
+}
+
+}  // namespace
+
+MergeReport merge_checkpoint(const MergeOptions& options) {
+  MergeOptions o = options;
   if (o.checkpoint.empty()) throw UsageError("no checkpoint given: " + merge_usage());
   if (o.out_dir.empty()) throw UsageError("no output folder: pass --out DIR");
   if (o.dtype != at::kFloat && o.dtype != at::kBFloat16 && o.dtype != at::kHalf)
@@ -166,6 +191,11 @@ MergeReport merge_checkpoint(const MergeOptions& o) {
   // 1. Everything about the input, before touching the output.
   Source src = open_checkpoint(o.checkpoint, /*allow_incomplete=*/false);
   const RunModel run = rebuild_model(src);
+  if (!o.expected_model.empty() && !same_folder(o.expected_model, run.model_folder))
+    throw UsageError("the export names model " + o.expected_model + ", but " + o.checkpoint + " was trained on " +
+                     (run.model_folder.empty() ? std::string("an inline [model]") : run.model_folder) +
+                     "\n  hint: give the base model folder the run trained on");
+  if (o.dtype_from_base) o.dtype = base_export_dtype(run);
   const Finetuning finetuning = read_finetuning(src);
   const std::vector<TensorInfo> stored = model_tensors(src);
   check_model_tensors(src, stored, run.config, finetuning);

@@ -67,6 +67,7 @@ at::ScalarType parse_export_dtype(const std::string& text) {
 std::string merge_usage() {
   return "usage: lfmerge CHECKPOINT --out DIR [--format hf|hdf5|peft] [--dtype bf16|fp16|fp32]\n"
          "                [--max-shard-size 5GB] [--dry-run] [--force]\n"
+         "       lfmerge EXPORT.yaml [--dry-run] [--force]\n"
          "       lfmerge --inspect CHECKPOINT\n"
          "\n"
          "Exports the model of an lftrain checkpoint (output_dir/checkpoint-<step>) as a Hugging "
@@ -90,6 +91,9 @@ std::string merge_usage() {
          "  --force               write into a non-empty DIR, replacing its export files\n"
          "  --inspect CHECKPOINT  print step, mesh, engine, ... and every tensor of a "
          "checkpoint\n"
+         "  EXPORT.yaml           LlamaFactory v1's export_lora.yaml (llamafactory-cli merge): model,\n"
+         "                        peft_config {name: lora, adapter_name_or_path (a run's output_dir or\n"
+         "                        checkpoint), export_dir, export_size (GB a shard), infer_dtype}\n"
          "\n"
          "Exit status: 0 done, 2 wrong command line or input, 1 writing failed.\n";
 }
@@ -165,6 +169,19 @@ MergeCommand parse_merge_command_line(const std::vector<std::string>& args) {
         "--max-shard-size applies to --format hf only (model.h5 and adapter_model.safetensors are "
         "one file)" +
         see);
+  // LlamaFactory v1's export_lora.yaml (`llamafactory-cli merge FILE`): its keys are the options.
+  const std::string& first = positional.empty() ? std::string() : positional.front();
+  const bool yaml = first.size() > 5 && (first.substr(first.size() - 5) == ".yaml" || first.substr(first.size() - 4) == ".yml");
+  if (positional.size() == 1 && yaml) {
+    if (!cmd.options.out_dir.empty() || cmd.options.format != ExportFormat::HuggingFace || shard_size_given)
+      throw UsageError("an export file (" + first + ") gives the output folder, size and dtype itself; only --dry-run "
+                       "and --force go beside it" + see);
+    MergeOptions from_file = read_export_yaml(first);
+    from_file.dry_run = cmd.options.dry_run;
+    from_file.force = cmd.options.force;
+    cmd.options = from_file;
+    return cmd;
+  }
   if (positional.size() != 1)
     throw UsageError(
         std::string(positional.empty() ? "no checkpoint given" : "more than one checkpoint given") +

@@ -191,7 +191,8 @@ class V1Mapper {
   void peft_keys() {
     if (auto e = take("peft_config.export_dir"))
       refuse(*e, "merging an adapter into the model is lfmerge's work, not a training run",
-             "lfmerge CHECKPOINT --out DIR merges a LoRA checkpoint and writes a Hugging Face folder (--format peft: the adapter)");
+             "run the file with lfmerge (lfmerge FILE merges the run's LoRA checkpoint as llamafactory-cli merge does; "
+             "or lfmerge CHECKPOINT --out DIR, --format peft for the adapter alone)");
     for (const char* k : {"peft_config.export_size", "peft_config.infer_dtype", "peft_config.export_hub_model_id",
                           "peft_config.export_legacy_format"})
       take(k);

@@ -6,9 +6,8 @@
 #include "lft/data/jinja.h"
 
 namespace lft::data::jinja {
-namespace {
 
-const char* kind_name(ErrorKind kind) {
+const char* error_kind_name(ErrorKind kind) {
   switch (kind) {
     case ErrorKind::kSyntax:
       return "TemplateSyntaxError";
@@ -32,12 +31,15 @@ const char* kind_name(ErrorKind kind) {
   return "Error";
 }
 
+namespace {
+
+
 std::string describe(ErrorKind kind, const std::string& message, const std::string& name,
                      int line) {
   if (kind == ErrorKind::kRaised) return message;
   std::string where = name.empty() ? "" : name;
   if (line > 0) where += (where.empty() ? "line " : ":") + std::to_string(line);
-  return (where.empty() ? "" : where + ": ") + kind_name(kind) + ": " + message;
+  return (where.empty() ? "" : where + ": ") + error_kind_name(kind) + ": " + message;
 }
 
 // range() as the sandbox's safe_range: Python's range, at most 100000 items.

@@ -92,19 +92,9 @@ void Muon::step(double lr) {
 
 void Muon::step_muon(double lr) {
   const double wd = options_.weight_decay;
+  // Chunk by chunk, so that the update directions (a copy each, with Nesterov) and the exchanged
+  // matrices of one chunk only are held at a time.
   std::vector<at::Tensor> momenta(matrices_.size());
-  for (std::size_t k = 0; k < matrices_.size(); ++k) {
-    const Matrix& m = matrices_[k];
-    at::Tensor g = params_[m.param].grad();
-    if (!g.defined()) {
-      if (rows_ && rows_->size() > 1)
-        throw std::logic_error("Muon: " + names_[m.param] + " has no gradient on this rank of its group");
-      continue;  // as torch's optimizers: a parameter without a gradient keeps its value
-    }
-    at::Tensor& buf = exp_avg_[m.param];
-    buf.mul_(options_.momentum).add_(g);
-    momenta[k] = options_.nesterov ? g.add(buf, options_.momentum) : buf;
-  }
   for (std::size_t first = 0; first < matrices_.size();) {
     std::size_t last = first;
     std::int64_t bytes = 0;
@@ -112,7 +102,20 @@ void Muon::step_muon(double lr) {
       bytes += matrices_[last].shape[0] * matrices_[last].shape[1] * 4;
       ++last;
     }
+    for (std::size_t k = first; k < last; ++k) {
+      const Matrix& m = matrices_[k];
+      const at::Tensor& g = params_[m.param].grad();
+      if (!g.defined()) {
+        if (rows_ && rows_->size() > 1)
+          throw std::logic_error("Muon: " + names_[m.param] + " has no gradient on this rank of its group");
+        continue;  // as torch's optimizers: a parameter without a gradient keeps its value
+      }
+      at::Tensor& buf = exp_avg_[m.param];
+      buf.mul_(options_.momentum).add_(g);
+      momenta[k] = options_.nesterov ? g.add(buf, options_.momentum) : buf;
+    }
     const std::vector<at::Tensor> u = updates(first, last, momenta);
+    for (std::size_t k = first; k < last; ++k) momenta[k] = at::Tensor();
     for (std::size_t k = first; k < last; ++k) {
       if (!u[k - first].defined()) continue;
       const Matrix& m = matrices_[k];

@@ -39,6 +39,18 @@ expect "$text" "done: 4 steps"
 "$build/lfmerge" "$out/lora/checkpoint-4" --out "$out/lora-peft" --format peft >/dev/null || fail "lfmerge --format peft of a YAML run"
 "$build/lfmerge" "$out/lora/checkpoint-4" --out "$out/lora-hf" >/dev/null || fail "lfmerge of a YAML run"
 "$build/tests/export_logits" "$out/lora-hf" "$out" >/dev/null || fail "export_logits"
+# 1c. v1's export_lora.yaml (llamafactory-cli merge) run by lfmerge: the run's output_dir as the
+#     adapter, the same merged weights as the command line's export; another base is refused.
+export_yaml() {  # FILE MODEL DTYPE
+  printf 'model: %s\npeft_config:\n  name: lora\n  adapter_name_or_path: %s\n  export_dir: %s\n  export_size: 5\n  infer_dtype: %s\n' \
+    "$2" "$out/lora" "$out/lora-yaml" "$3" > "$1"
+}
+export_yaml "$out/export.yaml" "$tiny" float32
+"$build/lfmerge" "$out/export.yaml" >/dev/null || fail "lfmerge export.yaml"
+cmp -s "$out/lora-yaml/model.safetensors" "$out/lora-hf/model.safetensors" || fail "lfmerge export.yaml wrote other weights"
+export_yaml "$out/other.yaml" "$out/lora-hf" auto
+text=$("$build/lfmerge" "$out/other.yaml" --force 2>&1) && fail "an export file naming another base model was accepted"
+expect "$text" "the export names model .*lora-hf, but .*checkpoint-4 was trained on"
 .venv/bin/python tools/check-peft.py compare "$tiny" "$out/lora-peft" "$out/ids.safetensors" "$out/logits.safetensors" \
   || fail "peft's logits of the exported adapter differ from the merged model's"
 

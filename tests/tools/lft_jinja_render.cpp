@@ -14,34 +14,6 @@
 #include "lft/data/jinja.h"
 #include "lft/data/jinja_chat.h"
 
-namespace {
-
-const char* kind_name(lft::data::jinja::ErrorKind kind) {
-  using lft::data::jinja::ErrorKind;
-  switch (kind) {
-    case ErrorKind::kSyntax:
-      return "TemplateSyntaxError";
-    case ErrorKind::kUndefined:
-      return "UndefinedError";
-    case ErrorKind::kType:
-      return "TypeError";
-    case ErrorKind::kValue:
-      return "ValueError";
-    case ErrorKind::kZeroDivision:
-      return "ZeroDivisionError";
-    case ErrorKind::kOverflow:
-      return "OverflowError";
-    case ErrorKind::kSecurity:
-      return "SecurityError";
-    case ErrorKind::kRaised:
-      return "TemplateError";
-    case ErrorKind::kRuntime:
-      return "TemplateRuntimeError";
-  }
-  return "Error";
-}
-
-}  // namespace
 
 int main() {
   using lft::data::jinja::Template;
@@ -77,7 +49,7 @@ int main() {
       reply["spans"] = nlohmann::json::array();
       for (const auto& s : spans) reply["spans"].push_back({s.first, s.second});
     } catch (const lft::data::jinja::Error& e) {
-      reply = {{"error", e.what()}, {"kind", kind_name(e.kind())}, {"message", e.message()}};
+      reply = {{"error", e.what()}, {"kind", lft::data::jinja::error_kind_name(e.kind())}, {"message", e.message()}};
     } catch (const std::exception& e) {
       reply = {{"error", e.what()}, {"kind", "InputError"}, {"message", e.what()}};
     }

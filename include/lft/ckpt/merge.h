@@ -51,6 +51,12 @@ struct MergeOptions {
   // Write into an existing non-empty out_dir. The export's own file names found there (model*,
   // config.json, adapter_*, the tokenizer files, ...) are removed first, nothing else.
   bool force = false;
+  // The base model folder the export says it merges onto (LlamaFactory's export_lora.yaml
+  // `model`): refused unless it is the folder the checkpoint's run trained on. "": not checked.
+  std::string expected_model;
+  // export_lora.yaml's infer_dtype auto: bf16 where the base folder's config.json says float32,
+  // else the base's own dtype (LlamaFactory main's merge).
+  bool dtype_from_base = false;
 };
 
 struct MergeReport {
@@ -61,6 +67,13 @@ struct MergeReport {
   std::string model_summary;  // ModelConfig::summary()
   std::string text;           // what lfmerge prints
 };
+
+// LlamaFactory v1's export_lora.yaml (`llamafactory-cli merge FILE`) as lfmerge's options:
+// `model`, `peft_config: {name: lora, adapter_name_or_path, export_dir, export_size (GB a shard,
+// 5), infer_dtype (auto, float32, bfloat16, float16)}`. adapter_name_or_path is an lftrain
+// checkpoint, or the output_dir of a run (its `latest` checkpoint). Throws UsageError naming the
+// file and key for anything else (a PEFT adapter folder, export_legacy_format, a Hub id).
+MergeOptions read_export_yaml(const std::string& path);
 
 // Writing the export failed (the message names the file and the system's reason).
 class MergeIoError : public std::runtime_error {

@@ -36,6 +36,9 @@ enum class ErrorKind {
   kRuntime,       // TemplateRuntimeError and other failures while rendering
 };
 
+// The jinja2 / Python class name of a kind ("TemplateSyntaxError", "TypeError", ...).
+const char* error_kind_name(ErrorKind kind);
+
 // Every failure of parse() or render(). what() is "<name>:<line>: <Kind>: <message>", except for
 // kRaised, where it is the template's message as-is (as transformers reports it).
 class Error : public std::runtime_error {
