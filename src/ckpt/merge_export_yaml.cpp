@@ -1,6 +1,4 @@
 // LlamaFactory v1's export_lora.yaml read as lfmerge's options (merge.h, read_export_yaml).
-#include <sys/stat.h>
-
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -8,16 +6,13 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "lft/ckpt/checkpoint_files.h"
 #include "lft/ckpt/merge.h"
 #include "lft/runtime/error.h"
+#include "merge_internal.h"
 
 namespace lft::ckpt {
 namespace {
-
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
 
 [[noreturn]] void refuse(const std::string& file, const YAML::Node& node, const std::string& key, const std::string& what,
                          const std::string& hint) {
@@ -34,14 +29,11 @@ std::string scalar(const std::string& file, const YAML::Node& node, const std::s
 // An lftrain checkpoint (COMPLETE inside), or a run's output_dir (its `latest` checkpoint).
 std::string checkpoint_of(const std::string& file, const YAML::Node& node, const std::string& path) {
   const std::string key = "peft_config.adapter_name_or_path";
-  if (exists(path + "/COMPLETE")) return path;
-  if (exists(path + "/latest")) {
-    std::ifstream in(path + "/latest");
-    std::string name;
-    std::getline(in, name);
-    if (!name.empty() && exists(path + "/" + name + "/COMPLETE")) return path + "/" + name;
-  }
-  if (exists(path + "/adapter_config.json"))
+  if (is_complete(path)) return path;
+  std::ifstream latest(path + "/latest");
+  std::string name;
+  if (std::getline(latest, name) && !name.empty() && is_complete(path + "/" + name)) return path + "/" + name;
+  if (merge_detail::path_exists(path + "/adapter_config.json"))
     refuse(file, node, key, path + " is a PEFT adapter folder; lfmerge merges lftrain's checkpoints",
            "give the lftrain run's output_dir or one of its checkpoint-<step> folders (a PEFT adapter trains on "
            "with adapter_name_or_path, and its run's checkpoint exports)");

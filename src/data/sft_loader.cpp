@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "lft/data/sft_cache.h"
@@ -154,8 +155,10 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
   if (own && !o.jinja) throw std::logic_error("SftOptions: template \"model\" without its encoder");
   say(o, "tokenizing " + std::to_string(records.conversations.size()) + (pairs ? " preference pairs" : " conversations") +
              " with template " + (own ? "model (" + o.jinja->source() + ")" : o.template_name));
-  const ChatTemplate tpl(own ? "chatml" : o.template_name);  // (own: unused)
-  if (pairs && tpl.is_v1() && !own)
+  std::optional<ChatTemplate> tpl;  // a built-in template (none with the model's own)
+  if (!own) tpl.emplace(o.template_name);
+  const bool v1_builtin = tpl && tpl->is_v1();
+  if (pairs && v1_builtin)
     throw UsageError("template " + o.template_name + " is one of LlamaFactory v1's; stage = \"dpo\" renders pairs with "
                      "the classic templates (default, llama3, qwen, mistral)");
   // v1 with the model's template trains one example per answer (the conversation up to it).
@@ -186,15 +189,15 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
         Conversation other = conv;
         other.messages.back() = conv.rejected;
         auto [chosen, rejected] = own ? jinja_pair(*o.jinja, conv, other, tok, o.cutoff_len)
-                                      : flatten_pair(tpl.encode(conv, tok, sp), tpl.encode(other, tok, sp), o.cutoff_len);
+                                      : flatten_pair(tpl->encode(conv, tok, sp), tpl->encode(other, tok, sp), o.cutoff_len);
         examples.push_back(std::move(chosen));
         check_ids(examples.back(), tok);
         examples.push_back(std::move(rejected));
       } else if (own) {
         examples.push_back(o.jinja->encode(conv, tok, o.cutoff_len));
       } else {
-        examples.push_back(tpl.is_v1() ? v1_encode(o.template_name, conv, tok, o.cutoff_len)
-                                       : flatten_turns(tpl.encode(conv, tok, sp), o.cutoff_len));
+        examples.push_back(v1_builtin ? v1_encode(o.template_name, conv, tok, o.cutoff_len)
+                                      : flatten_turns(tpl->encode(conv, tok, sp), o.cutoff_len));
       }
       check_ids(examples.back(), tok);
     }
@@ -204,7 +207,9 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
   }
   if (par.gather) examples = par.gather(std::move(examples), error, pairs ? 2 : 1);
   // Pairs stay whole and in order (sequences 2i and 2i + 1), even an answer cut to nothing.
-  return build_sft_sequences(std::move(examples), o.cutoff_len, packing, o.neat_packing, tpl.is_v1() || pairs);
+  // v1 (0.9.5's templates and main's own-template rendering) keeps sequences with nothing to train:
+  // each holds its place in v1's sample order.
+  return build_sft_sequences(std::move(examples), o.cutoff_len, packing, o.neat_packing, v1_builtin || own || pairs);
 }
 
 }  // namespace

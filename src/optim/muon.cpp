@@ -37,8 +37,8 @@ at::Tensor newton_schulz5(const at::Tensor& g, std::int64_t steps) {
 
 Muon::Muon(std::vector<at::Tensor> params, std::vector<std::string> names,
            std::vector<std::vector<std::int64_t>> global_shapes, std::vector<std::int64_t> row_offsets,
-           const std::vector<bool>& matrix, MuonOptions options, RowGroup* rows)
-    : params_(std::move(params)), names_(std::move(names)), options_(options), rows_(rows) {
+           const std::vector<bool>& matrix, MuonOptions options, std::unique_ptr<RowGroup> rows)
+    : params_(std::move(params)), names_(std::move(names)), options_(options), rows_(std::move(rows)) {
   if (params_.size() != names_.size() || params_.size() != global_shapes.size() ||
       params_.size() != row_offsets.size() || params_.size() != matrix.size())
     throw std::invalid_argument("Muon: one name, global shape, row offset and choice per parameter is required");

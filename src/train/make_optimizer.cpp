@@ -29,45 +29,26 @@ class CommRowGroup final : public optim::RowGroup {
   Communicator& comm_;
 };
 
-// Muon with the group it gathers over (the optimizer keeps a pointer to it).
-class MuonOverGroup final : public optim::Optimizer {
- public:
-  MuonOverGroup(engine::Engine& engine, const optim::MuonOptions& options, bool adapters) {
-    Communicator* comm = engine.row_piece_group();
-    if (comm != nullptr) group_ = std::make_unique<CommRowGroup>(*comm);
-    std::vector<std::vector<std::int64_t>> shapes;
-    std::vector<std::int64_t> offsets;
-    std::vector<bool> matrix;
-    const std::vector<std::string> names = engine.parameter_names();
-    for (const TensorBox& box : engine.parameter_boxes()) {
-      matrix.push_back(model::muon_matrix(names[shapes.size()], box.global_shape, adapters));
-      shapes.push_back(box.global_shape);
-      offsets.push_back(box.offset.empty() ? 0 : box.offset[0]);
-    }
-    muon_ = std::make_unique<optim::Muon>(engine.parameters(), names, std::move(shapes), std::move(offsets), matrix,
-                                          options, group_.get());
+// Muon over the engine's pieces, gathering whole matrices over its row-piece group.
+std::unique_ptr<optim::Muon> make_muon(engine::Engine& engine, const optim::MuonOptions& options, bool adapters) {
+  Communicator* comm = engine.row_piece_group();
+  std::vector<std::vector<std::int64_t>> shapes;
+  std::vector<std::int64_t> offsets;
+  std::vector<bool> matrix;
+  const std::vector<std::string> names = engine.parameter_names();
+  for (const TensorBox& box : engine.parameter_boxes()) {
+    matrix.push_back(model::muon_matrix(names[shapes.size()], box.global_shape, adapters));
+    shapes.push_back(box.global_shape);
+    offsets.push_back(box.offset.empty() ? 0 : box.offset[0]);
   }
-  void step(double lr) override { muon_->step(lr); }
-  std::int64_t steps() const override { return muon_->steps(); }
-  void set_steps(std::int64_t steps) override { muon_->set_steps(steps); }
-  std::vector<std::string> state_names() const override { return muon_->state_names(); }
-  const at::Tensor& state(std::size_t param, std::size_t k) const override { return muon_->state(param, k); }
-  void load_state(std::size_t param, std::size_t k, const at::Tensor& value) override {
-    muon_->load_state(param, k, value);
-  }
-  std::vector<std::pair<std::string, double>> hyperparameters() const override { return muon_->hyperparameters(); }
-  std::int64_t state_bytes() const override { return muon_->state_bytes(); }
-  std::string describe() const override { return muon_->describe(); }
-
- private:
-  std::unique_ptr<CommRowGroup> group_;
-  std::unique_ptr<optim::Muon> muon_;
-};
+  return std::make_unique<optim::Muon>(engine.parameters(), names, std::move(shapes), std::move(offsets), matrix,
+                                       options, comm ? std::make_unique<CommRowGroup>(*comm) : nullptr);
+}
 
 }  // namespace
 
 std::unique_ptr<optim::Optimizer> make_optimizer(engine::Engine& engine, const TrainOptions& options) {
-  if (options.use_muon) return std::make_unique<MuonOverGroup>(engine, options.muon, options.muon_adapters);
+  if (options.use_muon) return make_muon(engine, options.muon, options.muon_adapters);
   return std::make_unique<optim::AdamW>(engine.parameters(), engine.parameter_names(), options.adamw);
 }
 

@@ -74,8 +74,7 @@ void expect_pieces_equal_one_rank(bool uneven) {
     offsets.push_back(begin);
   }
   optim::Muon one(whole, names, shapes, zeros, matrix, options, nullptr);
-  WorldRows group;
-  optim::Muon cut(pieces, names, shapes, offsets, matrix, options, &group);
+  optim::Muon cut(pieces, names, shapes, offsets, matrix, options, std::make_unique<WorldRows>());
   EXPECT_EQ(one.muon_matrices(), 3u);
   for (int step = 1; step <= 3; ++step) {
     for (std::size_t i = 0; i < kParams.size(); ++i) {

@@ -9,7 +9,8 @@
 //    prefix of the whole is refused, as v1 refuses it;
 //  - enable_thinking is true exactly when the answer carries reasoning (`reasoning_content`);
 //  - each text encoded whole (Tokenizer::encode: special tokens as single ids, no BOS added: the
-//    template writes what it wants), then cut to its first cutoff_len tokens.
+//    template writes what it wants), then cut to its first cutoff_len tokens (an example left with
+//    nothing to train is kept: it holds its place in v1's sample order).
 #pragma once
 
 #include <cstdint>

@@ -15,6 +15,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,7 +56,7 @@ class Muon final : public Optimizer {
   // pieces' row ranges are exchanged once).
   Muon(std::vector<at::Tensor> params, std::vector<std::string> names,
        std::vector<std::vector<std::int64_t>> global_shapes, std::vector<std::int64_t> row_offsets,
-       const std::vector<bool>& matrix, MuonOptions options, RowGroup* rows);
+       const std::vector<bool>& matrix, MuonOptions options, std::unique_ptr<RowGroup> rows);
 
   void step(double lr) override;
   std::int64_t steps() const override { return steps_; }
@@ -88,7 +89,7 @@ class Muon final : public Optimizer {
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
   MuonOptions options_;
-  RowGroup* rows_;
+  std::unique_ptr<RowGroup> rows_;
   std::vector<Matrix> matrices_;
   std::vector<std::size_t> adamw_;  // params_ AdamW updates
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
