@@ -32,6 +32,7 @@ Run it with the project's Python environment (.venv/bin/python), which has torch
 and peft.
 """
 import argparse
+import json
 import os
 import sys
 
@@ -129,6 +130,15 @@ def make_adapter(args):
     with torch.no_grad():
         after = model(input_ids=ids).logits
     model.save_pretrained(args.out_dir)
+    # PEFT writes target_modules from a set, in the order of this process's string hashes: sorted,
+    # the same adapter is the same bytes in every run (tools/peer-runs keys runs by their inputs).
+    config_path = os.path.join(args.out_dir, "adapter_config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+        with open(config_path, "w") as f:
+            f.write(json.dumps(config, indent=2, sort_keys=True))
     print(f"check-peft: wrote {args.out_dir}: r {args.r}, alpha {args.alpha}"
           f"{' (rslora)' if args.rslora else ''}{' (dora)' if args.dora else ''}, targets {','.join(targets)}, "
           f"{lora} lora tensors, modules_to_save {','.join(modules_to_save or []) or 'none'} "
