@@ -6,8 +6,11 @@
 # logps/chosen and logps/rejected within 1e-5 relative and rewards/accuracies equal, for pref_loss
 # sigmoid, orpo, simpo with full and LoRA tuning, sigmoid with DoRA (use_dora) and QLoRA
 # (quantization_bit: 4, NF4 with double quantization), sigmoid with pref_ftx 0.5, sigmoid on the
-# sharegpt pairs, and lftrain with fsdp2 at 2 ranks against LlamaFactory at 1 rank. Skips (77)
-# without tools/install-v1-env's .venv-v1. Run from anywhere.
+# sharegpt pairs, and lftrain with fsdp2 at 2 ranks against LlamaFactory at 1 rank. LlamaFactory's
+# run of a case is recalled from tests/fixtures/peer_runs when these very inputs were run before
+# (tools/peer-runs), else run live; a case that differs from a recalled run is judged by a live
+# one. Skips (77) without tools/install-v1-env's .venv-v1. Run from anywhere.
+#   LFT_PEER_RUNS=live|record                  run LlamaFactory live always / and record its runs
 #   DPO_PARITY_CASES="sigmoid_full orpo_lora"  only these cases
 #   DPO_PARITY_KEEP=1                          keep the work folder (printed)
 #   DPO_PARITY_WORK=DIR                        work in DIR (made; kept); run again with the same

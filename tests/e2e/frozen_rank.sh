@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # frozen_rank.sh BUILD_DIR: a rank stopped with SIGSTOP in the middle of training (a frozen node)
 # must end the whole job within comm_timeout + 30 s, with a report and a non-zero exit, and leave
-# no lftrain process behind. Rank 0 and the last rank, at 2 and 4 ranks. Run from the repo root.
+# no lftrain process behind. Rank 0 frozen at 2 ranks, the last rank at 4 (each case waits out
+# comm_timeout with the other ranks polling: the other two pairings cost 18 s and showed nothing
+# these two do not). Run from the repo root.
 set -u
 build=$1
 out=$(mktemp -d /tmp/lft-frozen-XXXXXX)
@@ -20,7 +22,7 @@ rank_pid() {
 }
 
 for np in 2 4; do
-  for frozen in 0 $((np - 1)); do
+  for frozen in $([ "$np" = 2 ] && echo 0 || echo $((np - 1))); do
     log="$out/np$np-rank$frozen.log"
     mpirun --oversubscribe --bind-to none -np "$np" "$build/lftrain" "$out/run.toml" output_dir="$out/o" \
       save_strategy=no logging_steps=1 comm_timeout=$timeout_s > "$log" 2>&1 &

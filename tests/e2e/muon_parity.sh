@@ -5,6 +5,8 @@
 #     use_muon: true and weight_decay 0.1: a tiny random fp32 Qwen3 (tools/make-v1-fixture.py),
 #     arithmetic_alpaca, 10 steps of one micro-batch of 8 sequences (cosine schedule), full and LoRA
 #     (LoRA's factors take Muon as in the classic trainer). Per step the loss within 1e-5 relative.
+#     LlamaFactory's run is recalled from tests/fixtures/peer_runs for inputs run before
+#     (tools/peer-runs; LFT_PEER_RUNS=live runs it always), and run live where lftrain differs.
 #  2. lftrain's engines at 2 and 4 ranks (ddp; fsdp2 and HSDP 2 x 2: FSDP2's per-parameter cut;
 #     ZeRO-3: the flat cut of fsdp and ZeRO, uneven pieces; LoRA on fsdp2; the
 #     matrices gathered whole over the shard group and dealt to its ranks) against its one-rank run:

@@ -21,7 +21,7 @@ for file in inputs/llamafactory/v1/*.yaml; do
   [ "$name" = v1_sft_demo ] && continue
   key=model; case $name in guide_*) key=model_name_or_path;; esac
   text=$(mpirun --oversubscribe --bind-to none -np 2 "$build/lftrain" "$file" "$key=$model" output_dir="$out/$name" \
-         max_steps=2 cutoff_len=256 2>&1)
+         max_steps=2 cutoff_len=128 2>&1)
   rc=$?
   if [ -n "${refused[$name]:-}" ]; then
     [ $rc -eq 2 ] || { echo "$text" | tail -20; fail "$name: exit $rc, expected 2 (refused)"; }

@@ -4,8 +4,12 @@
 # fp32 Qwen3 (tools/make-v1-fixture.py): full, LoRA, DoRA, QLoRA (NF4 with double quantization,
 # FP4 without; and DoRA over NF4; dora_1 and qlora_1 over 10 steps) and freeze tuning at 1 rank, v1's own messages
 # format (v1_sft_demo.jsonl), and full and LoRA with FSDP2 and full with DeepSpeed ZeRO-3 at 2
-# ranks; batching_strategy: dynamic_batching at 1 rank and with FSDP2 at 2. Skips (77) without
-# tools/install-v1-env's .venv-v1. Run from the repository root.
+# ranks; batching_strategy: dynamic_batching at 1 rank and with FSDP2 at 2. v1's run of a case is
+# recalled from tests/fixtures/peer_runs when these very inputs were run before (tools/peer-runs:
+# the key hashes the YAML, model, adapters, data, packages), else run live; a case that differs
+# from a recalled run is judged by a live one. Skips (77) without tools/install-v1-env's .venv-v1.
+# Run from the repository root.
+#   LFT_PEER_RUNS=live|record          run v1 live always / and record its runs
 #   V1_PARITY_CASES="full_1 lora_fsdp2_2"  only these cases
 #   V1_PARITY_KEEP=1                       keep the work folder (printed)
 #   LFT_SHARED_DATA=DIR                    the datasets (default ../shared/data)
