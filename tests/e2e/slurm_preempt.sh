@@ -154,6 +154,13 @@ while :; do
 done
 cp "$log" "$tmp/cut-first.jsonl" 2>/dev/null || fail "(cut) no $log after the first run"
 reason=$(field "$cut_id" Reason)
+# Just after the requeue the scheduler may not have given the hold its reason yet (Reason=None):
+# read as not held, the job waited out Slurm's 2 minute hold (162 s for this test, once in two).
+deadline=$((SECONDS + 10))
+while [ "$state" = PENDING ] && [ "$reason" = None ] && [ $SECONDS -lt $deadline ]; do
+  sleep 0.2
+  state=$(field "$cut_id" JobState) reason=$(field "$cut_id" Reason)
+done
 say "(cut) job $cut_id requeued (JobState=$state Reason=$reason Restarts=$restarts);" \
   "first run logged $(records "$tmp/cut-first.jsonl") steps"
 # Slurm holds a requeued job until BeginTime = requeue + cred_expire (120 s) + 1 s. Release it
