@@ -162,6 +162,7 @@ lf_run() {
   cat "$2/lf.err"; failed+=("$1 (LlamaFactory failed: tools/lf-reference $2/job.yaml)"); return 1
 }
 
+. tests/e2e/peer_runs.sh
 failed=() passed=0 summary=()
 for entry in "${cases[@]}"; do
   name=${entry%%|*} np=${entry#*|} np=${np%%|*} extra=${entry#*|*|}
@@ -188,12 +189,13 @@ for entry in "${cases[@]}"; do
   reference=$dir/lf/lf-steps.jsonl
   if [ -f "$reference" ] && [ "$reference" -nt "$dir/job.yaml" ] &&
      [ "${DPO_PARITY_RERUN:-0}" != 1 ]; then  # DPO_PARITY_WORK again: reuse LlamaFactory's run
-    echo "dpo_parity: $name: reusing $reference (DPO_PARITY_RERUN=1 runs it again)"; source=reused
-  elif [ "$ref_only" != 1 ] && tools/peer-runs recall "dpo_parity-$name" "$key" "$reference"; then source=recorded
-  else
+    echo "dpo_parity: $name: reusing $reference (DPO_PARITY_RERUN=1 runs it again)"
+    peer_source=reused
+  elif [ "$ref_only" = 1 ]; then  # LlamaFactory's own lines are wanted: run it
     lf_run "$name" "$dir" || continue
-    source=live
     tools/peer-runs record "dpo_parity-$name" "$key" "$reference"
+  else
+    peer_obtain "dpo_parity-$name" "$key" "$reference" lf_run "$name" "$dir" || continue
   fi
   if [ "$ref_only" = 1 ]; then
     grep '^lf-reference: step' "$dir/lf.out" | sed "s/^lf-reference:/dpo_parity: $name:/"
@@ -208,17 +210,12 @@ for entry in "${cases[@]}"; do
   compare() {
     python3 tests/e2e/compare_dpo_logs.py "$name" "$reference" "$dir/lftrain/trainer_log.jsonl" 1e-5 >"$dir/compare.txt"
   }
-  if compare; then ok=1
-  elif [ "$source" = recorded ]; then
-    # Another CPU's fp32 kernels round otherwise than the recording machine's: LlamaFactory decides live.
-    echo "dpo_parity: $name: differs from the recorded LlamaFactory run $key; running LlamaFactory live"
-    source=live
-    lf_run "$name" "$dir" || continue
-    compare && ok=1 || ok=0
-  else ok=0; fi
-  if [ "$ok" = 1 ]; then
-    passed=$((passed + 1)); echo "$(tail -1 "$dir/compare.txt") ($source LlamaFactory run)"  # the whole table: $dir/compare.txt
-  else failed+=("$name"); cat "$dir/compare.txt"; fi
+  peer_judge compare lf_run "$name" "$dir"
+  case $? in
+    0) passed=$((passed + 1)); echo "$(tail -1 "$dir/compare.txt") ($peer_source LlamaFactory run)" ;;  # the whole table: $dir/compare.txt
+    1) failed+=("$name"); cat "$dir/compare.txt" ;;
+    *) continue ;;  # lf_run reported it
+  esac
   summary+=("$(grep "^$name: max rel diff" "$dir/compare.txt")")
 done
 if [ ${#summary[@]} -gt 0 ]; then

@@ -22,7 +22,7 @@ rank_pid() {
 }
 
 for np in 2 4; do
-  for frozen in $([ "$np" = 2 ] && echo 0 || echo $((np - 1))); do
+  for frozen in $((np == 2 ? 0 : np - 1)); do
     log="$out/np$np-rank$frozen.log"
     mpirun --oversubscribe --bind-to none -np "$np" "$build/lftrain" "$out/run.toml" output_dir="$out/o" \
       save_strategy=no logging_steps=1 comm_timeout=$timeout_s > "$log" 2>&1 &

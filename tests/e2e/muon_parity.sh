@@ -90,26 +90,20 @@ lf_run() {  # NAME
     >"$work/lf-$1.out" 2>"$work/lf-$1.err" || { cat "$work/lf-$1.err"; failed+=("$1 (LlamaFactory failed)"); return 1; }
   grep -q "Using Muon optimizer" "$work/lf-$1.log" || { failed+=("$1 (LlamaFactory did not use Muon)"); return 1; }
 }
-lf_compare() {  # NAME
-  python3 tests/e2e/compare_logs.py "$work/lf-$1/lf-steps.jsonl" "$work/$1-1/trainer_log.jsonl" 1 10 1e-5 loss
+lf_compare() {  # (of $name; its report in $out)
+  out=$(python3 tests/e2e/compare_logs.py "$work/lf-$name/lf-steps.jsonl" "$work/$name-1/trainer_log.jsonl" 1 10 1e-5 loss)
 }
 if [ "$have_lf" = 1 ]; then
+  . tests/e2e/peer_runs.sh
   for name in job lora; do
     key=$(tools/peer-runs key --sub "$work=@WORK@" "$work/$name.yaml" "$model" "$work/adapter" \
           inputs/dataset_info.json inputs/data) || fail "tools/peer-runs key"
-    if tools/peer-runs recall "muon_parity-$name" "$key" "$work/lf-$name/lf-steps.jsonl"; then source=recorded
-    else
-      lf_run "$name" || continue
-      source=live
-      tools/peer-runs record "muon_parity-$name" "$key" "$work/lf-$name/lf-steps.jsonl"
-    fi
-    if ! out=$(lf_compare "$name") && [ "$source" = recorded ]; then
-      echo "muon_parity: $name: differs from the recorded LlamaFactory run $key; running LlamaFactory live"
-      source=live
-      lf_run "$name" || continue
-    fi
-    out=$(lf_compare "$name") || { echo "$out"; failed+=("LlamaFactory $name"); continue; }
-    echo "muon_parity: LlamaFactory ($source run) vs lftrain, $name: $out"
+    peer_obtain "muon_parity-$name" "$key" "$work/lf-$name/lf-steps.jsonl" lf_run "$name" || continue
+    peer_judge lf_compare lf_run "$name"
+    case $? in
+      0) echo "muon_parity: LlamaFactory ($peer_source run) vs lftrain, $name: $out" ;;
+      1) echo "$out"; failed+=("LlamaFactory $name") ;;
+    esac  # 2: lf_run reported it
   done
 else
   echo "muon_parity: part 1 skipped (no .venv-v1 with LlamaFactory: tools/install-v1-env)"

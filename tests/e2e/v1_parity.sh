@@ -137,6 +137,7 @@ v1_run() {
   cat "$dir/v1.err"; failed+=("$name (v1 failed twice)"); return 1
 }
 
+. tests/e2e/peer_runs.sh
 failed=() passed=0
 for entry in "${cases[@]}"; do
   name=${entry%%|*} np=${entry#*|} np=${np%%|*} extra=${entry#*|*|}
@@ -167,27 +168,15 @@ for entry in "${cases[@]}"; do
         "$work/adapter" "$work/adapter-dora" "$work/identity.yaml" "$work/ds_z3_fp32.json" \
         "$data/identity.json" "$data/v1_sft_demo.jsonl") || fail "tools/peer-runs key"
   reference=$dir/v1/trainer_log.jsonl
-  if tools/peer-runs recall "v1_parity-$name" "$key" "$reference"; then source=recorded
-  else
-    v1_run "$name" "$np" "$dir" || continue
-    source=live
-    tools/peer-runs record "v1_parity-$name" "$key" "$reference"
-  fi
+  peer_obtain "v1_parity-$name" "$key" "$reference" v1_run "$name" "$np" "$dir" || continue
   launch=("$build/lftrain")
   [ "$np" -gt 1 ] && launch=(mpirun --oversubscribe --bind-to none -np "$np" "$build/lftrain")
   if ! "${launch[@]}" "$dir/job.yaml" output_dir="$dir/lftrain" >"$dir/lftrain.log" 2>&1; then
     tail -20 "$dir/lftrain.log"; failed+=("$name (lftrain failed: ${launch[*]} $dir/job.yaml output_dir=$dir/lftrain)"); continue
   fi
-  compare() { python3 tests/e2e/compare_v1_logs.py "$name ($source v1 run)" "$reference" "$dir/lftrain/trainer_log.jsonl" 1e-6; }
-  if compare; then passed=$((passed + 1)); continue; fi
-  if [ "$source" = recorded ]; then
-    # Another CPU's fp32 kernels round otherwise than the recording machine's: v1 decides live.
-    echo "v1_parity: $name: differs from the recorded v1 run $key; running v1 live"
-    source=live
-    v1_run "$name" "$np" "$dir" || continue
-    if compare; then passed=$((passed + 1)); continue; fi
-  fi
-  failed+=("$name")
+  compare() { python3 tests/e2e/compare_v1_logs.py "$name ($peer_source v1 run)" "$reference" "$dir/lftrain/trainer_log.jsonl" 1e-6; }
+  peer_judge compare v1_run "$name" "$np" "$dir"
+  case $? in 0) passed=$((passed + 1)) ;; 1) failed+=("$name") ;; esac  # 2: v1_run reported it
 done
 [ ${#failed[@]} -eq 0 ] || { IFS=';'; fail "${failed[*]}"; }
 echo "v1_parity: PASS ($passed cases)"
