@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "internal.h"
+#include "lft/runtime/stage.h"
 
 namespace lft::config::detail {
 namespace {
@@ -151,7 +152,21 @@ void data_sources(const Input& in) {
              "eval_dataset and val_size both say what to evaluate on", "keep one of them");
 }
 
-// The preference keys only with stage = "dpo", and what stage "dpo" does not combine with.
+// A pair's chosen and rejected sequences are never packed, and pairs are not evaluated.
+void pair_stage_keys(const Input& in, const std::string& stage) {
+  for (const char* key : {"packing", "neat_packing"})
+    if (const Checked* c = get(in, key); c != nullptr && std::get<bool>(c->value))
+      fail(in.file, &c->loc, std::string(key) + " = true with stage = \"" + stage + "\": a pair's chosen and rejected answers are "
+                             "sequences of their own, compared as wholes, so they are never packed (as LlamaFactory)",
+           std::string("remove ") + key);
+  for (const char* key : {"val_size", "eval_dataset"})
+    if (const Checked* c = get(in, key); c != nullptr && (std::string(key) == "eval_dataset" || std::get<double>(c->value) > 0))
+      fail(in.file, &c->loc, std::string(key) + " with stage = \"" + stage + "\": evaluation of preference pairs (eval rewards) is not "
+                             "built in this version",
+           std::string("remove ") + key + "; the training log has the rewards of every step");
+}
+
+// The preference keys only with stage = "dpo", and what the pair stages (dpo, rm) do not combine with.
 void preference_keys(const Input& in) {
   const std::string stage = std::get<std::string>(value(in, "stage"));
   const Checked* st = get(in, "stage");
@@ -163,6 +178,7 @@ void preference_keys(const Input& in) {
         if (st != nullptr) fail_two(in, c->loc, std::string("key '") + key + "'", st->loc, "stage", what, std::string("set stage = \"dpo\", or remove ") + key);
         fail(in.file, &c->loc, what + " (the default)", std::string("set stage = \"dpo\", or remove ") + key);
       }
+    if (stage == "rm") pair_stage_keys(in, stage);
     return;
   }
   const std::string loss = std::get<std::string>(value(in, "pref_loss"));
@@ -187,16 +203,7 @@ void preference_keys(const Input& in) {
   if (ref != nullptr && (loss == "orpo" || loss == "simpo"))
     fail(in.file, &ref->loc, "pref_loss = \"" + loss + "\" is reference-free: it has no use for ref_model",
          "remove ref_model, or use pref_loss = \"sigmoid\", \"hinge\" or \"ipo\"");
-  for (const char* key : {"packing", "neat_packing"})
-    if (const Checked* c = get(in, key); c != nullptr && std::get<bool>(c->value))
-      fail(in.file, &c->loc, std::string(key) + " = true with stage = \"dpo\": a pair's chosen and rejected answers are "
-                             "sequences of their own, compared as wholes, so they are never packed (as LlamaFactory)",
-           std::string("remove ") + key);
-  for (const char* key : {"val_size", "eval_dataset"})
-    if (const Checked* c = get(in, key); c != nullptr && (std::string(key) == "eval_dataset" || std::get<double>(c->value) > 0))
-      fail(in.file, &c->loc, std::string(key) + " with stage = \"dpo\": evaluation of preference pairs (eval rewards) is not "
-                             "built in this version",
-           std::string("remove ") + key + "; the training log has the rewards and log-probabilities of every step");
+  pair_stage_keys(in, stage);
 }
 
 // batching_strategy = "dynamic_batching": step-driven (max_steps), sequences not pairs, micro-batch
@@ -210,10 +217,10 @@ void batching_keys(const Input& in) {
          "batching_strategy = \"dynamic_batching\" needs max_steps: the ranks' streams of samples repeat, so no "
          "epoch ends a run (as LlamaFactory v1)",
          "set max_steps to the number of optimizer steps");
-  if (const Checked* st = get(in, "stage"); st != nullptr && std::get<std::string>(st->value) == "dpo")
+  if (const Checked* st = get(in, "stage"); st != nullptr && trains_on_pairs(std::get<std::string>(st->value)))
     fail_two(in, b->loc, "key 'batching_strategy'", st->loc, "stage",
-             "batching_strategy = \"dynamic_batching\" cuts micro-batches of sequences by tokens; stage = \"dpo\" "
-             "batches preference pairs",
+             "batching_strategy = \"dynamic_batching\" cuts micro-batches of sequences by tokens; stage = \"" +
+                 std::get<std::string>(st->value) + "\" batches preference pairs",
              "remove batching_strategy");
   const Checked* pp = get(in, "mesh.pp");
   if (pp != nullptr && std::get<std::int64_t>(pp->value) > 1)

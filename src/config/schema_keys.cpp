@@ -102,9 +102,10 @@ std::vector<KeySpec> build() {
         "\"pt\": pre-training on text (documents with BOS/EOS, packed into cutoff_len); \"sft\": "
         "supervised fine-tuning on conversations through `template`, prompts masked from the loss; "
         "\"dpo\": preference optimisation on pairs (a prompt, a chosen and a rejected answer) with "
-        "pref_loss")
+        "pref_loss; \"rm\": a reward model on the same pairs (LlamaFactory's classic stage rm: TRL's value "
+        "head scores each sequence's last token, loss -log sigmoid(chosen - rejected))")
           .def("pt")
-          .allowed({"pt", "sft", "dpo"}),
+          .allowed({"pt", "sft", "dpo", "rm"}),
       K("dataset_format", S,
         "Record format of train_dataset; auto decides from each file's first record and logs it")
           .def("auto")

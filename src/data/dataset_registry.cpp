@@ -10,6 +10,7 @@
 #include "lft/runtime/error.h"
 #include "lft/runtime/json_nesting.h"
 #include "lft/runtime/text.h"
+#include "lft/runtime/stage.h"
 
 namespace lft::data {
 namespace {
@@ -88,11 +89,11 @@ DatasetSource source_of(const std::string& name, const json& entry, const std::s
   if (ranking != entry.end() && !ranking->is_boolean())
     throw UsageError(where + ": \"ranking\" must be true or false");
   const bool pairs = ranking != entry.end() && ranking->get<bool>();
-  if (pairs && stage != "dpo")
-    throw UsageError(where + " is ranking data (ranking: true): preference pairs train with stage = \"dpo\", not " +
+  if (pairs && !trains_on_pairs(stage))
+    throw UsageError(where + " is ranking data (ranking: true): preference pairs train with stage = \"dpo\" or \"rm\", not " +
                      stage);
-  if (!pairs && stage == "dpo")
-    throw UsageError(where + " is not ranking data: stage = \"dpo\" trains on preference pairs; mark a pair dataset "
+  if (!pairs && trains_on_pairs(stage))
+    throw UsageError(where + " is not ranking data: stage = \"" + stage + "\" trains on preference pairs; mark a pair dataset "
                              "with \"ranking\": true (and its chosen / rejected columns)");
   DatasetSource s;
   s.name = name;

@@ -14,6 +14,7 @@
 #include "lft/data/sft_dataset.h"
 #include "lft/data/v1_render.h"
 #include "lft/runtime/error.h"
+#include "lft/runtime/stage.h"
 
 namespace lft::data {
 namespace {
@@ -150,7 +151,7 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
                        "messages records");
     }
   }
-  const bool pairs = o.stage == "dpo";
+  const bool pairs = trains_on_pairs(o.stage);
   const bool own = o.template_name == kModelTemplate;  // the model's Jinja template (jinja_sft.h)
   if (own && !o.jinja) throw std::logic_error("SftOptions: template \"model\" without its encoder");
   say(o, "tokenizing " + std::to_string(records.conversations.size()) + (pairs ? " preference pairs" : " conversations") +
@@ -221,11 +222,11 @@ SftData load_sft_data(const std::vector<std::string>& paths, const SftOptions& o
 
 SftData load_sft_data(const std::vector<DatasetSource>& sources, const SftOptions& o,
                       const Tokenizer& tok, const SpecialTokens& sp) {
-  if (o.stage != "sft" && o.stage != "pt" && o.stage != "dpo") {
-    throw UsageError("unknown stage \"" + o.stage + "\"; this build trains sft, pt and dpo");
+  if (o.stage != "sft" && o.stage != "pt" && !trains_on_pairs(o.stage)) {
+    throw UsageError("unknown stage \"" + o.stage + "\"; this build trains sft, pt, dpo and rm");
   }
-  if (o.stage == "dpo" && (o.packing || o.neat_packing || o.val_size > 0))
-    throw UsageError("stage dpo: pairs are neither packed nor split for evaluation");
+  if (trains_on_pairs(o.stage) && (o.packing || o.neat_packing || o.val_size > 0))
+    throw UsageError("stage " + o.stage + ": pairs are neither packed nor split for evaluation");
   if (o.cutoff_len < 2) {
     throw UsageError("cutoff_len must be at least 2, got " + std::to_string(o.cutoff_len));
   }

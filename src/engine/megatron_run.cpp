@@ -30,6 +30,12 @@ at::Tensor MegatronEngine::exit(const at::Tensor& y) {
   return plan_.sequence_parallel ? scatter_sequence(y, tp_) : reduce_from_tp(y, tp_);
 }
 
+// A reward model's scores [B, T / tp] of this rank's tokens under sequence parallelism -> [B, T].
+at::Tensor MegatronEngine::gather_positions(const at::Tensor& values) {
+  if (plan_.tp == 1 || !plan_.sequence_parallel) return values;
+  return gather_sequence_slices(values.unsqueeze(-1), tp_).squeeze(-1);
+}
+
 // Vocab-parallel: this rank looks up the ids in its rows, zeros for the others; the sum over the
 // tensor-parallel ranks (or its sequence slice) is the embedding.
 at::Tensor MegatronEngine::embed(const at::Tensor& weight, const at::Tensor& ids) {

@@ -13,17 +13,21 @@
 #include "lft/model/init.h"
 #include "lft/model/parameter_storage.h"
 #include "lft/model/quantized_base.h"
+#include "lft/model/score_head.h"
 
 namespace lft::engine {
 
-std::unique_ptr<model::WeightSource> starting_weights(const RunPlan& plan, model::CausalLM& model,
-                                                      const std::string& folder) {
+namespace {
+
+std::unique_ptr<model::WeightSource> base_and_adapters(const RunPlan& plan, model::CausalLM& model, const std::string& folder) {
   const double norm = plan.model.initial_norm_weight();
   std::unique_ptr<model::WeightSource> base;
   if (folder.empty())
     base = std::make_unique<model::InitWeights>(model, plan.seed, norm);
   else
-    base = std::make_unique<model::HfWeights>(folder, model, model::is_lora_parameter);
+    base = std::make_unique<model::HfWeights>(folder, model, [](const std::string& name) {
+      return model::is_lora_parameter(name) || model::is_score_head_parameter(name);
+    });
   if (plan.finetuning.type != "lora") return base;
   if (plan.adapter_folder.empty())
     return std::make_unique<model::FinetuningWeights>(model, std::move(base),
@@ -32,6 +36,17 @@ std::unique_ptr<model::WeightSource> starting_weights(const RunPlan& plan, model
   adapter->check_shapes(model);
   return std::make_unique<model::FinetuningWeights>(model, std::move(base),
                                                     std::make_unique<model::PeftAdapterWeights>(adapter), adapter);
+}
+
+}  // namespace
+
+std::unique_ptr<model::WeightSource> starting_weights(const RunPlan& plan, model::CausalLM& model,
+                                                      const std::string& folder) {
+  std::unique_ptr<model::WeightSource> weights = base_and_adapters(plan, model, folder);
+  if (plan.model.score_head == model::ScoreHead::None) return weights;
+  // A reward model's head: TRL's value_head.safetensors as LlamaFactory finds it, else a new one.
+  return std::make_unique<model::ScoreHeadWeights>(model, plan.model, std::move(weights),
+                                                   model::value_head_file(folder, plan.adapter_folder), plan.seed);
 }
 
 ParallelModel parallelize(const RunPlan& plan, DeviceMesh& mesh, const c10::Device& device, const std::string& folder) {

@@ -70,6 +70,18 @@ struct GatherSequence : torch::autograd::Function<GatherSequence> {
   }
 };
 
+struct GatherSequenceSlices : torch::autograd::Function<GatherSequenceSlices> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, std::int64_t comm) {
+    ctx->saved_data["comm"] = comm;
+    return all_gathered_t(x, *reinterpret_cast<Communicator*>(comm));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    Communicator& comm = comm_of(ctx);
+    const std::int64_t part = g[0].size(1) / comm.size();
+    return {g[0].narrow(1, part * comm.rank(), part).contiguous(), at::Tensor()};
+  }
+};
+
 struct ScatterSequence : torch::autograd::Function<ScatterSequence> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, std::int64_t comm) {
     ctx->saved_data["comm"] = comm;
@@ -123,6 +135,9 @@ at::Tensor copy_to_tp(const at::Tensor& x, Communicator& tp) { return CopyToTp::
 at::Tensor reduce_from_tp(const at::Tensor& x, Communicator& tp) { return ReduceFromTp::apply(x, handle(tp)); }
 at::Tensor gather_sequence(const at::Tensor& x, Communicator& tp) { return GatherSequence::apply(x, handle(tp)); }
 at::Tensor scatter_sequence(const at::Tensor& x, Communicator& tp) { return ScatterSequence::apply(x, handle(tp)); }
+at::Tensor gather_sequence_slices(const at::Tensor& x, Communicator& tp) {
+  return GatherSequenceSlices::apply(x, handle(tp));
+}
 
 at::Tensor vocab_parallel_token_losses(const at::Tensor& local_logits, const at::Tensor& input_ids,
                                        std::int64_t vocab_start, Communicator& tp, std::int64_t ignore_id) {

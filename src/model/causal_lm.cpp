@@ -43,6 +43,12 @@ CausalLM::CausalLM(const ModelConfig& config, const c10::TensorOptions& options,
   model->norm = model->register_module("norm", RMSNorm(config_.hidden_size, config_, options));
   if (!config_.tie_word_embeddings)
     lm_head = register_module("lm_head", Linear(config_.hidden_size, config_.vocab_size, false, options));
+  if (config_.score_head == ScoreHead::ValueHead) {  // TRL's names: v_head.summary.{weight,bias}
+    auto v_head = register_module("v_head", std::make_shared<torch::nn::Module>("ValueHead"));
+    score = v_head->register_module("summary", Linear(config_.hidden_size, 1, true, options));
+  } else if (config_.score_head == ScoreHead::Classifier) {
+    score = register_module("score", Linear(config_.hidden_size, 1, false, options));
+  }
 }
 
 namespace {
@@ -83,7 +89,8 @@ ParameterPlacement CausalLM::placement(const std::string& name) const {
     p.tp = vocab;
     return p;
   }
-  if (name == "model.norm.weight") {
+  // The final norm and a reward model's score head: whole on every tensor-parallel rank.
+  if (name == "model.norm.weight" || (score && (name == "score.weight" || name.rfind("v_head.summary.", 0) == 0))) {
     p.units = {head_unit()};
     return p;
   }
@@ -156,6 +163,17 @@ at::Tensor CausalLM::head_losses(const at::Tensor& hidden, const at::Tensor& inp
   return ops_->token_losses(logits(ops_->enter(model->norm(hidden))), input_ids);
 }
 
+at::Tensor CausalLM::position_scores(const at::Tensor& hidden, std::uint64_t dropout_seed) {
+  // TRL's ValueHead: dropout on the final normed hidden state, then the linear. Every
+  // tensor-parallel rank computes the scores of its rows whole (no enter(): the head is replicated).
+  at::Tensor x = model->norm(hidden);
+  const double p = config_.score_head == ScoreHead::ValueHead ? config_.summary_dropout_prob : 0.0;
+  if (p > 0 && dropout_seed != 0 && at::GradMode::is_enabled())
+    x = x * (dropout_keep_mask(x.sizes(), 1.0 - p, mix_seed(dropout_seed, static_cast<std::uint64_t>(num_units())),
+                               x.device()) / (1.0 - p)).to(x.options());
+  return ops_->gather_positions(score->forward(x).squeeze(-1).to(at::kFloat));
+}
+
 std::uint64_t CausalLM::next_dropout_seed(std::int64_t begin) {
   if (dropout_seed_ == 0 || !at::GradMode::is_enabled()) return 0;
   return mix_seed(mix_seed(dropout_seed_, static_cast<std::uint64_t>(begin)),
@@ -173,14 +191,18 @@ at::Tensor CausalLM::forward_units(std::int64_t begin, std::int64_t end, const a
   at::Tensor h = begin == 0 ? embed(input_ids) : hidden;
   const std::int64_t first = std::max<std::int64_t>(begin, 1) - 1;
   const std::int64_t last = std::min(end, head_unit()) - 1;
+  const std::uint64_t seed = next_dropout_seed(begin);
   if (first < last) {
     AttentionInputs in = attention_inputs(input_ids, segment_ids, h.options());
-    in.dropout_seed = next_dropout_seed(begin);
+    in.dropout_seed = seed;
     start_routing(in, token_mask);
     h = run_layers(first, last, h, in);
     finish_routing(in, first, last);
   }
-  return end == num_units() ? head_losses(h, input_ids) : h;
+  if (end != num_units()) return h;
+  if (!score) return head_losses(h, input_ids);
+  const at::Tensor scores = position_scores(h, seed);
+  return scores.narrow(1, 1, std::max<std::int64_t>(scores.size(1) - 1, 0));
 }
 
 at::Tensor CausalLM::forward_chunk_units(std::int64_t begin, std::int64_t end, const at::Tensor& input_ids,
@@ -190,6 +212,9 @@ at::Tensor CausalLM::forward_chunk_units(std::int64_t begin, std::int64_t end, c
   at::Tensor h = begin == 0 ? embed(c.local_ids()) : hidden;
   const std::int64_t first = std::max<std::int64_t>(begin, 1) - 1;
   const std::int64_t last = std::min(end, head_unit()) - 1;
+  // Each chunk draws its own dropout masks.
+  std::uint64_t seed = next_dropout_seed(begin);
+  if (seed != 0) seed = mix_seed(seed, static_cast<std::uint64_t>(cp_->rank()) + 1);
   if (first < last) {
     // RoPE tables of the whole padded sequences, this chunk's rows of them; Ulysses attends over
     // the whole sequences (their mask), ring attention block by block from positions and segments.
@@ -204,9 +229,7 @@ at::Tensor CausalLM::forward_chunk_units(std::int64_t begin, std::int64_t end, c
       in.cp.host_positions = c.host_positions;
       in.cp.segment_ids = c.segment_ids;
     }
-    // Each chunk draws its own LoRA dropout masks.
-    if (const std::uint64_t seed = next_dropout_seed(begin); seed != 0)
-      in.dropout_seed = mix_seed(seed, static_cast<std::uint64_t>(cp_->rank()) + 1);
+    in.dropout_seed = seed;
     if (config_.moe.any()) {  // the chunk's rows; the padding the split adds is no token
       const at::Tensor mask = token_mask.defined() ? token_mask.to(at::kFloat)
                                                    : at::ones(input_ids.sizes(), h.options().dtype(at::kFloat));
@@ -217,6 +240,10 @@ at::Tensor CausalLM::forward_chunk_units(std::int64_t begin, std::int64_t end, c
     finish_routing(in, first, last);
   }
   if (end != num_units()) return h;
+  if (score) {  // the chunk's scores, then every chunk's: positions 1..T-1, as one rank has them
+    const at::Tensor scores = gather_sequence(*cp_, position_scores(h, seed), c);
+    return scores.narrow(1, 1, std::max<std::int64_t>(c.length - 1, 0));
+  }
   // The chunk's per-position losses, then every chunk's: [B, padded] -> the [B, T-1] one rank has.
   const at::Tensor local = ops_->target_losses(logits(ops_->enter(model->norm(h))), c.local_targets());
   return gather_sequence(*cp_, local, c).narrow(1, 0, std::max<std::int64_t>(c.length - 1, 0));

@@ -159,8 +159,21 @@ std::vector<std::string> lora_target_names(const CausalLM& model, const Finetuni
   return out;
 }
 
+namespace {
+
+// A reward model (LlamaFactory's stage rm) trains its score head whatever the fine-tuning type
+// (TRL adds the value head after the adapters, trainable); its lm_head computes nothing (no
+// gradient: torch's AdamW leaves it as it is, decay included), so it is frozen.
+void score_head_trains(CausalLM& model) {
+  if (!model.score) return;
+  for (auto& item : model.score->named_parameters()) item.value().set_requires_grad(true);
+  if (model.lm_head) model.lm_head->weight.set_requires_grad(false);
+}
+
+}  // namespace
+
 void apply_finetuning(CausalLM& model, const FinetuningSpec& spec, const c10::TensorOptions& options) {
-  if (spec.type == "full") return;
+  if (spec.type == "full") return score_head_trains(model);
   std::vector<std::string> fragments;
   if (spec.type == "lora") {
     check_additional_target(model, spec);
@@ -184,9 +197,10 @@ void apply_finetuning(CausalLM& model, const FinetuningSpec& spec, const c10::Te
     item.value().set_requires_grad(trains);
     any = any || trains;
   }
-  if (!any)
+  if (!any && !model.score)
     throw FinetuningError("freeze_trainable_layers",
                           "no parameter trains: freeze_trainable_layers = 0 and no freeze_extra_modules");
+  score_head_trains(model);
 }
 
 }  // namespace lft::model

@@ -38,6 +38,8 @@ at::Tensor new_parameter(const std::vector<std::int64_t>& shape, const c10::Tens
   return at::full(shape, value, param_options(options));
 }
 
+}  // namespace
+
 // On the CPU from a CPU generator; on a GPU from a CUDA generator of the same seed, on the device
 // (no mask drawn on the host and copied over, which would block the host every layer).
 at::Tensor dropout_keep_mask(at::IntArrayRef sizes, double keep, std::uint64_t seed, const at::Device& device) {
@@ -51,8 +53,6 @@ at::Tensor dropout_keep_mask(at::IntArrayRef sizes, double keep, std::uint64_t s
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   return at::bernoulli(at::full(sizes, keep, at::kFloat), gen).to(device);
 }
-
-}  // namespace
 
 // ---- Linear, Embedding, RMSNorm ----
 

@@ -81,6 +81,7 @@ ModelConfig ModelConfig::from_hf_json(const std::string& json_text, const std::s
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
   c.explicit_head_dim = r.integer("head_dim", 0);
   c.dtype = r.string("dtype", r.string("torch_dtype", ""));
+  c.summary_dropout_prob = r.real("summary_dropout_prob", 0.1);
 
   // RoPE: transformers 5 writes one `rope_parameters` object; 4.x wrote `rope_theta` plus
   // `rope_scaling` (null or an object whose kind is in `rope_type` or the older `type`).
@@ -220,6 +221,8 @@ void ModelConfig::validate(const std::string& where) const {
   if (query_pre_attn_scalar < 0) fail(where, "query_pre_attn_scalar", "must be positive");
   if (attn_logit_softcapping < 0) fail(where, "attn_logit_softcapping", "must be positive or null");
   if (final_logit_softcapping < 0) fail(where, "final_logit_softcapping", "must be positive or null");
+  if (!(summary_dropout_prob >= 0.0 && summary_dropout_prob < 1.0))
+    fail(where, "summary_dropout_prob", "must be in [0, 1) (TRL's value-head dropout)");
 }
 
 std::string ModelConfig::to_hf_json() const {
@@ -263,7 +266,8 @@ std::string ModelConfig::to_hf_json() const {
 
 std::int64_t ModelConfig::num_parameters() const {
   const std::int64_t embed = vocab_size * hidden_size;
-  return num_non_embedding_parameters() + embed + (tie_word_embeddings ? 0 : embed);
+  const std::int64_t score = score_head == ScoreHead::None ? 0 : hidden_size + (score_head == ScoreHead::ValueHead ? 1 : 0);
+  return num_non_embedding_parameters() + embed + (tie_word_embeddings ? 0 : embed) + score;
 }
 
 namespace {

@@ -6,13 +6,14 @@
 #include <stdexcept>
 
 #include "lft/train/loss_plot.h"
+#include "lft/runtime/stage.h"
 
 namespace lft::train {
 
 const std::vector<std::string>& plotted_metrics(const std::string& stage) {
   static const std::vector<std::string> keys = {"loss", "eval_loss"};
   static const std::vector<std::string> dpo_keys = {"loss", "eval_loss", "rewards/accuracies"};
-  return stage == "dpo" ? dpo_keys : keys;
+  return trains_on_pairs(stage) ? dpo_keys : keys;
 }
 
 MetricSeries read_logged_metric(const std::string& log_path, const std::string& key) {

@@ -11,6 +11,12 @@ PairTerms pair_terms(const PreferenceOptions& o, const at::Tensor& logps, const 
   const at::Tensor policy = o.averages() ? pairs / length : pairs;
   const at::Tensor chosen = policy.select(1, 0), rejected = policy.select(1, 1);
   PairTerms t;
+  if (o.reward_model) {  // LlamaFactory's PairwiseTrainer, on fp32 scores
+    t.losses = -at::log_sigmoid(chosen - rejected);
+    t.chosen_rewards = chosen.detach();
+    t.rejected_rewards = rejected.detach();
+    return t;
+  }
   t.chosen_logps = chosen.detach();
   t.rejected_logps = rejected.detach();
   if (o.loss == "orpo") {  // odds ratio on per-token means, plus the chosen answer's NLL
@@ -41,6 +47,13 @@ PairTerms pair_terms(const PreferenceOptions& o, const at::Tensor& logps, const 
   return t;
 }
 
+at::Tensor last_token_weights(const at::Tensor& token_mask) {
+  const std::int64_t rows = token_mask.size(0), columns = token_mask.size(1) - 1;
+  const at::Tensor last_column = token_mask.to(at::kLong).sum(1) - 2;  // position length - 1
+  TORCH_CHECK(rows == 0 || last_column.min().item<std::int64_t>() >= 0, "last_token_weights: a row has fewer than 2 tokens");
+  return at::zeros({rows, columns}, at::kFloat).scatter_(1, last_column.unsqueeze(1), 1.0);
+}
+
 at::Tensor length_desensitized_weights(const at::Tensor& weights, double ld_alpha) {
   const at::Tensor trained = weights.gt(0);
   const at::Tensor counts = trained.sum(1).view({-1, 2});
@@ -51,7 +64,7 @@ at::Tensor length_desensitized_weights(const at::Tensor& weights, double ld_alph
 
 engine::SequenceObjective preference_objective(const PreferenceOptions& o) {
   return [o](const at::Tensor& token_losses, const engine::MicroBatch& batch) {
-    const at::Tensor logps = -token_losses.sum(1);
+    const at::Tensor logps = o.sequence_values(token_losses.sum(1));
     const at::Tensor lengths = batch.weights.gt(0).sum(1);
     return pair_terms(o, logps, lengths, batch.reference_logps).losses.sum();
   };
@@ -64,16 +77,20 @@ void PreferenceMetrics::add(const PairTerms& t) {
                                 t.chosen_rewards - t.rejected_rewards,
                                 t.chosen_logps,
                                 t.rejected_logps};
-  for (int i = 0; i < 6; ++i) sums_[i] += values[i].sum().item<double>();
+  for (int i = 0; i < 6; ++i)
+    if (values[i].defined()) sums_[i] += values[i].sum().item<double>();
   pairs_ += static_cast<double>(t.losses.numel());
+  has_logps_ = t.chosen_logps.defined();
 }
 
 std::vector<std::pair<std::string, double>> PreferenceMetrics::take() {
   static const char* const names[6] = {"rewards/chosen",   "rewards/rejected", "rewards/accuracies",
                                        "rewards/margins", "logps/chosen",     "logps/rejected"};
   std::vector<std::pair<std::string, double>> out;
-  for (int i = 0; i < 6; ++i) out.emplace_back(names[i], pairs_ > 0 ? sums_[i] / pairs_ : 0.0);
+  for (int i = 0; i < (has_logps_ ? 6 : 4); ++i) out.emplace_back(names[i], pairs_ > 0 ? sums_[i] / pairs_ : 0.0);
+  const bool logps = has_logps_;
   *this = PreferenceMetrics();
+  has_logps_ = logps;
   return out;
 }
 

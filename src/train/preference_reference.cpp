@@ -40,6 +40,14 @@ void Trainer::prepare_preference() {
                          s.preference->loss + "\"" + (s.preference->ftx > 0 ? " with pref_ftx" : "") +
                          " divides by the answer's length\n  hint: raise cutoff_len, shorten or remove that record, or use "
                          "pref_loss = \"sigmoid\" or \"hinge\" without pref_ftx (an empty answer's log-probability counts 0)");
+  // A reward model scores each sequence at its last token (last_token_weights): the second token
+  // at least, as a pair's prompt and answer always give.
+  if (s.preference->reward_model)
+    for (std::int64_t i = 0; i < sequences; ++i)
+      if (s.data->real_tokens({i}) < 2)
+        throw UsageError("stage rm: pair " + std::to_string(i / 2 + 1) + " of the training data (in the dataset files' order) "
+                         "has a " + (i % 2 == 0 ? "chosen" : "rejected") + " sequence of fewer than 2 tokens at cutoff_len = " +
+                         std::to_string(s.plan.seq_len) + "\n  hint: raise cutoff_len, or remove that record");
   if (!s.preference->uses_reference()) return;
   // The summed log-probability of the sequences of steps [s.step, s.total) under `model`, run
   // through `engine`, in the micro-batches those steps train them in (the same sequences padded

@@ -67,6 +67,7 @@ PreferenceOptions PreferenceOptions::from(const config::Config& cfg) {
   o.simpo_gamma = cfg.real("simpo_gamma");
   o.label_smoothing = cfg.real("dpo_label_smoothing");
   if (cfg.is_set("ld_alpha")) o.ld_alpha = cfg.real("ld_alpha");
+  o.reward_model = cfg.string("stage") == "rm";
   return o;
 }
 

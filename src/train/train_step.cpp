@@ -95,7 +95,9 @@ StepResult Trainer::step() {
   options.compute = s.plan.compute;
   options.loss_factor = (s.scaler ? s.scaler->scale() : 1.0) / (s.preference ? static_cast<double>(global) : targets);
   if (s.preference) options.objective = preference_objective(*s.preference);
-  if (s.plan.finetuning.type == "lora" && s.plan.finetuning.lora_dropout > 0)  // new masks each step and dp rank
+  const bool lora_dropout = s.plan.finetuning.type == "lora" && s.plan.finetuning.lora_dropout > 0;
+  const bool value_head_dropout = s.plan.model.score_head == model::ScoreHead::ValueHead && s.plan.model.summary_dropout_prob > 0;
+  if (lora_dropout || value_head_dropout)  // new masks each step and dp rank
     s.model->set_dropout_seed(model::mix_seed(model::mix_seed(s.options.seed + 1,
                                                               static_cast<std::uint64_t>(s.step)),
                                               static_cast<std::uint64_t>(dp_rank)));
@@ -124,7 +126,7 @@ StepResult Trainer::step() {
   if (s.preference) {  // the pairs' losses and metrics from their log-probabilities, in double
     std::vector<std::int64_t> order;
     for (const auto& seqs : sequences) order.insert(order.end(), seqs.begin(), seqs.end());
-    const PairTerms terms = pair_terms(*s.preference, -host.narrow(0, 0, count), s.lengths_of(order),
+    const PairTerms terms = pair_terms(*s.preference, s.preference->sequence_values(host.narrow(0, 0, count)), s.lengths_of(order),
                                        s.preference->uses_reference() ? s.reference_of(order) : at::Tensor());
     r.loss = terms.losses.mean().item<double>();
     s.preference_metrics.add(terms);

@@ -69,7 +69,8 @@ engine::MicroBatch Trainer::State::device_batch(const data::Batch& b, const std:
   const at::Device device = torch_device();
   m.input_ids = to_device(b.input_ids, device);
   if (data->segments() && b.segment_ids.defined()) m.segment_ids = to_device(b.segment_ids, device);
-  m.weights = to_device(b.weights, device);
+  // A reward model weighs only each sequence's last token, whose score the head puts there.
+  m.weights = to_device(preference && preference->reward_model ? last_token_weights(b.token_mask) : b.weights, device);
   // LD-DPO weighs the policy's tokens (a training step's batch: `sequences` given), not the
   // reference's.
   if (preference && preference->ld_alpha >= 0 && !sequences.empty())
@@ -254,7 +255,9 @@ std::string Trainer::describe() const {
   return "model      " + s.plan.model.summary() + trainable_summary(s.plan) + "\ndata       " + s.data->describe() + "; " +
          std::to_string(s.sampler->steps_per_epoch()) + " steps per epoch\n" + "training   " +
          std::to_string(s.total) + " steps of " + std::to_string(s.plan.global_batch) +
-         (s.data->pairs() ? " pairs (pref_loss " + s.options.preference.loss + ")" : " sequences") +
+         (!s.data->pairs()                       ? std::string(" sequences")
+          : s.options.preference.reward_model ? std::string(" pairs (reward model: value head, pairwise loss)")
+                                              : " pairs (pref_loss " + s.options.preference.loss + ")") +
          (s.plan.compute == at::kBFloat16 ? ", bf16 compute over fp32 weights"
           : s.scaler ? ", fp16 compute over fp32 weights, loss scale " + std::to_string(s.scaler->scale())
                      : ", fp32") +

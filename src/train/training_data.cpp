@@ -18,6 +18,7 @@
 #include "lft/runtime/check.h"
 #include "lft/runtime/log.h"
 #include "lft/train/split_tokenizing.h"
+#include "lft/runtime/stage.h"
 
 namespace lft::train {
 namespace {
@@ -35,7 +36,7 @@ data::SftOptions sft_options(const DataOptions& d, const std::string& tokenizer_
   data::SftOptions o;
   o.stage = d.stage;
   o.records.format = d.dataset_format;
-  o.records.columns.ranking = o.stage == "dpo";  // train_dataset files hold pairs (chosen, rejected)
+  o.records.columns.ranking = trains_on_pairs(o.stage);  // train_dataset files hold pairs (chosen, rejected)
   o.template_name = d.template_name;
   o.cutoff_len = d.cutoff_len;
   o.packing = d.packing;
@@ -89,7 +90,7 @@ std::string names_of(const std::vector<data::DatasetSource>& sources) {
 std::string check_training_data(const DataOptions& d) {
   data::RecordOptions records;
   records.format = d.dataset_format;
-  records.columns.ranking = d.stage == "dpo";
+  records.columns.ranking = trains_on_pairs(d.stage);
   if (d.stage == "pt" && !d.use_dataset) {
     std::string out;
     for (const std::string& p : d.train_files)
@@ -175,7 +176,7 @@ TrainingData::TrainingData(const DataOptions& d, MPI_Comm world) {
     loaded.summary += "\neval: " + names_of(eval_from) + ": " + eval.summary;
   }
   segments_ = options.neat_packing;
-  pairs_ = options.stage == "dpo";
+  pairs_ = trains_on_pairs(options.stage);
   summary_ = loaded.summary + " (" + tokenizer_->name() + " tokenizer, template " +
              (own ? "model: " + options.jinja->source() : chat.name()) + ")";
 }

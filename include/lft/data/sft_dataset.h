@@ -90,7 +90,7 @@ struct SftParallel {
 inline constexpr const char* kModelTemplate = "model";
 
 struct SftOptions {
-  std::string stage = "sft";  // "sft" | "pt" | "dpo" (every conversation a preference pair)
+  std::string stage = "sft";  // "sft" | "pt" | "dpo" | "rm" (dpo, rm: every conversation a preference pair)
   RecordOptions records;      // dataset_format and columns
   std::string template_name = "default";
   std::shared_ptr<const JinjaChatEncoder> jinja;  // template_name "model": the model's template

@@ -82,6 +82,7 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   at::Tensor embed(const at::Tensor& weight, const at::Tensor& input_ids) override;
   at::Tensor token_losses(const at::Tensor& logits, const at::Tensor& input_ids) override;
   at::Tensor target_losses(const at::Tensor& logits, const at::Tensor& targets) override;
+  at::Tensor gather_positions(const at::Tensor& values) override;
   std::int64_t sequence_multiple() const override { return plan_.sequence_parallel ? plan_.tp : 1; }
   std::int64_t region_replicas() const override { return plan_.tp; }
   // The sums over tensor-parallel replicas and tied stages, on the gradients of `grads` (the

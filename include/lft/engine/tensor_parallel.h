@@ -7,6 +7,8 @@
 //   reduce_from_tp      g: all-reduce forward, identity backward (after a row-parallel linear)
 //   gather_sequence     sequence parallel's f: all-gather along T forward, reduce-scatter backward
 //   scatter_sequence    sequence parallel's g: reduce-scatter along T forward, all-gather backward
+//   gather_sequence_slices  all-gather along T forward, this rank's slice of the gradient backward
+//                       (values each rank computed for its tokens, then used whole and alike by all)
 //   vocab_parallel_token_losses: cross-entropy over logits split along the vocabulary, never
 //                       forming the whole [tokens, vocab] logits on a rank.
 #pragma once
@@ -23,6 +25,7 @@ at::Tensor copy_to_tp(const at::Tensor& x, Communicator& tp);
 at::Tensor reduce_from_tp(const at::Tensor& x, Communicator& tp);
 at::Tensor gather_sequence(const at::Tensor& x, Communicator& tp);
 at::Tensor scatter_sequence(const at::Tensor& x, Communicator& tp);
+at::Tensor gather_sequence_slices(const at::Tensor& x, Communicator& tp);
 
 // Per-token losses [B, T-1] (fp32) of predicting input_ids[:, t+1] from logits[:, t], where this
 // rank holds `local_logits` [B, T, V_local] for vocabulary ids [vocab_start, vocab_start +

@@ -96,6 +96,10 @@ class ParallelOps {
   // Per-position losses [B, T] fp32 of logits [B, T, this rank's vocabulary rows] predicting
   // targets [B, T] (context parallelism: a chunk's targets come from the next chunk too).
   virtual at::Tensor target_losses(const at::Tensor& logits, const at::Tensor& targets);
+  // Per-position values [B, T'] each rank computed for its rows of the sequences (T' = T / tp under
+  // sequence parallelism) -> [B, T], whole and alike on every rank; backward keeps each rank's own
+  // rows of the gradient (a reward model's scores: every rank then computes the same loss).
+  virtual at::Tensor gather_positions(const at::Tensor& values) { return values; }
   // What a sequence's length must be a multiple of inside the tensor-parallel regions (tp with
   // sequence parallelism); context parallelism pads each chunk to it.
   virtual std::int64_t sequence_multiple() const { return 1; }
@@ -166,7 +170,8 @@ class CausalLM : public torch::nn::Module {
 
   // Units [begin, end): from input_ids (begin == 0) or from `hidden` (the previous unit's
   // output), to hidden states [B, T, hidden], or, when end == num_units(), to the per-token
-  // losses [B, T-1] fp32 of predicting input_ids[:, 1:] (targets -100 count 0). segment_ids
+  // losses [B, T-1] fp32 of predicting input_ids[:, 1:] (targets -100 count 0); a reward model
+  // (config().score_head) to the scores [B, T-1] of positions 1..T-1 instead. segment_ids
   // [B, T] (neat packing): positions restart and attention stays within each segment.
   // token_mask [B, T] (bool or 0/1; undefined: every position a token) tells a mixture of
   // experts' routing statistics which positions are padding.
@@ -217,12 +222,17 @@ class CausalLM : public torch::nn::Module {
 
   DecoderStack model{nullptr};
   Linear lm_head{nullptr};  // null (and no lm_head.weight parameter) when tie_word_embeddings
+  // A reward model's score head (config().score_head): `v_head.summary` or `score`; else null.
+  Linear score{nullptr};
 
  private:
   // Token embeddings of input_ids (ops' lookup), times config.embedding_multiplier.
   at::Tensor embed(const at::Tensor& input_ids);
   at::Tensor run_layers(std::int64_t first, std::int64_t last, at::Tensor h, const AttentionInputs& in);
   at::Tensor head_losses(const at::Tensor& hidden, const at::Tensor& input_ids);
+  // A reward model's score of each of this rank's positions [B, T] fp32 (tp-gathered), TRL's
+  // value-head dropout drawn from `dropout_seed` (0: none) while training.
+  at::Tensor position_scores(const at::Tensor& hidden, std::uint64_t dropout_seed);
   // forward_units under context parallelism.
   at::Tensor forward_chunk_units(std::int64_t begin, std::int64_t end, const at::Tensor& input_ids,
                                  const at::Tensor& segment_ids, const at::Tensor& hidden,

@@ -94,6 +94,10 @@ class RMSNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RMSNorm);
 
+// A dropout keep mask (fp32 1 = kept, with probability `keep`) of `sizes` on `device`, drawn from
+// `seed`: the same seed gives the same mask.
+at::Tensor dropout_keep_mask(at::IntArrayRef sizes, double keep, std::uint64_t seed, const at::Device& device);
+
 // The seed of LoRA dropout masks for the forward running on this thread: a decoder layer's
 // forward (and its recomputation) runs inside a scope holding the seed its micro-batch drew, so a
 // recomputed forward draws the same masks. Outside any scope (or seed 0) LoRA has no dropout.

@@ -44,6 +44,11 @@ struct MoeShape {
   bool aux_loss() const { return any() && output_router_logits && router_aux_loss_coef != 0; }
 };
 
+// The head of a reward model: TRL's AutoModelForCausalLMWithValueHead's `v_head.summary` (with a
+// bias; LlamaFactory's classic stage rm), or transformers' ...ForSequenceClassification `score`
+// (no bias; LlamaFactory v1's rm).
+enum class ScoreHead { None, ValueHead, Classifier };
+
 struct ModelConfig {
   std::string model_type = "llama";  // a family of families.h
   std::int64_t vocab_size = 0;
@@ -105,6 +110,13 @@ struct ModelConfig {
 
   // Mixture of experts (num_experts 0: every layer's MLP dense).
   MoeShape moe;
+
+  // A reward model (stage = "rm"): the head unit scores each position from the final normed hidden
+  // state instead of predicting the next token (score_head.h). Set by the run plan, not config.json.
+  ScoreHead score_head = ScoreHead::None;
+  // TRL's ValueHead dropout on its input while training (config.json `summary_dropout_prob`, TRL's
+  // 0.1 when absent; 0: none).
+  double summary_dropout_prob = 0.1;
 
   // config.json `dtype` (or legacy `torch_dtype`), e.g. "bfloat16"; empty when not given. Kept
   // for export; the trainer chooses its own compute dtype.
