@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "lft/ckpt/checkpoint_files.h"
+#include "lft/model/score_head.h"
 #include "lft/runtime/error.h"
 #include "merge_internal.h"
 #include "store_util.h"
@@ -48,7 +49,8 @@ bool is_export_file(std::string name) {
   if (name.size() > tmp.size() && name.compare(name.size() - tmp.size(), tmp.size(), tmp) == 0)
     name.resize(name.size() - tmp.size());
   if (name == "model.safetensors" || name == "model.safetensors.index.json" || name == "model.h5" ||
-      name == "config.json" || name == "adapter_model.safetensors" || name == "adapter_config.json")
+      name == "config.json" || name == "adapter_model.safetensors" || name == "adapter_config.json" ||
+      name == model::kValueHeadFile)
     return true;
   for (const std::string& n : copied_model_files())
     if (name == n) return true;
@@ -200,7 +202,14 @@ MergeReport merge_checkpoint(const MergeOptions& options) {
   const std::vector<TensorInfo> stored = model_tensors(src);
   check_model_tensors(src, stored, run.config, finetuning);
   const ExportTensors exported = plan_export_tensors(src, run, finetuning, stored, o.format);
-  const std::vector<TensorInfo>& tensors = exported.tensors;
+  // A reward model's value head goes to value_head.safetensors beside the model or the adapter,
+  // as LlamaFactory saves it (model.h5 keeps it with the rest).
+  std::vector<TensorInfo> tensors, value_head;
+  for (const TensorInfo& t : exported.tensors)
+    if (o.format == ExportFormat::Hdf5 || !model::is_score_head_parameter(t.name)) tensors.push_back(t);
+  if (o.format != ExportFormat::Hdf5)
+    for (const TensorInfo& t : stored)
+      if (model::is_score_head_parameter(t.name)) value_head.push_back(t);
 
   // 2. The plan.
   const std::int64_t element = static_cast<std::int64_t>(c10::elementSize(o.dtype));
@@ -245,6 +254,8 @@ MergeReport merge_checkpoint(const MergeOptions& options) {
     lines.emplace_back("adapter_config.json",
                        "LoRA r=" + std::to_string(finetuning.lora_rank) + ", PEFT's format");
   }
+  if (!value_head.empty())
+    lines.emplace_back(model::kValueHeadFile, std::to_string(value_head.size()) + " tensors, the reward model's value head (TRL's)");
   for (const auto& l : lines) report.files.push_back(dir + "/" + l.first);
 
   // 3. The output folder.
@@ -317,6 +328,9 @@ MergeReport merge_checkpoint(const MergeOptions& options) {
     write_safetensors_streaming(out + "/adapter_model.safetensors", tensors, o.dtype, load, files);
     write_text_file(out + "/adapter_config.json", adapter_config, files);
   }
+  if (!value_head.empty())
+    write_safetensors_streaming(out + "/" + model::kValueHeadFile, value_head, o.dtype,
+                                [src = &src](const TensorInfo& t) { return src->reader.read_full("model/" + t.name); }, files);
   if (const int rc = detail::fsync_path(out, /*directory=*/true); rc != 0)
     throw MergeIoError("cannot sync the folder " + out + ": " + std::strerror(rc));
   if (aside) swap_in_export(out, dir, lines, entries);

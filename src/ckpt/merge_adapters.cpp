@@ -16,6 +16,7 @@
 #include "lft/model/init.h"
 #include "lft/model/prequantized.h"
 #include "lft/model/safetensors.h"
+#include "lft/model/score_head.h"
 #include "lft/runtime/error.h"
 #include "merge_internal.h"
 
@@ -237,6 +238,7 @@ ExportTensors peft_tensors(const Source& source, const Finetuning& ft,
   check_peft_targets(source, ft, stored);
   ExportTensors out;
   for (TensorInfo t : stored) {
+    if (model::is_score_head_parameter(t.name)) continue;  // value_head.safetensors (merge.cpp)
     t.name = model::kPeftPrefix + t.name;
     out.tensors.push_back(std::move(t));
   }
@@ -252,7 +254,9 @@ ExportTensors peft_tensors(const Source& source, const Finetuning& ft,
 Finetuning read_finetuning(const Source& source) {
   Finetuning ft;
   const RunInfo& run = source.manifest->run;
-  if (run.finetuning_type == "full") return ft;
+  // A full run records its base only when it reads it again (a DPO reference, a reward model's
+  // frozen lm_head).
+  if (run.finetuning_type == "full" && run.base_model_hash.empty()) return ft;
   ft.type = run.finetuning_type;
   ft.base_model = run.base_model;
   ft.base_model_hash = run.base_model_hash;
@@ -340,7 +344,14 @@ ExportTensors plan_export_tensors(const Source& source, const RunModel& run,
           finetuning.type + ": export it with --format hf");
     return peft_tensors(source, finetuning, stored);
   }
-  if (finetuning.type != "full") return whole_model(source, run, finetuning, stored);
+  bool all_stored = finetuning.type == "full";
+  if (all_stored) {
+    std::set<std::string> names;
+    for (const TensorInfo& t : stored) names.insert(t.name);
+    for (const auto& item : expected_parameter_shapes(run.config))
+      if (names.count(item.first) == 0) all_stored = false;  // frozen_in_full_run: from the base
+  }
+  if (!all_stored) return whole_model(source, run, finetuning, stored);
   ExportTensors out;
   out.tensors = stored;
   out.load = [src = &source](const TensorInfo& t) {
@@ -358,7 +369,7 @@ std::string peft_adapter_config(const Finetuning& ft, const std::vector<TensorIn
   // also take every layer's input_layernorm, and then refuse a file without their weights.
   std::vector<std::string> modules;
   for (const std::string& name : whole_tensors(stored))
-    if (std::find(modules.begin(), modules.end(), module_of(name)) == modules.end())
+    if (!model::is_score_head_parameter(name) && std::find(modules.begin(), modules.end(), module_of(name)) == modules.end())
       modules.push_back(module_of(name));
 
   nlohmann::json j;  // sorted keys, as PEFT writes them

@@ -68,6 +68,10 @@ struct Finetuning;
 void check_model_tensors(const Source& source, const std::vector<TensorInfo>& tensors,
                          const model::ModelConfig& config, const Finetuning& finetuning);
 
+// A parameter a full run of `config` keeps frozen, which its checkpoint does not hold: a reward
+// model's lm_head (unused by its loss), exported from the base model.
+bool frozen_in_full_run(const model::ModelConfig& config, const std::string& name);
+
 // Orders "model.layers.10" after "model.layers.9": digit runs compare as numbers.
 bool natural_less(const std::string& a, const std::string& b);
 

@@ -21,6 +21,7 @@
 #include "lft/ckpt/checkpoint_files.h"
 #include "lft/ckpt/merge.h"
 #include "lft/config/config.h"
+#include "lft/model/score_head.h"
 #include "lft/config/schema.h"
 #include "lft/model/families.h"
 #include "lft/runtime/check.h"
@@ -256,6 +257,7 @@ RunModel rebuild_model(const Source& source) {
   try {
     const config::Config cfg = config::parse_config(text, yaml ? "<checkpoint config>.yaml" : "<checkpoint config>", overrides);
     run.config = model::ModelConfig::from_run_config(cfg);
+    run.config.score_head = model::score_head_of_stage(cfg.string("stage"));
     if (!cfg.has_table("model")) run.model_folder = cfg.string("model_name_or_path");
   } catch (const config::ConfigError& e) {
     throw UsageError(where + " does not give a model: " + e.what() + hint);
@@ -281,6 +283,10 @@ void sort_export_order(std::vector<TensorInfo>& tensors) {
   });
 }
 
+bool frozen_in_full_run(const model::ModelConfig& config, const std::string& name) {
+  return config.score_head != model::ScoreHead::None && name == "lm_head.weight";
+}
+
 void check_model_tensors(const Source& source, const std::vector<TensorInfo>& tensors,
                          const model::ModelConfig& config, const Finetuning& finetuning) {
   const auto expected = expected_parameter_shapes(config);
@@ -292,8 +298,8 @@ void check_model_tensors(const Source& source, const std::vector<TensorInfo>& te
     if (lora && adapter_name(t.name)) continue;
     seen.insert(t.name);
     const std::string id = "tensor '/model/" + t.name + "'";
-    if (t.name.rfind("model.", 0) != 0 && t.name != "lm_head.weight") {
-      problems.push_back(id + " is not a Hugging Face parameter name (model.* or lm_head.weight)");
+    if (t.name.rfind("model.", 0) != 0 && t.name != "lm_head.weight" && !model::is_score_head_parameter(t.name)) {
+      problems.push_back(id + " is not a Hugging Face parameter name (model.*, lm_head.weight, or a reward model's v_head.summary.*)");
       continue;
     }
     if (!at::isFloatingType(t.dtype)) {
@@ -313,7 +319,7 @@ void check_model_tensors(const Source& source, const std::vector<TensorInfo>& te
   }
   if (finetuning.type == "full")  // a freeze or LoRA checkpoint holds only what trained
     for (const auto& [name, shape] : expected)
-      if (seen.count(name) == 0)
+      if (seen.count(name) == 0 && !frozen_in_full_run(config, name))
         problems.push_back("tensor '/model/" + name + "' " + shape_text(shape) + " is missing");
   if (problems.empty()) return;
   std::string msg = source.state + " does not hold the model of its run configuration (" +

@@ -16,6 +16,7 @@
 #include "lft/model/float8.h"
 #include "lft/model/prequantized.h"
 #include "lft/model/layers.h"
+#include "lft/model/score_head.h"
 #include "lft/runtime/stage.h"
 
 namespace lft::engine {
@@ -170,8 +171,7 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool 
   p.mesh = mesh;
   p.micro_batch = cfg.integer("per_device_train_batch_size");
   p.sequences_per_sample = trains_on_pairs(cfg.string("stage")) ? 2 : 1;
-  // LlamaFactory's classic reward model: TRL's value head (score_head.h).
-  if (cfg.string("stage") == "rm") p.model.score_head = model::ScoreHead::ValueHead;
+  p.model.score_head = model::score_head_of_stage(cfg.string("stage"));
   p.accumulation = cfg.integer("gradient_accumulation_steps");
   p.global_batch = p.micro_batch * p.accumulation * mesh.dp_size();
   p.seq_len = cfg.integer("cutoff_len");

@@ -15,6 +15,7 @@
 #include "lft/comm/watchdog.h"
 #include "lft/data/tokenizer.h"
 #include "lft/engine/parallelize.h"
+#include "lft/model/score_head.h"
 #include "lft/model/families.h"
 #include "lft/model/hf_checkpoint.h"
 #include "lft/runtime/error.h"
@@ -199,12 +200,19 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     s.engine = std::move(laid.engine);
     s.cp = std::move(laid.cp);
     log0("weights: ready in " + format_seconds(seconds_since(start)));
+    if (plan.model.score_head != model::ScoreHead::None) {
+      const std::optional<std::string> head = model::value_head_file(folder, plan.adapter_folder);
+      log0("weights: the value head (v_head.summary) " +
+           (head ? "from " + *head : "new (no " + std::string(model::kValueHeadFile) + " beside the model or adapter; seed " +
+                                         std::to_string(plan.seed) + ")"));
+    }
   }
   // The starting weights' identity, which a resume must match where the run reads them again: the
   // frozen base of LoRA and freeze, and the reference model of a full-parameter DPO run (its
   // reference log-probabilities are computed from the starting weights at every start). The
   // seed's initialisation of an inline [model], or the model folder's bytes.
-  const bool reads_start_again = plan.finetuning.type != "full" ||
+  // A reward model's lm_head stays frozen (its loss never reads it): a resume and lfmerge read it there too.
+  const bool reads_start_again = plan.finetuning.type != "full" || plan.model.score_head != model::ScoreHead::None ||
                                  (s.options.stage == "dpo" && s.options.preference.uses_reference() && s.options.ref_model.empty());
   if (reads_start_again && s.options.model_folder.empty())
     s.base_model_hash = "seed " + std::to_string(s.options.seed);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""compare_dpo_logs.py CASE LF_STEPS.jsonl LFTRAIN.jsonl [RTOL]: lftrain's DPO log agrees with
-LlamaFactory's classic trainer step by step.
+"""compare_dpo_logs.py [--judge KEY,KEY] CASE LF_STEPS.jsonl LFTRAIN.jsonl [RTOL]: lftrain's DPO
+(or reward model) log agrees with LlamaFactory's classic trainer step by step.
 
 LF_STEPS.jsonl is tools/lf-reference's lf-steps.jsonl (records {"step", "loss", "rewards/...",
 "logps/...", ...}); LFTRAIN.jsonl is lftrain's trainer_log.jsonl (records {"current_steps",
@@ -9,7 +9,8 @@ relative to LlamaFactory's (default 1e-5), rewards/accuracies equal (|difference
 other rewards/* keys must be present in lftrain's record and are shown, not judged (near 0 at the
 first steps, where a relative difference says little). Prints a table per step and one summary line
 "CASE: max rel diff loss X logps/chosen Y logps/rejected Z accuracies W". Exits 1 naming CASE and
-the step on a difference or a missing step or key."""
+the step on a difference or a missing step or key. --judge KEY,KEY judges those keys within RTOL
+instead, and only them (a reward model: loss,grad_norm, all LlamaFactory logs of it)."""
 import json
 import os
 import sys
@@ -34,10 +35,15 @@ def records(path, step_keys):
 
 
 def main():
-    if len(sys.argv) not in (4, 5):
+    args = sys.argv[1:]
+    judged, keys = JUDGED, (*JUDGED, ACC, *SHOWN)
+    if args[:1] == ["--judge"] and len(args) > 1:
+        judged = keys = tuple(args[1].split(","))
+        args = args[2:]
+    if len(args) not in (3, 4):
         sys.exit(__doc__)
-    case, lf_path, lft_path = sys.argv[1:4]
-    rtol = float(sys.argv[4]) if len(sys.argv) == 5 else 1e-5
+    case, lf_path, lft_path = args[:3]
+    rtol = float(args[3]) if len(args) == 4 else 1e-5
     for path in (lf_path, lft_path):
         if not os.path.isfile(path):
             print(f"compare_dpo_logs: {case}: FAIL: no {path}")
@@ -48,7 +54,7 @@ def main():
         print(f"compare_dpo_logs: {case}: FAIL: {lf_path} has no losses")
         sys.exit(1)
     bad = []
-    worst = {k: 0.0 for k in (*JUDGED, ACC)}
+    worst = {k: 0.0 for k in (*judged, ACC)}
     print(f"{case}: {'step':>4} {'key':<18} {'LlamaFactory':>16} {'lftrain':>16} {'diff':>9}")
     for step in sorted(lf):
         a = lf[step]
@@ -57,7 +63,7 @@ def main():
             print(f"{case}: {step:>4} missing from lftrain's log")
             bad.append(f"step {step} missing from lftrain's log")
             continue
-        for key in (*JUDGED, ACC, *SHOWN):
+        for key in keys:
             if key not in a:
                 if key != "loss":
                     bad.append(f"step {step}: LlamaFactory's record has no {key} (not a DPO run?)")
@@ -69,7 +75,7 @@ def main():
             x, y = float(a[key]), float(b[key])
             if key == ACC:
                 diff, ok, kind = abs(y - x), abs(y - x) < ACC_TOL, "abs"
-            elif key in JUDGED:
+            elif key in judged:
                 diff = abs(y - x) / abs(x) if x != 0 else abs(y - x)
                 ok, kind = diff <= rtol, "rel"
             else:
@@ -80,13 +86,16 @@ def main():
             print(f"{case}: {step:>4} {key:<18} {x:>16.9g} {y:>16.9g} {diff:>9.2e} {kind}{flag}")
             if not ok:
                 bad.append(f"step {step}: {key} LlamaFactory {x!r} vs lftrain {y!r} ({kind} {diff:.2e})")
-    print(f"{case}: max rel diff loss {worst['loss']:.2e} logps/chosen {worst['logps/chosen']:.2e} "
-          f"logps/rejected {worst['logps/rejected']:.2e} accuracies(abs) {worst[ACC]:.2e}")
+    if judged == JUDGED:
+        print(f"{case}: max rel diff loss {worst['loss']:.2e} logps/chosen {worst['logps/chosen']:.2e} "
+              f"logps/rejected {worst['logps/rejected']:.2e} accuracies(abs) {worst[ACC]:.2e}")
+    else:
+        print(f"{case}: max rel diff " + " ".join(f"{k} {worst[k]:.2e}" for k in judged))
     if bad:
         print(f"compare_dpo_logs: {case}: FAIL: " + "; ".join(bad))
         sys.exit(1)
-    print(f"compare_dpo_logs: {case}: steps {min(lf)}-{max(lf)} agree (rtol {rtol:g}, "
-          f"accuracies within {ACC_TOL:g})")
+    print(f"compare_dpo_logs: {case}: steps {min(lf)}-{max(lf)} agree (rtol {rtol:g}" +
+          (f", accuracies within {ACC_TOL:g})" if judged == JUDGED else ")"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // Preference training: the pair losses against their plain formulas (one pair, doubles written
 // out), the pair data (ranking records, LlamaFactory's pair truncation, the pairs kept whole and
-// in order) and the stage dpo config rules.
+// in order), the stage dpo config rules, and the reward model's (stage rm) loss, weights, head and
+// rules.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -13,6 +14,9 @@
 #include "lft/data/sft_dataset.h"
 #include "lft/data/sft_records.h"
 #include "lft/data/sft_sequences.h"
+#include "lft/model/causal_lm.h"
+#include "lft/model/families.h"
+#include "lft/model/finetuning.h"
 #include "lft/runtime/error.h"
 #include "lft/train/preference.h"
 #include "test_util.h"
@@ -242,6 +246,94 @@ TEST(PreferenceConfig, RulesOfStageDpo) {
   const config::Config ok = config::parse_config("stage = \"dpo\"\npref_loss = \"simpo\"\n" + base, "run.toml", {});
   EXPECT_EQ(train::PreferenceOptions::from(ok).loss, "simpo");
   EXPECT_FALSE(train::PreferenceOptions::from(ok).uses_reference());
+}
+
+TEST(RewardModel, PairwiseLossOnScores) {
+  train::PreferenceOptions o;
+  o.reward_model = true;
+  EXPECT_FALSE(o.uses_reference());
+  EXPECT_FALSE(o.averages());
+  // The engine's per-sequence sums are the scores themselves (not negated log-probabilities).
+  const at::Tensor scores = o.sequence_values(at::tensor({1.5, -0.5, 0.25, 0.75}, at::kDouble));
+  const train::PairTerms t = train::pair_terms(o, scores, at::ones({4}, at::kDouble), at::Tensor());
+  EXPECT_NEAR(t.losses[0].item<double>(), -log_sigmoid(2.0), 1e-12);
+  EXPECT_NEAR(t.losses[1].item<double>(), -log_sigmoid(-0.5), 1e-12);
+  EXPECT_DOUBLE_EQ(t.chosen_rewards[1].item<double>(), 0.25);
+  EXPECT_FALSE(t.chosen_logps.defined());
+  train::PreferenceMetrics m;
+  m.add(t);
+  const auto logged = m.take();
+  ASSERT_EQ(logged.size(), 4u);  // rewards/chosen, rejected, accuracies, margins; no logps
+  EXPECT_EQ(logged[2].first, "rewards/accuracies");
+  EXPECT_DOUBLE_EQ(logged[2].second, 0.5);
+  EXPECT_DOUBLE_EQ(logged[3].second, (2.0 - 0.5) / 2);
+}
+
+TEST(RewardModel, WeightsPickEachSequencesLastToken) {
+  // Rows of 4, 2 and 5 tokens in a batch of 5 positions: the head's column t is position t + 1.
+  const at::Tensor mask = at::tensor({1, 1, 1, 1, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1}).view({3, 5}).to(at::kBool);
+  const at::Tensor want = at::tensor({0.f, 0.f, 1.f, 0.f, 1.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 1.f}).view({3, 4});
+  EXPECT_TRUE(at::equal(train::last_token_weights(mask), want));
+  EXPECT_THROW(train::last_token_weights(at::tensor({1, 0, 0}).view({1, 3}).to(at::kBool)), c10::Error);
+}
+
+TEST(RewardModel, ValueHeadScoresTheFinalNormedStateAndTrainsAlone) {
+  model::ModelConfig c;
+  c.model_type = "llama";
+  c.vocab_size = 50;
+  c.hidden_size = 16;
+  c.intermediate_size = 32;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 2;
+  c.score_head = model::ScoreHead::ValueHead;
+  c.summary_dropout_prob = 0.0;
+  const auto m = model::create_causal_lm(c);
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : m->parameters()) p.normal_(0.0, 0.2);
+  }
+  const auto names = m->named_parameters();
+  ASSERT_NE(names.find("v_head.summary.weight"), nullptr);
+  ASSERT_NE(names.find("v_head.summary.bias"), nullptr);
+  EXPECT_EQ(c.num_parameters(), static_cast<std::int64_t>([&] {
+              std::int64_t n = 0;
+              for (const auto& p : m->parameters()) n += p.numel();
+              return n;
+            }()));
+  EXPECT_EQ(m->placement("v_head.summary.weight").units, std::vector<std::int64_t>{m->head_unit()});
+  const at::Tensor ids = at::tensor({3, 7, 11, 2}, at::kLong).view({1, 4});
+  const at::Tensor out = m->token_losses(ids);
+  ASSERT_EQ(out.sizes(), (std::vector<std::int64_t>{1, 3}));
+  // Column t: the head on the final normed hidden state of position t + 1.
+  const at::Tensor hidden = m->forward_units(0, m->head_unit(), ids, {});
+  const at::Tensor want = at::linear(m->model->norm(hidden), m->score->weight, m->score->bias).squeeze(-1);
+  EXPECT_TRUE(at::allclose(out, want.narrow(1, 1, 3), 1e-6, 1e-6));
+  // Under LoRA the head trains beside the adapters; the unused lm_head never does.
+  model::FinetuningSpec spec;
+  spec.type = "lora";
+  spec.lora_rank = 2;
+  spec.lora_alpha = 4;
+  spec.lora_target = {"all"};
+  model::apply_finetuning(*m, spec, {});
+  EXPECT_TRUE(m->score->weight.requires_grad());
+  EXPECT_TRUE(m->score->bias.requires_grad());
+  EXPECT_FALSE(m->lm_head->weight.requires_grad());
+}
+
+TEST(RewardModel, RulesOfStageRm) {
+  test::TempDir dir;
+  const std::string data = dir.write("p.json", R"([{"instruction": "q", "chosen": "a", "rejected": "b"}])");
+  const std::string base = "train_dataset = \"" + data + "\"\n[model]\nvocab_size = 300\nhidden_size = 32\n"
+                           "intermediate_size = 64\nnum_hidden_layers = 2\nnum_attention_heads = 4\n";
+  auto error_of = [&](const std::string& head) {
+    return test::message_of<config::ConfigError>([&] { config::parse_config(head + base, "run.toml", {}); });
+  };
+  EXPECT_NE(error_of("stage = \"rm\"\npref_beta = 0.2\n").find("applies to stage = \"dpo\""), std::string::npos);
+  EXPECT_NE(error_of("stage = \"rm\"\npacking = true\n").find("stage = \"rm\": a pair's"), std::string::npos);
+  EXPECT_NE(error_of("stage = \"rm\"\nval_size = 0.1\n").find("not built"), std::string::npos);
+  const config::Config ok = config::parse_config("stage = \"rm\"\n" + base, "run.toml", {});
+  EXPECT_TRUE(train::PreferenceOptions::from(ok).reward_model);
 }
 
 }  // namespace

@@ -26,6 +26,11 @@ namespace lft::model {
 // TRL's file name of a value head beside a model or adapter.
 inline constexpr const char* kValueHeadFile = "value_head.safetensors";
 
+// The head a stage trains: rm, LlamaFactory's classic reward model, TRL's value head; else none.
+inline ScoreHead score_head_of_stage(const std::string& stage) {
+  return stage == "rm" ? ScoreHead::ValueHead : ScoreHead::None;
+}
+
 // v_head.summary.weight, v_head.summary.bias, score.weight.
 bool is_score_head_parameter(const std::string& name);
 
