@@ -1,4 +1,4 @@
-# peer_runs.sh, sourced by the parity tests (job_v1_parity, job_dpo_parity, job_muon_parity) from
+# peer_runs.sh, sourced by the parity tests (job_v1_parity, job_dpo_parity, job_rm_parity, job_muon_parity) from
 # the repository root: a peer's reference run recalled from tests/fixtures/peer_runs or made live
 # (tools/peer-runs), and lftrain judged against it.
 

@@ -6,7 +6,8 @@
 # RNG) and inputs/data/arithmetic_pairs.json, 5 steps of a global batch of all 8 pairs (4 x
 # accumulation 2): per step, loss and grad_norm within 1e-5 relative, for full, LoRA (the adapter's
 # folder holding the value head, where LlamaFactory reads it) and freeze tuning, and lftrain with
-# fsdp2 at 2 ranks against LlamaFactory at 1 rank. LlamaFactory's runs are recalled from
+# fsdp2 at 2 ranks against LlamaFactory at 1 rank; and lfmerge's export of a full run (the model and
+# value_head.safetensors) scores alike in both (2 steps at learning rate 0, 1e-6). LlamaFactory's runs are recalled from
 # tests/fixtures/peer_runs when these very inputs were run before (tools/peer-runs), else run live.
 # Skips (77) without tools/install-v1-env's .venv-v1. Run from anywhere.
 #   LFT_PEER_RUNS=live|record  run LlamaFactory live always / and record its runs
@@ -123,10 +124,42 @@ for entry in "${cases[@]}"; do
   }
   peer_judge compare lf_run "$name" "$dir"
   case $? in
-    0) passed=$((passed + 1)); echo "rm_parity: $(tail -1 "$dir/compare.txt") ($peer_source LlamaFactory run)" ;;
+    0) passed=$((passed + 1)); echo "rm_parity: $(grep "max rel diff" "$dir/compare.txt") ($peer_source LlamaFactory run)" ;;
     1) failed+=("$name"); cat "$dir/compare.txt" ;;
     *) continue ;;
   esac
 done
+
+# The export: lfmerge's folder of a full run's checkpoint (model.safetensors, value_head.safetensors)
+# read by LlamaFactory scores as lftrain reads it: 2 steps at learning rate 0, losses within 1e-6.
+dir=$work/export
+mkdir -p "$dir"
+if mpirun --oversubscribe --bind-to none -np 1 "$build/lftrain" "$work/full/job-lftrain.yaml" output_dir="$dir/train" \
+     save_strategy=steps save_steps=5 >"$dir/train.log" 2>&1 &&
+   "$build/lfmerge" "$dir/train/checkpoint-5" --out "$dir/model" >"$dir/merge.log" 2>&1; then
+  write_yaml "$dir/job.yaml" "$dir/lf" "model_name_or_path: $dir/model
+learning_rate: 0.0
+max_steps: 2"
+  key=$(tools/peer-runs key --sub "$work=@WORK@" "$dir/job.yaml" "$dir/model" inputs/dataset_info.json inputs/data) ||
+    fail "tools/peer-runs key"
+  if peer_obtain "rm_parity-export" "$key" "$dir/lf/lf-steps.jsonl" lf_run export "$dir"; then
+    if mpirun --oversubscribe --bind-to none -np 1 "$build/lftrain" "$dir/job.yaml" output_dir="$dir/lftrain" \
+         >"$dir/lftrain.log" 2>&1; then
+      compare() {
+        python3 tests/e2e/compare_dpo_logs.py --judge loss "export" "$dir/lf/lf-steps.jsonl" \
+          "$dir/lftrain/trainer_log.jsonl" 1e-6 >"$dir/compare.txt"
+      }
+      peer_judge compare lf_run export "$dir"
+      case $? in
+        0) passed=$((passed + 1)); echo "rm_parity: $(grep "max rel diff" "$dir/compare.txt") (lfmerge's export, read by both; $peer_source LlamaFactory run)" ;;
+        1) failed+=("export (LlamaFactory reads lfmerge's export otherwise)"); cat "$dir/compare.txt" ;;
+      esac
+    else
+      tail -20 "$dir/lftrain.log"; failed+=("export (lftrain on the export failed)")
+    fi
+  fi
+else
+  tail -20 "$dir/train.log" "$dir/merge.log"; failed+=("export (training or lfmerge failed)")
+fi
 [ ${#failed[@]} -eq 0 ] || { IFS=';'; fail "${failed[*]}"; }
 echo "rm_parity: PASS ($passed cases)"
