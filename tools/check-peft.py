@@ -5,6 +5,7 @@ usage: check-peft.py make-adapter BASE_DIR OUT_DIR [--r 4] [--alpha 8] [--target
                                    [--modules-to-save lm_head] [--rslora] [--dora] [--seed 0] [--std 0.05]
        check-peft.py compare BASE_DIR ADAPTER_DIR INPUT_IDS_SAFETENSORS EXPECTED_LOGITS_SAFETENSORS
                                    [--tol 1e-4]
+       check-peft.py merged BASE_DIR ADAPTER_DIR EXPORT_DIR [--tol 1e-6]
 
 make-adapter: loads BASE_DIR with transformers (float32), wraps it with peft.get_peft_model (a
 LoraConfig of rank --r, lora_alpha --alpha, the --targets linears: "all" is every linear of the
@@ -23,6 +24,11 @@ expected ones ("logits", or the only tensor; [batch, seq, vocab]), as written by
 tests/export_logits MODEL_DIR OUT_DIR --adapter ADAPTER_DIR (or by export_logits on an lfmerge
 export of the run that trained the adapter). Prints the max abs difference, and how much the
 adapter changes the base's logits (a check against an adapter that does nothing is no check).
+
+merged: loads BASE_DIR (float32) with ADAPTER_DIR over it as compare does, merges it
+(merge_and_unload, what LlamaFactory's `llamafactory-cli merge` does) and compares every tensor of
+the merged model's state dict with EXPORT_DIR's safetensors (lfmerge's export of that adapter):
+the same names, and the max abs difference. Prints it, and how far the merge moved the base.
 
 Exit status: 0 when the difference is <= the tolerance (make-adapter: the adapter was written), 1
 when it is larger (or the shapes differ, or the base or adapter does not load), 2 for a wrong
@@ -195,6 +201,39 @@ def compare(args):
     return 0 if ok else 1
 
 
+def merged(args):
+    import glob
+
+    import torch
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    try:
+        base = AutoModelForCausalLM.from_pretrained(args.base_dir, dtype=torch.float32)
+        before = {k: v.detach().clone() for k, v in base.state_dict().items()}
+        model = PeftModel.from_pretrained(base, args.adapter_dir).merge_and_unload()
+    except Exception as e:  # noqa: BLE001 - any load failure is the answer
+        print(f"check-peft: merged: cannot load {args.base_dir} with {args.adapter_dir}: {e}")
+        return 1
+    want = {k: v for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        want.pop("lm_head.weight", None)
+    have = {}
+    for f in sorted(glob.glob(os.path.join(args.export_dir, "*.safetensors"))):
+        have.update(load_file(f))
+    if set(want) != set(have):
+        print(f"check-peft: merged: names differ: only PEFT {sorted(set(want) - set(have))[:5]}, "
+              f"only the export {sorted(set(have) - set(want))[:5]}")
+        return 1
+    worst = max((want[k].float() - have[k].float()).abs().max().item() for k in want)
+    moved = max((want[k].float() - before[k].float()).abs().max().item() for k in want if k in before)
+    ok = worst <= args.tol
+    print(f"check-peft: merged: {len(want)} tensors, max abs difference {worst:.3e} "
+          f"({'<=' if ok else '>'} {args.tol:g}); the merge moved the base by up to {moved:.3e}")
+    return 0 if ok and moved > 0 else 1
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -217,7 +256,14 @@ def main():
     cmp.add_argument("input_ids")
     cmp.add_argument("expected_logits")
     cmp.add_argument("--tol", type=float, default=1e-4, help="max abs difference (1e-4)")
+    mrg = commands.add_parser("merged", help="PEFT's merge_and_unload against an export")
+    mrg.add_argument("base_dir")
+    mrg.add_argument("adapter_dir")
+    mrg.add_argument("export_dir")
+    mrg.add_argument("--tol", type=float, default=1e-6, help="max abs difference (1e-6)")
     args = parser.parse_args()
+    if args.command == "merged":
+        return merged(args)
     if args.command == "make-adapter":
         if args.r < 1 or args.alpha < 1 or args.std <= 0:
             return fail_usage("--r and --alpha must be >= 1 and --std > 0")

@@ -182,36 +182,45 @@ at::ScalarType base_export_dtype(const RunModel& run) {
 
 }  // namespace
 
-MergeReport merge_checkpoint(const MergeOptions& options) {
-  MergeOptions o = options;
-  if (o.checkpoint.empty()) throw UsageError("no checkpoint given: " + merge_usage());
-  if (o.out_dir.empty()) throw UsageError("no output folder: pass --out DIR");
-  if (o.dtype != at::kFloat && o.dtype != at::kBFloat16 && o.dtype != at::kHalf)
-    throw UsageError("export dtype " + dtype_name(o.dtype) + " is not one of fp32, bf16, fp16");
-  if (o.max_shard_bytes < 1) throw UsageError("--max-shard-size must be at least 1 byte");
+namespace {
 
-  // 1. Everything about the input, before touching the output.
-  Source src = open_checkpoint(o.checkpoint, /*allow_incomplete=*/false);
-  const RunModel run = rebuild_model(src);
-  if (!o.expected_model.empty() && !same_folder(o.expected_model, run.model_folder))
+// An lftrain checkpoint's export: its model (a freeze or LoRA run's over its base), checked.
+ExportPlan checkpoint_plan(const MergeOptions& o) {
+  ExportPlan p;
+  auto src = std::make_shared<const Source>(open_checkpoint(o.checkpoint, /*allow_incomplete=*/false));
+  p.source = src;
+  p.run = rebuild_model(*src);
+  if (!o.expected_model.empty() && !same_folder(o.expected_model, p.run.model_folder))
     throw UsageError("the export names model " + o.expected_model + ", but " + o.checkpoint + " was trained on " +
-                     (run.model_folder.empty() ? std::string("an inline [model]") : run.model_folder) +
+                     (p.run.model_folder.empty() ? std::string("an inline [model]") : p.run.model_folder) +
                      "\n  hint: give the base model folder the run trained on");
-  if (o.dtype_from_base) o.dtype = base_export_dtype(run);
-  const Finetuning finetuning = read_finetuning(src);
-  const std::vector<TensorInfo> stored = model_tensors(src);
-  check_model_tensors(src, stored, run.config, finetuning);
-  const ExportTensors exported = plan_export_tensors(src, run, finetuning, stored, o.format);
+  const Finetuning finetuning = read_finetuning(*src);
+  const std::vector<TensorInfo> stored = model_tensors(*src);
+  check_model_tensors(*src, stored, p.run.config, finetuning);
+  const ExportTensors exported = plan_export_tensors(*src, p.run, finetuning, stored, o.format);
   // A reward model's value head goes to value_head.safetensors beside the model or the adapter,
   // as LlamaFactory saves it (model.h5 keeps it with the rest).
-  std::vector<TensorInfo> tensors, value_head;
+  p.exported.load = exported.load;
+  p.exported.origin = exported.origin;
   for (const TensorInfo& t : exported.tensors)
-    if (o.format == ExportFormat::Hdf5 || !model::is_score_head_parameter(t.name)) tensors.push_back(t);
+    if (o.format == ExportFormat::Hdf5 || !model::is_score_head_parameter(t.name)) p.exported.tensors.push_back(t);
   if (o.format != ExportFormat::Hdf5)
     for (const TensorInfo& t : stored)
-      if (model::is_score_head_parameter(t.name)) value_head.push_back(t);
+      if (model::is_score_head_parameter(t.name)) p.value_head.push_back(t);
+  p.value_head_load = [src](const TensorInfo& t) { return src->reader.read_full("model/" + t.name); };
+  p.attributes = whole_model_attributes(*src);
+  if (o.format == ExportFormat::Peft) {
+    p.adapter_config = peft_adapter_config(finetuning, stored);
+    p.adapter_summary = "LoRA r=" + std::to_string(finetuning.lora_rank) + ", PEFT's format";
+  }
+  p.what = "checkpoint " + o.checkpoint + " (step " + (src->manifest ? std::to_string(src->manifest->progress.step) : "?") + ")";
+  return p;
+}
 
-  // 2. The plan.
+// Steps 2-4 of an export: the plan of files, the output folder, the writing.
+MergeReport write_export(const MergeOptions& o, const ExportPlan& plan) {
+  const RunModel& run = plan.run;
+  const std::vector<TensorInfo>& tensors = plan.exported.tensors;
   const std::int64_t element = static_cast<std::int64_t>(c10::elementSize(o.dtype));
   MergeReport report;
   report.model_summary = run.config.summary();
@@ -224,8 +233,7 @@ MergeReport merge_checkpoint(const MergeOptions& options) {
   std::vector<std::pair<std::string, std::string>> lines;  // file, description
   std::vector<Shard> shards;
   std::vector<std::string> copies;  // names copied from the model folder
-  std::string config_json, adapter_config;
-  const std::vector<Attribute> attributes = whole_model_attributes(src);
+  std::string config_json;
   if (o.format == ExportFormat::HuggingFace) {
     config_json = hf_config_json(run, o.dtype);
     shards = plan_shards(tensors, element, o.max_shard_bytes);
@@ -246,16 +254,14 @@ MergeReport merge_checkpoint(const MergeOptions& options) {
   } else if (o.format == ExportFormat::Hdf5) {
     lines.emplace_back("model.h5", std::to_string(tensors.size()) + " tensors, " +
                                        human_bytes(report.total_bytes) + ", " +
-                                       std::to_string(attributes.size()) + " root attributes");
+                                       std::to_string(plan.attributes.size()) + " root attributes");
   } else {
-    adapter_config = peft_adapter_config(finetuning, stored);
     lines.emplace_back("adapter_model.safetensors", std::to_string(tensors.size()) + " tensors, " +
                                                         human_bytes(report.total_bytes));
-    lines.emplace_back("adapter_config.json",
-                       "LoRA r=" + std::to_string(finetuning.lora_rank) + ", PEFT's format");
+    lines.emplace_back("adapter_config.json", plan.adapter_summary);
   }
-  if (!value_head.empty())
-    lines.emplace_back(model::kValueHeadFile, std::to_string(value_head.size()) + " tensors, the reward model's value head (TRL's)");
+  if (!plan.value_head.empty())
+    lines.emplace_back(model::kValueHeadFile, std::to_string(plan.value_head.size()) + " tensors, the reward model's value head (TRL's)");
   for (const auto& l : lines) report.files.push_back(dir + "/" + l.first);
 
   // 3. The output folder.
@@ -269,10 +275,8 @@ MergeReport merge_checkpoint(const MergeOptions& options) {
                      "'): choose another --out, or pass --force to replace the export files in it");
 
   std::ostringstream text;
-  const std::string what = "checkpoint " + o.checkpoint + " (step " +
-                           (src.manifest ? std::to_string(src.manifest->progress.step) : "?") + ")";
   text << (o.dry_run ? "lfmerge: dry run, nothing written. Would export " : "lfmerge: exported ")
-       << what << " to " << dir << " (" << format_flag(o.format) << ", " << dtype_flag(o.dtype)
+       << plan.what << " to " << dir << " (" << format_flag(o.format) << ", " << dtype_flag(o.dtype)
        << "):\n";
   std::size_t width = 0;
   for (const auto& l : lines) width = std::max(width, l.first.size());
@@ -282,7 +286,7 @@ MergeReport merge_checkpoint(const MergeOptions& options) {
   text << report.tensor_count << " tensors, " << report.parameters << " parameters, "
        << human_bytes(report.total_bytes) << " (" << report.total_bytes << " bytes) as "
        << dtype_name(o.dtype) << "; model: " << report.model_summary << "\n";
-  if (!exported.origin.empty()) text << exported.origin << "\n";
+  if (!plan.exported.origin.empty()) text << plan.exported.origin << "\n";
   report.text = text.str();
   if (o.dry_run) return report;
 
@@ -306,7 +310,7 @@ MergeReport merge_checkpoint(const MergeOptions& options) {
                        human_bytes(needed) + ", " + human_bytes(available) +
                        " are free: free space or choose another --out");
 
-  const TensorLoader& load = exported.load;
+  const TensorLoader& load = plan.exported.load;
   if (o.format == ExportFormat::HuggingFace) {
     for (const Shard& s : shards)
       write_safetensors_streaming(out + "/" + s.file, s.tensors, o.dtype, load, files);
@@ -323,19 +327,34 @@ MergeReport merge_checkpoint(const MergeOptions& options) {
     for (const std::string& name : copies)
       copy_file(run.model_folder + "/" + name, out + "/" + name, files);
   } else if (o.format == ExportFormat::Hdf5) {
-    write_hdf5_export(out + "/model.h5", tensors, o.dtype, load, attributes, files);
+    write_hdf5_export(out + "/model.h5", tensors, o.dtype, load, plan.attributes, files);
   } else {
     write_safetensors_streaming(out + "/adapter_model.safetensors", tensors, o.dtype, load, files);
-    write_text_file(out + "/adapter_config.json", adapter_config, files);
+    write_text_file(out + "/adapter_config.json", plan.adapter_config, files);
   }
-  if (!value_head.empty())
-    write_safetensors_streaming(out + "/" + model::kValueHeadFile, value_head, o.dtype,
-                                [src = &src](const TensorInfo& t) { return src->reader.read_full("model/" + t.name); }, files);
+  if (!plan.value_head.empty())
+    write_safetensors_streaming(out + "/" + model::kValueHeadFile, plan.value_head, o.dtype, plan.value_head_load, files);
   if (const int rc = detail::fsync_path(out, /*directory=*/true); rc != 0)
     throw MergeIoError("cannot sync the folder " + out + ": " + std::strerror(rc));
   if (aside) swap_in_export(out, dir, lines, entries);
   files.commit();
   return report;
+}
+
+}  // namespace
+
+MergeReport merge_checkpoint(const MergeOptions& options) {
+  MergeOptions o = options;
+  if (o.checkpoint.empty()) throw UsageError("no checkpoint given: " + merge_usage());
+  if (o.out_dir.empty()) throw UsageError("no output folder: pass --out DIR");
+  if (o.dtype != at::kFloat && o.dtype != at::kBFloat16 && o.dtype != at::kHalf)
+    throw UsageError("export dtype " + dtype_name(o.dtype) + " is not one of fp32, bf16, fp16");
+  if (o.max_shard_bytes < 1) throw UsageError("--max-shard-size must be at least 1 byte");
+  // 1. Everything about the input, before touching the output: an lftrain checkpoint, or a PEFT
+  // adapter folder (merged onto the base model it names).
+  const ExportPlan plan = is_peft_adapter_folder(o.checkpoint) ? peft_folder_plan(o) : checkpoint_plan(o);
+  if (o.dtype_from_base) o.dtype = base_export_dtype(plan.run);
+  return write_export(o, plan);
 }
 
 std::string inspect_checkpoint(const std::string& path) {

@@ -39,12 +39,6 @@ std::string join(const std::vector<std::string>& names, const std::string& separ
   return out;
 }
 
-std::string number_text(double value) {
-  std::ostringstream os;
-  os << value;
-  return os.str();
-}
-
 // "model.norm.weight" -> "model.norm".
 std::string module_of(const std::string& parameter) {
   return parameter.substr(0, parameter.rfind('.'));
@@ -164,13 +158,9 @@ at::Tensor load_merged(const MergedModel& m, const TensorInfo& t) {
   const at::Tensor w = m.whole.count(t.name) != 0 ? reader.read_full("model/" + t.name)
                                                   : m.base.read(t.name, t.shape);
   if (m.adapted.count(t.name) == 0) return w;
-  const at::Tensor a = reader.read_full("model/" + adapter_tensor(t.name, 'A')).to(at::kFloat);
-  const at::Tensor b = reader.read_full("model/" + adapter_tensor(t.name, 'B')).to(at::kFloat);
-  const at::Tensor merged = w.to(at::kFloat) + at::matmul(b, a) * m.scaling;
-  if (!m.dora) return merged;
-  // PEFT's DoRA merge: each row of W + scaling BA rescaled to its trained magnitude.
-  const at::Tensor magnitude = reader.read_full("model/" + adapter_tensor(t.name, 'M')).to(at::kFloat);
-  return (magnitude / at::linalg_vector_norm(merged, 2, {1})).view({-1, 1}) * merged;
+  const at::Tensor a = reader.read_full("model/" + adapter_tensor(t.name, 'A'));
+  const at::Tensor b = reader.read_full("model/" + adapter_tensor(t.name, 'B'));
+  return merge_lora_weight(w, a, b, m.scaling, m.dora ? reader.read_full("model/" + adapter_tensor(t.name, 'M')) : at::Tensor());
 }
 
 ExportTensors whole_model(const Source& source, const RunModel& run, const Finetuning& ft,
@@ -250,6 +240,20 @@ ExportTensors peft_tensors(const Source& source, const Finetuning& ft,
 }
 
 }  // namespace
+
+std::string number_text(double value) {
+  std::ostringstream os;
+  os << value;
+  return os.str();
+}
+
+at::Tensor merge_lora_weight(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scaling,
+                             const at::Tensor& magnitude) {
+  const at::Tensor merged = w.to(at::kFloat) + at::matmul(b.to(at::kFloat), a.to(at::kFloat)) * scaling;
+  if (!magnitude.defined()) return merged;
+  // PEFT's DoRA merge: each row of W + scaling BA rescaled to its trained magnitude.
+  return (magnitude.to(at::kFloat) / at::linalg_vector_norm(merged, 2, {1})).view({-1, 1}) * merged;
+}
 
 Finetuning read_finetuning(const Source& source) {
   Finetuning ft;

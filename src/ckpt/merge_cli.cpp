@@ -66,7 +66,8 @@ at::ScalarType parse_export_dtype(const std::string& text) {
 
 std::string merge_usage() {
   return "usage: lfmerge CHECKPOINT --out DIR [--format hf|hdf5|peft] [--dtype bf16|fp16|fp32]\n"
-         "                [--max-shard-size 5GB] [--dry-run] [--force]\n"
+         "                [--max-shard-size 5GB] [--base MODEL] [--dry-run] [--force]\n"
+         "       lfmerge PEFT_ADAPTER --base MODEL --out DIR [--dtype ...] [--max-shard-size ...]\n"
          "       lfmerge EXPORT.yaml [--dry-run] [--force]\n"
          "       lfmerge --inspect CHECKPOINT\n"
          "\n"
@@ -74,7 +75,8 @@ std::string merge_usage() {
          "Face\nmodel folder, or describes a checkpoint. No optimizer state is exported. A freeze "
          "or LoRA\ncheckpoint is exported as the whole model: its trained tensors over the base "
          "model's weights,\nwith the LoRA adapters merged in (the base folder must be the one "
-         "the run trained on).\n"
+         "the run trained on).\nA PEFT LoRA adapter folder (adapter_config.json) is merged onto --base "
+         "as PEFT's merge_and_unload does.\n"
          "\n"
          "  --out DIR             folder to write (created; must be empty unless --force)\n"
          "  --format F            hf (default): model.safetensors (+ shards and index), "
@@ -87,13 +89,16 @@ std::string merge_usage() {
          "  --dtype D             fp32 (default, the master weights), bf16 or fp16\n"
          "  --max-shard-size S    hf: shard when the weights exceed S (default 5GB; 500MB, "
          "2GiB, ...)\n"
+         "  --base MODEL          the base model folder: a PEFT adapter's (required), or the one a\n"
+         "                        checkpoint's run trained on (checked)\n"
          "  --dry-run             check everything and print what would be written\n"
          "  --force               write into a non-empty DIR, replacing its export files\n"
          "  --inspect CHECKPOINT  print step, mesh, engine, ... and every tensor of a "
          "checkpoint\n"
          "  EXPORT.yaml           LlamaFactory v1's export_lora.yaml (llamafactory-cli merge): model,\n"
-         "                        peft_config {name: lora, adapter_name_or_path (a run's output_dir or\n"
-         "                        checkpoint), export_dir, export_size (GB a shard), infer_dtype}\n"
+         "                        peft_config {name: lora, adapter_name_or_path (a run's output_dir,\n"
+         "                        a checkpoint, or a PEFT adapter folder), export_dir, export_size\n"
+         "                        (GB a shard), infer_dtype}\n"
          "\n"
          "Exit status: 0 done, 2 wrong command line or input, 1 writing failed.\n";
 }
@@ -141,6 +146,8 @@ MergeCommand parse_merge_command_line(const std::vector<std::string>& args) {
         cmd.options.format = ExportFormat::Peft;
       else
         throw UsageError("--format '" + f + "' is not one of hf, hdf5, peft");
+    } else if (arg == "--base") {
+      cmd.options.expected_model = take();
     } else if (arg == "--dtype") {
       cmd.options.dtype = parse_export_dtype(take());
     } else if (arg == "--max-shard-size") {

@@ -26,19 +26,18 @@ std::string scalar(const std::string& file, const YAML::Node& node, const std::s
   return node.Scalar();
 }
 
-// An lftrain checkpoint (COMPLETE inside), or a run's output_dir (its `latest` checkpoint).
+// An lftrain checkpoint (COMPLETE inside), a run's output_dir (its `latest` checkpoint), or a
+// PEFT adapter folder (merged onto `model`).
 std::string checkpoint_of(const std::string& file, const YAML::Node& node, const std::string& path) {
   const std::string key = "peft_config.adapter_name_or_path";
-  if (is_complete(path)) return path;
+  if (is_complete(path) || merge_detail::is_peft_adapter_folder(path)) return path;
   std::ifstream latest(path + "/latest");
   std::string name;
   if (std::getline(latest, name) && !name.empty() && is_complete(path + "/" + name)) return path + "/" + name;
-  if (merge_detail::path_exists(path + "/adapter_config.json"))
-    refuse(file, node, key, path + " is a PEFT adapter folder; lfmerge merges lftrain's checkpoints",
-           "give the lftrain run's output_dir or one of its checkpoint-<step> folders (a PEFT adapter trains on "
-           "with adapter_name_or_path, and its run's checkpoint exports)");
-  refuse(file, node, key, path + " is neither an lftrain checkpoint (no COMPLETE) nor a run's output_dir (no latest)",
-         "give the lftrain run's output_dir, or one of its checkpoint-<step> folders");
+  refuse(file, node, key,
+         path + " is neither an lftrain checkpoint (no COMPLETE), a run's output_dir (no latest), nor a PEFT "
+                "adapter folder (no adapter_config.json)",
+         "give the lftrain run's output_dir, one of its checkpoint-<step> folders, or a PEFT adapter folder");
 }
 
 }  // namespace
@@ -99,7 +98,11 @@ MergeOptions read_export_yaml(const std::string& path) {
     }
   }
   if (!adapter)
-    throw UsageError(path + ": peft_config has no adapter_name_or_path (the lftrain run or checkpoint to export)");
+    throw UsageError(path + ": peft_config has no adapter_name_or_path (the lftrain run or checkpoint to export, or a "
+                     "PEFT adapter folder)");
+  if (merge_detail::is_peft_adapter_folder(o.checkpoint) && o.expected_model.empty())
+    throw UsageError(path + ": peft_config.adapter_name_or_path " + o.checkpoint + " is a PEFT adapter folder, merged onto "
+                     "`model`, which the file does not give\n  hint: add model: BASE_MODEL_FOLDER");
   if (o.out_dir.empty()) throw UsageError(path + ": peft_config has no export_dir (the folder to write)");
   return o;
 }

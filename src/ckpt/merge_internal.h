@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -182,6 +183,35 @@ struct ExportTensors {
 ExportTensors plan_export_tensors(const Source& source, const RunModel& run,
                                   const Finetuning& finetuning,
                                   const std::vector<TensorInfo>& stored, ExportFormat format);
+
+// What an export writes, from its input: an lftrain checkpoint (merge.cpp) or a PEFT adapter
+// folder over its base model (merge_peft_folder.cpp).
+struct ExportPlan {
+  std::shared_ptr<const Source> source;  // the checkpoint the loaders read (null for a PEFT folder)
+  RunModel run;                          // the model: its config, and the folder of config.json and the tokenizer
+  ExportTensors exported;                // model.safetensors / model.h5 / adapter_model.safetensors
+  std::vector<TensorInfo> value_head;    // a reward model's head, written apart as value_head.safetensors
+  TensorLoader value_head_load;
+  std::vector<Attribute> attributes;     // model.h5's root attributes
+  std::string adapter_config, adapter_summary;  // --format peft: adapter_config.json, its line
+  std::string what;                      // "checkpoint DIR (step N)", for the report
+};
+
+// A folder PEFT saved (adapter_config.json) that is no lftrain checkpoint (no COMPLETE).
+bool is_peft_adapter_folder(const std::string& path);
+// The merged model of a PEFT LoRA adapter folder (o.checkpoint) over the base model folder
+// o.expected_model (LlamaFactory main's `llamafactory-cli merge` of such a folder: PEFT's
+// merge_and_unload), --format hf only. UsageError for a missing base, an adapter that does not
+// fit it, or another format.
+ExportPlan peft_folder_plan(const MergeOptions& o);
+
+// A double as C++ streams print it ("0.5", "2").
+std::string number_text(double value);
+
+// W + scaling * B @ A in float32 (a LoRA merge); with a DoRA `magnitude` [out] each row of it
+// rescaled to its magnitude, as PEFT merges.
+at::Tensor merge_lora_weight(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scaling,
+                             const at::Tensor& magnitude = {});
 
 // adapter_config.json of a --format peft export, as peft 0.21.2 writes it.
 std::string peft_adapter_config(const Finetuning& finetuning,

@@ -7,6 +7,9 @@
 # loads too. (d) The run changed the adapter. (e) A DoRA adapter (PEFT's use_dora, magnitudes
 # away from the base's row norms) gives PEFT's logits too, and (c)-(d) again from a DoRA adapter:
 # the export says use_dora and holds the trained magnitudes, and PEFT over it = the merged model.
+# (f) lfmerge merges a PEFT adapter folder onto its base (--base, and LlamaFactory's
+# export_lora.yaml naming it) as PEFT's merge_and_unload does: (a)'s adapter (lm_head whole) and
+# (e)'s DoRA adapter, every tensor within 1e-6 (fp32).
 set -u
 build=$1
 out=$(mktemp -d /tmp/lft-lora-peft-XXXXXX)
@@ -103,4 +106,27 @@ train_and_export dora --dora
 grep -q '"use_dora": true' "$out/dora/peft/adapter_config.json" || fail "the DoRA export does not say use_dora"
 [ "$(grep -c lora_magnitude_vector "$out/dora/peft/adapter_model.safetensors")" -gt 0 ] || fail "the DoRA export has no magnitudes"
 
+# (f) PEFT adapter folders merged by lfmerge = PEFT's merge_and_unload.
+for case in a e; do
+  "$build/lfmerge" "$out/$case" --base "$fixture" --out "$out/$case-merged" >"$out/$case-merge.log" 2>&1 ||
+    { cat "$out/$case-merge.log"; fail "lfmerge of the PEFT adapter ($case)"; }
+  $py tools/check-peft.py merged "$fixture" "$out/$case" "$out/$case-merged" --tol 1e-6 ||
+    fail "lfmerge's merge of PEFT adapter ($case) differs from PEFT's merge_and_unload"
+done
+cat > "$out/export_lora.yaml" <<YAML
+model: $fixture
+peft_config:
+  name: lora
+  adapter_name_or_path: $out/a
+  export_dir: $out/a-merged-yaml
+  export_size: 5
+  infer_dtype: float32
+YAML
+"$build/lfmerge" "$out/export_lora.yaml" >"$out/yaml-merge.log" 2>&1 || { cat "$out/yaml-merge.log"; fail "lfmerge export_lora.yaml"; }
+cmp -s "$out/a-merged/model.safetensors" "$out/a-merged-yaml/model.safetensors" ||
+  fail "export_lora.yaml's merge differs from lfmerge --base's"
+# Without the base the folder is refused, naming what to give.
+"$build/lfmerge" "$out/a" --out "$out/no-base" >"$out/no-base.log" 2>&1 && fail "a PEFT adapter merged without --base"
+grep -q "name that folder (--base MODEL" "$out/no-base.log" || { cat "$out/no-base.log"; fail "no-base message"; }
+echo "lora_peft: (f) PEFT adapter folders merged by lfmerge (--base, export_lora.yaml) = PEFT's merge_and_unload"
 echo "lora_peft: ok"
