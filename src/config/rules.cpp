@@ -206,28 +206,38 @@ void preference_keys(const Input& in) {
   pair_stage_keys(in, stage);
 }
 
-// batching_strategy = "dynamic_batching": step-driven (max_steps), sequences not pairs, micro-batch
-// shapes that a pipeline's stages need not agree on beforehand.
+// batching_strategy other than "normal": sequences not pairs (or pre-training documents), micro-
+// batch shapes that a pipeline's stages need not agree on beforehand; the dynamic ones are
+// step-driven (max_steps); the joined ones (padding_free) are no second packing.
 void batching_keys(const Input& in) {
   const Checked* b = get(in, "batching_strategy");
-  if (b == nullptr || std::get<std::string>(b->value) != "dynamic_batching") return;
+  if (b == nullptr || std::get<std::string>(b->value) == "normal") return;
+  const std::string strategy = std::get<std::string>(b->value);
+  const std::string said = "batching_strategy = \"" + strategy + "\"";
+  const bool dynamic = strategy == "dynamic_batching" || strategy == "dynamic_padding_free";
   const Checked* max_steps = get(in, "max_steps");
-  if (max_steps == nullptr || std::get<std::int64_t>(max_steps->value) <= 0)
+  if (dynamic && (max_steps == nullptr || std::get<std::int64_t>(max_steps->value) <= 0))
     fail(in.file, &b->loc,
-         "batching_strategy = \"dynamic_batching\" needs max_steps: the ranks' streams of samples repeat, so no "
-         "epoch ends a run (as LlamaFactory v1)",
+         said + " needs max_steps: the ranks' streams of samples repeat, so no epoch ends a run (as LlamaFactory v1)",
          "set max_steps to the number of optimizer steps");
-  if (const Checked* st = get(in, "stage"); st != nullptr && trains_on_pairs(std::get<std::string>(st->value)))
-    fail_two(in, b->loc, "key 'batching_strategy'", st->loc, "stage",
-             "batching_strategy = \"dynamic_batching\" cuts micro-batches of sequences by tokens; stage = \"" +
-                 std::get<std::string>(st->value) + "\" batches preference pairs",
-             "remove batching_strategy");
+  const bool joined = strategy == "padding_free" || strategy == "dynamic_padding_free";
+  const std::string stage = std::get<std::string>(value(in, "stage"));
+  if (trains_on_pairs(stage) || (joined && stage == "pt")) {
+    const std::string what = said + " batches sequences of conversations; stage = \"" + stage + "\" batches " +
+                             (stage == "pt" ? "packed documents" : "preference pairs");
+    if (const Checked* st = get(in, "stage")) fail_two(in, b->loc, "key 'batching_strategy'", st->loc, "stage", what, "remove batching_strategy");
+    fail(in.file, &b->loc, what + " (the default stage)", "remove batching_strategy");
+  }
   const Checked* pp = get(in, "mesh.pp");
   if (pp != nullptr && std::get<std::int64_t>(pp->value) > 1)
     fail_two(in, b->loc, "key 'batching_strategy'", pp->loc, "key 'mesh.pp'",
-             "batching_strategy = \"dynamic_batching\" gives micro-batches of varying shapes, which pipeline "
-             "stages do not exchange in this version",
+             said + " gives micro-batches of varying shapes, which pipeline stages do not exchange in this version",
              "remove batching_strategy, or use mesh.pp = 1");
+  if (joined)
+    for (const char* key : {"packing", "neat_packing"})
+      if (const Checked* c = get(in, key); c != nullptr && std::get<bool>(c->value))
+        fail_two(in, b->loc, "key 'batching_strategy'", c->loc, std::string("key '") + key + "'",
+                 said + " joins each micro-batch's samples into one row already", std::string("remove ") + key);
 }
 
 // The LoRA keys only with finetuning_type = "lora", the freeze keys only with "freeze".

@@ -256,9 +256,13 @@ std::vector<KeySpec> build() {
         "\"normal\": per_device_train_batch_size samples a micro-batch; \"dynamic_batching\" "
         "(LlamaFactory v1's): each data-parallel rank cuts its own stream of samples (the per_rank "
         "order of epoch 0, repeated) into micro-batches of at most per_device_train_batch_size x "
-        "cutoff_len padded tokens, gradient_accumulation_steps of them a step; needs max_steps")
+        "cutoff_len padded tokens, gradient_accumulation_steps of them a step; needs max_steps; "
+        "\"padding_free\" (v1's): the normal micro-batches, each one row of its samples end to end "
+        "(attention and positions within each sample); \"dynamic_padding_free\" (v1's): each rank's "
+        "stream cut into rows of samples end to end of at most per_device_train_batch_size x cutoff_len "
+        "tokens; needs max_steps")
           .def("normal")
-          .allowed({"normal", "dynamic_batching"}),
+          .allowed({"normal", "dynamic_batching", "padding_free", "dynamic_padding_free"}),
       K("learning_rate", F, "Peak learning rate of AdamW").def(5e-5).min(0),
       K("weight_decay", F, "AdamW decoupled weight decay").def(0.0).min(0),
       K("decay_all_parameters", B,

@@ -381,16 +381,7 @@ class V1Mapper {
     if (find_item(in_, "save_steps") == nullptr) put("save_steps", Value{std::int64_t{0}});
     if (auto b = take("batching_strategy")) {
       const std::string s = string_of(*b);
-      if (s == "padding_free") {
-        put("neat_packing", Value{true}, &*b);
-        note(*b, "packed rows in which attention and positions stay within each sample; lftrain fills each "
-                 "row of cutoff_len tokens by size (greedy knapsack) where v1 joins a micro-batch's samples");
-      } else if (s == "dynamic_batching") {
-        put("batching_strategy", Value{s}, &*b);
-      } else if (s != "normal") {
-        refuse(*b, "dynamic_padding_free (token-budget rows of samples joined end to end) is not built in lftrain",
-               "use batching_strategy: dynamic_batching, normal or padding_free");
-      }
+      if (s != "normal") put("batching_strategy", Value{s}, &*b);
     }
     if (auto item = take("lr_scheduler_config.name"))
       refuse(*item, "LlamaFactory registers no scheduler plugin (v1 itself fails on it)",

@@ -10,9 +10,10 @@
 namespace lft::data {
 
 DynamicBatches::DynamicBatches(std::vector<std::int64_t> lengths, std::uint64_t seed, int dp_size,
-                               std::int64_t micro_batch, std::int64_t micro_batches, std::int64_t cutoff_len)
+                               std::int64_t micro_batch, std::int64_t micro_batches, std::int64_t cutoff_len,
+                               bool joined)
     : lengths_(std::move(lengths)), micro_batches_(micro_batches), cutoff_len_(cutoff_len),
-      budget_(micro_batch * cutoff_len) {
+      budget_(micro_batch * cutoff_len), joined_(joined) {
   const auto n = static_cast<std::int64_t>(lengths_.size());
   if (dp_size < 1 || micro_batches < 1 || budget_ < 1)
     throw std::invalid_argument("DynamicBatches: needs dp_size, micro_batches and micro_batch x cutoff_len >= 1");
@@ -33,9 +34,22 @@ std::int64_t DynamicBatches::sample_at(int rank, std::int64_t position) const {
 }
 
 std::vector<std::int64_t> DynamicBatches::next_micro_batch(int rank) {
-  // v1's _get_dynamic_micro_batch_sizes over an endless stream (it restarts the sampler at the end).
   std::int64_t& at = position_[static_cast<std::size_t>(rank)];
   std::vector<std::int64_t> taken;
+  if (joined_) {  // v1's _get_dynamic_padding_free_micro_batch_sizes over the endless stream
+    std::int64_t tokens = 0;
+    for (;;) {
+      const std::int64_t length = std::min(lengths_[static_cast<std::size_t>(sample_at(rank, at))], cutoff_len_);
+      // Never at the first sample (length <= cutoff_len <= budget); a budget's worth of samples at
+      // most, should some have no token.
+      if (tokens + length > budget_ || static_cast<std::int64_t>(taken.size()) >= budget_) break;
+      tokens += length;
+      taken.push_back(sample_at(rank, at));
+      ++at;
+    }
+    return taken;
+  }
+  // v1's _get_dynamic_micro_batch_sizes over an endless stream (it restarts the sampler at the end).
   std::int64_t longest = 0;
   for (;;) {
     const std::int64_t sample = sample_at(rank, at);

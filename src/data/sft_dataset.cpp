@@ -65,29 +65,64 @@ std::int64_t SftDataset::padded_length(const std::vector<std::int64_t>& indices,
   return std::min(rounded, seq_len());
 }
 
+namespace {
+
+// Padding everywhere: rows x T of the pad id, segment 0, no weight.
+Batch padded_batch(std::int64_t rows, std::int64_t T, std::int32_t pad_id) {
+  Batch b;
+  b.input_ids = at::full({rows, T}, pad_id, at::TensorOptions().dtype(at::kLong));
+  b.weights = at::zeros({rows, T - 1}, at::TensorOptions().dtype(at::kFloat));
+  b.segment_ids = at::zeros({rows, T}, at::TensorOptions().dtype(at::kInt));
+  b.position_ids = at::zeros({rows, T}, at::TensorOptions().dtype(at::kLong));
+  return b;
+}
+
+}  // namespace
+
+std::int32_t SftDataset::put_sequence(std::int64_t i, Batch& b, std::int64_t at, std::int32_t segment_base) const {
+  const std::int64_t n = length(i), begin = seqs_->offsets[static_cast<std::size_t>(row(i))];
+  auto* ids = b.input_ids.data_ptr<std::int64_t>() + at;
+  auto* seg = b.segment_ids.data_ptr<std::int32_t>() + at;
+  auto* pos = b.position_ids.data_ptr<std::int64_t>() + at;
+  // The weight of predicting token t from t - 1 (row r of [B, T] starts at r * T, its weights at r * (T - 1)).
+  const std::int64_t T = b.input_ids.size(1), row_index = at / T;
+  float* w = b.weights.data_ptr<float>() + row_index * (T - 1) + (at - row_index * T);
+  std::int32_t last = segment_base;
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::int64_t k = begin + t;
+    ids[t] = seqs_->tokens[k];
+    seg[t] = seqs_->segments[k] + segment_base;
+    last = std::max(last, seg[t]);
+    const bool same = t > 0 && seqs_->segments[k] == seqs_->segments[k - 1];
+    pos[t] = same ? pos[t - 1] + 1 : 0;
+    if (same) w[t - 1] = seqs_->weights[k];
+  }
+  return last;
+}
+
 Batch SftDataset::batch(const std::vector<std::int64_t>& indices, std::int64_t pad_to_multiple_of) const {
   const std::int64_t T = padded_length(indices, pad_to_multiple_of);
   const auto B = static_cast<std::int64_t>(indices.size());
-  Batch b;
-  b.input_ids = at::full({B, T}, pad_id_, at::TensorOptions().dtype(at::kLong));
-  b.weights = at::zeros({B, T - 1}, at::TensorOptions().dtype(at::kFloat));
-  b.segment_ids = at::zeros({B, T}, at::TensorOptions().dtype(at::kInt));
-  b.position_ids = at::zeros({B, T}, at::TensorOptions().dtype(at::kLong));
-  auto* ids = b.input_ids.data_ptr<std::int64_t>();
-  auto* w = b.weights.data_ptr<float>();
-  auto* seg = b.segment_ids.data_ptr<std::int32_t>();
-  auto* pos = b.position_ids.data_ptr<std::int64_t>();
-  for (std::int64_t r = 0; r < B; ++r) {
-    const std::int64_t n = length(indices[static_cast<std::size_t>(r)]);
-    const std::int64_t begin = seqs_->offsets[static_cast<std::size_t>(row(indices[r]))];
-    for (std::int64_t t = 0; t < n; ++t) {
-      const std::int64_t k = begin + t;
-      ids[r * T + t] = seqs_->tokens[k];
-      seg[r * T + t] = seqs_->segments[k];
-      const bool same = t > 0 && seqs_->segments[k] == seqs_->segments[k - 1];
-      pos[r * T + t] = same ? pos[r * T + t - 1] + 1 : 0;
-      if (same) w[r * (T - 1) + t - 1] = seqs_->weights[k];
-    }
+  Batch b = padded_batch(B, T, pad_id_);
+  for (std::int64_t r = 0; r < B; ++r) put_sequence(indices[static_cast<std::size_t>(r)], b, r * T, 0);
+  return b;
+}
+
+std::int64_t SftDataset::joined_length(const std::vector<std::int64_t>& indices, std::int64_t pad_to_multiple_of) const {
+  std::int64_t total = 0;
+  for (const std::int64_t i : indices) total += length(i);
+  total = std::max<std::int64_t>(total, 2);
+  if (pad_to_multiple_of <= 0) return total;
+  return (total + pad_to_multiple_of - 1) / pad_to_multiple_of * pad_to_multiple_of;
+}
+
+Batch SftDataset::joined_batch(const std::vector<std::int64_t>& indices, std::int64_t pad_to_multiple_of) const {
+  Batch b = padded_batch(1, joined_length(indices, pad_to_multiple_of), pad_id_);
+  std::int64_t at = 0;
+  std::int32_t segments = 0;
+  for (const std::int64_t i : indices) {
+    segments = put_sequence(i, b, at, segments);
+    at += length(i);
   }
   return b;
 }

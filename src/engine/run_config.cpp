@@ -175,7 +175,10 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool 
   p.accumulation = cfg.integer("gradient_accumulation_steps");
   p.global_batch = p.micro_batch * p.accumulation * mesh.dp_size();
   p.seq_len = cfg.integer("cutoff_len");
-  p.dynamic_batching = cfg.string("batching_strategy") == "dynamic_batching";
+  p.dynamic_batching = cfg.string("batching_strategy") == "dynamic_batching" ||
+                       cfg.string("batching_strategy") == "dynamic_padding_free";
+  p.joined_micro_batches = cfg.string("batching_strategy") == "padding_free" ||
+                           cfg.string("batching_strategy") == "dynamic_padding_free";
   p.max_steps = cfg.integer("max_steps");
   p.epochs = cfg.real("num_train_epochs");
   p.compute = cfg.boolean("bf16") ? at::kBFloat16 : cfg.boolean("fp16") ? at::kHalf : at::kFloat;

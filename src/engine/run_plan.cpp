@@ -34,13 +34,16 @@ std::string plan_report(const RunPlan& p) {
   std::string out = "plan:\n";
   if (p.dynamic_batching) {
     out += "  batch      micro-batches of at most " + std::to_string(p.micro_batch) + " x " + std::to_string(p.seq_len) +
-           " padded tokens (dynamic_batching: each rank its own stream) x " + std::to_string(p.accumulation) +
-           " accumulation x " + std::to_string(p.mesh.dp_size()) + " data-parallel per step\n";
+           (p.joined_micro_batches ? " tokens, its samples joined in one row (dynamic_padding_free"
+                                   : " padded tokens (dynamic_batching") +
+           ": each rank its own stream) x " + std::to_string(p.accumulation) + " accumulation x " +
+           std::to_string(p.mesh.dp_size()) + " data-parallel per step\n";
   } else {
     out += "  batch      " + std::to_string(p.micro_batch) + " per rank x " + std::to_string(p.accumulation) +
            " accumulation x " + std::to_string(p.mesh.dp_size()) + " data-parallel = " +
            std::to_string(p.global_batch) + (p.sequences_per_sample == 2 ? " pairs (chosen and rejected sequences)" : " sequences") +
-           " of " + std::to_string(p.seq_len) + " tokens per step\n";
+           " of " + std::to_string(p.seq_len) + " tokens per step" +
+           (p.joined_micro_batches ? ", each micro-batch's joined in one row (padding_free)" : "") + "\n";
   }
   char epochs[32];
   std::snprintf(epochs, sizeof epochs, "%g", p.epochs);

@@ -20,7 +20,8 @@ TrainOptions train_options(const config::Config& cfg, const engine::RunPlan& pla
   o.max_steps = cfg.integer("max_steps");
   o.epochs = cfg.real("num_train_epochs");
   o.sample_per_rank = cfg.string("sample_order") == "per_rank";
-  o.dynamic_batching = cfg.string("batching_strategy") == "dynamic_batching";
+  o.dynamic_batching = cfg.string("batching_strategy") == "dynamic_batching" ||
+                       cfg.string("batching_strategy") == "dynamic_padding_free";
   o.pad_multiple = cfg.integer("pad_to_multiple_of");
   if (o.pad_multiple != 0 && plan.parallel.megatron && plan.parallel.megatron->sequence_parallel)
     o.pad_multiple = std::lcm(o.pad_multiple, static_cast<std::int64_t>(plan.mesh[MeshDim::TP]));

@@ -108,11 +108,13 @@ StepResult Trainer::step() {
   const at::Tensor local = s.engine->run_micro_batches(*s.model, batches, options);
   s.engine->finish_gradients();
 
-  // The host's one wait of the step: every sequence's loss and the gradient norm, in one read.
-  // Each rank's count of sequences (they differ under dynamic_batching).
+  // The host's one wait of the step: every row's loss and the gradient norm, in one read. Each
+  // rank's count of rows: a micro-batch's sequences, or one for a joined micro-batch (padding_free);
+  // they differ under dynamic_batching.
   std::vector<std::int64_t> counts(static_cast<std::size_t>(dp_size), 0);
   for (std::size_t k = 0; k < sequences.size(); ++k)
-    counts[k / static_cast<std::size_t>(accum)] += static_cast<std::int64_t>(sequences[k].size());
+    counts[k / static_cast<std::size_t>(accum)] +=
+        s.data->joins_micro_batches() ? 1 : static_cast<std::int64_t>(sequences[k].size());
   std::int64_t count = 0;
   for (const std::int64_t c : counts) count += c;
   at::Tensor all = at::empty({count}, local.options());

@@ -182,7 +182,7 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     for (std::int64_t i = 0; i < s.data->num_samples(); ++i) lengths.push_back(s.data->real_tokens({i}));
     s.dynamic = std::make_unique<data::DynamicBatches>(std::move(lengths), s.options.seed,
                                                        mesh.shape().dp_size(), plan.micro_batch, plan.accumulation,
-                                                       plan.seq_len);
+                                                       plan.seq_len, s.data->joins_micro_batches());
   }
   const std::int64_t max_steps = s.options.max_steps;
   s.total = max_steps > 0 ? max_steps

@@ -175,7 +175,8 @@ TrainingData::TrainingData(const DataOptions& d, MPI_Comm world) {
     eval_ = std::make_unique<data::SftDataset>(std::move(eval.train));
     loaded.summary += "\neval: " + names_of(eval_from) + ": " + eval.summary;
   }
-  segments_ = options.neat_packing;
+  join_ = d.join_micro_batches;
+  segments_ = options.neat_packing || join_;
   pairs_ = trains_on_pairs(options.stage);
   summary_ = loaded.summary + " (" + tokenizer_->name() + " tokenizer, template " +
              (own ? "model: " + options.jinja->source() : chat.name()) + ")";
@@ -216,13 +217,14 @@ std::int64_t TrainingData::attention_pairs(const std::vector<std::int64_t>& indi
 }
 
 std::int64_t TrainingData::padded_tokens(const std::vector<std::int64_t>& indices) const {
+  if (join_) return train_->joined_length(indices, pad_multiple_);
   const auto count = static_cast<std::int64_t>(indices.size());
   return count * (packed_ ? packed_->seq_len() : train_->padded_length(indices, pad_multiple_));
 }
 
 data::Batch TrainingData::batch(const std::vector<std::int64_t>& indices) const {
   if (!packed_) {
-    data::Batch b = train_->batch(indices, pad_multiple_);
+    data::Batch b = join_ ? train_->joined_batch(indices, pad_multiple_) : train_->batch(indices, pad_multiple_);
     b.token_mask = b.segment_ids != 0;
     if (!segments_) b.segment_ids = at::Tensor();
     return b;

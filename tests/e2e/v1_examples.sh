@@ -13,7 +13,6 @@ model="$out/tiny-chatml"
 
 # The reason each refused file must give.
 declare -A refused=(
-  [train_full_fsdp2_dynamic_padding_free]="dynamic_padding_free (token-budget rows of samples joined end to end) is not built"
   [export_lora]="run the file with lfmerge"
 )
 for file in inputs/llamafactory/v1/*.yaml; do

@@ -4,7 +4,9 @@
 # fp32 Qwen3 (tools/make-v1-fixture.py): full, LoRA, DoRA, QLoRA (NF4 with double quantization,
 # FP4 without; and DoRA over NF4; dora_1 and qlora_1 over 10 steps) and freeze tuning at 1 rank, v1's own messages
 # format (v1_sft_demo.jsonl), and full and LoRA with FSDP2 and full with DeepSpeed ZeRO-3 at 2
-# ranks; batching_strategy: dynamic_batching at 1 rank and with FSDP2 at 2. v1's run of a case is
+# ranks; batching_strategy: dynamic_batching at 1 rank and with FSDP2 at 2, padding_free at 1 and
+# with FSDP2 at 2, dynamic_padding_free at 1 (v1 demands flash attention for these two: on the CPU
+# tools/v1-cpu/sitecustomize.py gives it sdpa's per-sample attention instead). v1's run of a case is
 # recalled from tests/fixtures/peer_runs when these very inputs were run before (tools/peer-runs:
 # the key hashes the YAML, model, adapters, data, packages), else run live; a case that differs
 # from a recalled run is judged by a live one. Skips (77) without tools/install-v1-env's .venv-v1.
@@ -111,6 +113,13 @@ quant_config:
 cutoff_len: 384"
   "dynamic_fsdp2_2|2|$fsdp2
 batching_strategy: dynamic_batching
+cutoff_len: 384"
+  # batching_strategy: padding_free (train_full_fsdp2_padding_free.yaml): each micro-batch's 2
+  # samples joined in one row; dynamic_padding_free: rows of samples of at most 2 x 384 tokens.
+  "padding_free_1|1|batching_strategy: padding_free"
+  "padding_free_fsdp2_2|2|$fsdp2
+batching_strategy: padding_free"
+  "dynamic_padding_free_1|1|batching_strategy: dynamic_padding_free
 cutoff_len: 384"
   "lora_fsdp2_2|2|$fsdp2
 $lora"

@@ -310,7 +310,7 @@ TEST_F(DatasetRegistry, RefusedEntries) {
       error_of({"remote"}),
       at + "\"remote\" is a remote dataset (hf_hub_url): lftrain reads local files only");
   EXPECT_CONTAINS(error_of({"pairs"}), at + "\"pairs\" is ranking data (ranking: true): preference pairs train with "
-                                           "stage = \"dpo\", not sft");
+                                           "stage = \"dpo\" or \"rm\", not sft");
   EXPECT_CONTAINS(error_of({"plain"}, "dpo"), at + "\"plain\" is not ranking data");
   const std::vector<DatasetSource> pairs = resolve({"pairs"}, "dpo");
   EXPECT_TRUE(pairs[0].options.columns.ranking);

@@ -66,6 +66,30 @@ TEST(DynamicBatches, EachRankCutsItsDistributedSamplerStreamByTheTokenBudget) {
   EXPECT_EQ(again.next_step(), last);
 }
 
+TEST(DynamicBatches, JoinedRowsFillTheBudgetWithTheSamplesLengths) {
+  // v1's dynamic_padding_free: a row takes samples while their lengths (each at most cutoff_len)
+  // sum to at most the budget, and closes at the sample that would overflow it.
+  const std::vector<std::int64_t> len = lengths();
+  const std::int64_t cutoff = 128, budget = 2 * cutoff;
+  DynamicBatches batches(len, 42, 1, 2, 4, cutoff, /*joined=*/true);
+  const std::vector<std::int64_t> perm = GlobalSampler::torch_permutation(37, 42, 0);
+  auto clipped = [&](std::int64_t sample) { return std::min(len[static_cast<std::size_t>(sample)], cutoff); };
+  std::size_t at = 0;
+  bool several = false;
+  for (std::int64_t k = 0; k < 6; ++k)
+    for (const auto& row : batches.next_step()) {
+      std::int64_t tokens = 0;
+      for (const std::int64_t sample : row) {
+        EXPECT_EQ(sample, perm[at++ % 37]);
+        tokens += clipped(sample);
+      }
+      EXPECT_LE(tokens, budget);
+      EXPECT_GT(tokens + clipped(perm[at % 37]), budget);
+      several = several || row.size() > 2;  // what the padded rule could not take
+    }
+  EXPECT_TRUE(several);
+}
+
 TEST(DynamicBatches, ShortSamplesShareAMicroBatchLongOnesGoAlone) {
   // {length, cutoff_len, micro_batch, samples a micro-batch}: 64-token samples fill a budget of
   // 2 x 128 four at a time; 200 alone in a budget of 256; 200 cut to 128 twice in 2 x 128.

@@ -183,6 +183,34 @@ TEST(SftDatasetTest, AlpacaDemoWithAndWithoutPacking) {
   EXPECT_EQ(samples, 999);
 }
 
+TEST(SftDatasetTest, JoinedBatchIsThePaddedRowsEndToEnd) {
+  // LlamaFactory v1's padding_free row: the samples one after another, each its own segment, its
+  // positions from 0, its own weights, none on the boundary; padded to a multiple at the end.
+  LFT_REQUIRE_SFT_DATA(dir);
+  const ByteTokenizer tok;
+  const SftData plain = load_sft_data({dir + "/alpaca_en_demo.json"}, options("default", 256), tok, kByteSpecial);
+  const std::vector<std::int64_t> picks{3, 0, 7};
+  const Batch rows = plain.train.batch(picks);
+  const Batch joined = plain.train.joined_batch(picks, 8);
+  std::int64_t total = 0;
+  for (const std::int64_t i : picks) total += plain.train.length(i);
+  ASSERT_EQ(joined.input_ids.size(0), 1);
+  EXPECT_EQ(joined.input_ids.size(1), (total + 7) / 8 * 8);
+  EXPECT_EQ(plain.train.joined_length(picks, 8), joined.input_ids.size(1));
+  std::int64_t at = 0;
+  for (std::size_t r = 0; r < picks.size(); ++r) {
+    const std::int64_t n = plain.train.length(picks[r]);
+    EXPECT_TRUE(at::equal(joined.input_ids[0].narrow(0, at, n), rows.input_ids[static_cast<std::int64_t>(r)].narrow(0, 0, n)));
+    EXPECT_TRUE(at::equal(joined.position_ids[0].narrow(0, at, n), at::arange(n, at::kLong)));
+    EXPECT_TRUE((joined.segment_ids[0].narrow(0, at, n) == static_cast<int>(r) + 1).all().item<bool>());
+    EXPECT_TRUE(at::equal(joined.weights[0].narrow(0, at, n - 1), rows.weights[static_cast<std::int64_t>(r)].narrow(0, 0, n - 1)));
+    if (r > 0) EXPECT_EQ(joined.weights[0][at - 1].item<float>(), 0.0f) << "the boundary before sample " << r;
+    at += n;
+  }
+  EXPECT_TRUE((joined.segment_ids[0].narrow(0, total, joined.input_ids.size(1) - total) == 0).all().item<bool>());
+  EXPECT_DOUBLE_EQ(joined.weights.sum().item<double>(), rows.weights.sum().item<double>());
+}
+
 TEST(SftDatasetTest, V1MessagesLossWeights) {
   LFT_REQUIRE_SFT_DATA(dir);
   const ByteTokenizer tok;

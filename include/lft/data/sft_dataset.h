@@ -56,6 +56,12 @@ class SftDataset {
   Batch batch(const std::vector<std::int64_t>& indices, std::int64_t pad_to_multiple_of = 0) const;
   // The length batch(indices, pad_to_multiple_of) pads to.
   std::int64_t padded_length(const std::vector<std::int64_t>& indices, std::int64_t pad_to_multiple_of) const;
+  // The sequences `indices` joined end to end in one row [1, L] (LlamaFactory v1's padding_free
+  // batching), each its own segments (attention and positions stay within them, and no weight
+  // crosses from one to the next), padded at the end to a multiple of `pad_to_multiple_of` (> 0),
+  // L at least 2.
+  Batch joined_batch(const std::vector<std::int64_t>& indices, std::int64_t pad_to_multiple_of = 0) const;
+  std::int64_t joined_length(const std::vector<std::int64_t>& indices, std::int64_t pad_to_multiple_of) const;
 
   // Sum of the weights of batch(indices), without building it.
   double weight_sum(const std::vector<std::int64_t>& indices) const;
@@ -67,6 +73,10 @@ class SftDataset {
   std::string describe() const;
 
  private:
+  // Sequence i into `b` from flat position `at` (of its row), its segment ids raised by
+  // `segment_base`; the largest segment id it wrote.
+  std::int32_t put_sequence(std::int64_t i, Batch& b, std::int64_t at, std::int32_t segment_base) const;
+
   std::shared_ptr<const PackedSequences> seqs_;
   std::vector<std::int64_t> rows_;
   std::int32_t pad_id_ = 0;

@@ -83,7 +83,8 @@ struct RunPlan {
   std::uint64_t seed = 0;                            // the initialisation's (and LoRA's) seed
   std::optional<config::DeepSpeedConfig> deepspeed;  // distributed = "deepspeed"
   ParallelPlan parallel;                             // the engine preset and its layout (parallel_plan.h)
-  bool dynamic_batching = false;                     // batching_strategy = "dynamic_batching"
+  bool dynamic_batching = false;                     // batching_strategy = "dynamic_batching" or "dynamic_padding_free"
+  bool joined_micro_batches = false;                 // padding_free, dynamic_padding_free: one row a micro-batch
   std::int64_t max_steps = -1;                       // the run's length, for the start-up log
   double epochs = 0;                                 //   (num_train_epochs when max_steps <= 0)
   // The data-parallel collectives run over NCCL (a GPU per rank), which reduces 16-bit gradients

@@ -12,7 +12,7 @@
 namespace lft::train {
 
 struct DataOptions {
-  std::string stage = "sft";                // pt | sft | dpo
+  std::string stage = "sft";                // pt | sft | dpo | rm
   std::string model_folder;                 // model_name_or_path ("" for an inline [model])
   std::string model_folder_where;           // its location, for messages
   bool bytes_tokenizer = false;             // tokenizer = "bytes"
@@ -31,6 +31,9 @@ struct DataOptions {
   bool packing = false;                     // packing or neat_packing
   bool packing_set = false;                 // packing given (stage pt packs by default)
   bool neat_packing = false;
+  // batching_strategy padding_free or dynamic_padding_free: each micro-batch's samples joined end
+  // to end into one row (LlamaFactory v1's _pack_padding_free_samples).
+  bool join_micro_batches = false;
   double val_size = 0;
   std::uint64_t seed = 0;
   std::string tokenized_path;               // "" when not set

@@ -27,7 +27,7 @@ struct TrainOptions {
   std::int64_t max_steps = -1;     // > 0: the run's length; else `epochs` of the data
   double epochs = 0;
   bool sample_per_rank = false;    // sample_order = "per_rank"
-  bool dynamic_batching = false;   // batching_strategy = "dynamic_batching"
+  bool dynamic_batching = false;   // batching_strategy = "dynamic_batching" or "dynamic_padding_free"
   // What micro-batches are padded to a multiple of: pad_to_multiple_of, and with sequence
   // parallelism also of tp (each rank takes an equal slice of every sequence).
   std::int64_t pad_multiple = 0;

@@ -47,8 +47,10 @@ class TrainingData {
   std::vector<std::int64_t> sequences(const std::vector<std::int64_t>& samples) const;
   std::int64_t seq_len() const;
   // Sequences `indices` of the training set: input_ids, weights (float, [B, T-1]), and
-  // segment_ids when neat packing (else undefined).
+  // segment_ids when neat packing (else undefined); with joined micro-batches (padding_free) one
+  // row of them end to end, each its own segment.
   data::Batch batch(const std::vector<std::int64_t>& indices) const;
+  bool joins_micro_batches() const { return join_; }
   // Micro-batches are padded to their longest sequence rounded up to a multiple of this (0: to
   // seq_len()). Ranks that must see equal shapes (a tensor- or pipeline-parallel group) read the
   // same sequences, so they pad alike.
@@ -76,6 +78,7 @@ class TrainingData {
   std::unique_ptr<data::SftDataset> train_;      // stage sft
   std::unique_ptr<data::SftDataset> eval_;
   bool segments_ = false;
+  bool join_ = false;  // batching_strategy padding_free / dynamic_padding_free
   bool pairs_ = false;
   std::int64_t pad_multiple_ = 0;
   std::string summary_;
