@@ -55,15 +55,7 @@ ExportPlan peft_folder_plan(const MergeOptions& o) {
     // names and shapes the adapter must fit.
     const auto meta = at::TensorOptions().device(at::kMeta).dtype(at::kFloat);
     const std::shared_ptr<model::CausalLM> m = model::create_causal_lm(p.run.config, meta);
-    model::FinetuningSpec spec;
-    spec.type = "lora";
-    spec.lora_rank = adapter->rank;
-    spec.lora_alpha = adapter->lora_alpha;
-    spec.use_rslora = adapter->use_rslora;
-    spec.use_dora = adapter->use_dora;
-    spec.lora_target = adapter->target_modules;
-    spec.additional_target = adapter->modules_to_save;
-    model::apply_finetuning(*m, spec, meta);
+    model::apply_finetuning(*m, model::adapter_spec(*adapter), meta);
     adapter->check_shapes(*m);
     const auto params = m->named_parameters(/*recurse=*/true);
     std::vector<std::string> strangers;
@@ -85,11 +77,7 @@ ExportPlan peft_folder_plan(const MergeOptions& o) {
     throw UsageError(folder + "/adapter_config.json: " + e.what());
   }
   sort_export_order(p.exported.tensors);
-  model::FinetuningSpec lora;  // PEFT's scaling of the adapter's r and alpha
-  lora.lora_rank = adapter->rank;
-  lora.lora_alpha = adapter->lora_alpha;
-  lora.use_rslora = adapter->use_rslora;
-  const double scaling = lora.lora_scaling();
+  const double scaling = model::adapter_spec(*adapter).lora_scaling();  // PEFT's, of the adapter's r and alpha
   p.exported.load = [adapter, base, scaling](const TensorInfo& t) {
     // A module PEFT saved whole (modules_to_save) is the adapter's; the others are the base's,
     // with W + scaling * B @ A where the adapter has a LoRA pair.

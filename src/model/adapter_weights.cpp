@@ -61,6 +61,18 @@ PeftAdapter::PeftAdapter(const std::string& folder) : folder_(folder), file_(fol
   header_ = read_safetensors_header(file_);
 }
 
+FinetuningSpec adapter_spec(const PeftAdapter& adapter) {
+  FinetuningSpec spec;
+  spec.type = "lora";
+  spec.lora_rank = adapter.rank;
+  spec.lora_alpha = adapter.lora_alpha;
+  spec.use_rslora = adapter.use_rslora;
+  spec.use_dora = adapter.use_dora;
+  spec.lora_target = adapter.target_modules;
+  spec.additional_target = adapter.modules_to_save;
+  return spec;
+}
+
 bool PeftAdapter::has(const std::string& name) const { return header_.find(kPeftPrefix + name) != nullptr; }
 
 namespace {

@@ -46,8 +46,6 @@ CausalLM::CausalLM(const ModelConfig& config, const c10::TensorOptions& options,
   if (config_.score_head == ScoreHead::ValueHead) {  // TRL's names: v_head.summary.{weight,bias}
     auto v_head = register_module("v_head", std::make_shared<torch::nn::Module>("ValueHead"));
     score = v_head->register_module("summary", Linear(config_.hidden_size, 1, true, options));
-  } else if (config_.score_head == ScoreHead::Classifier) {
-    score = register_module("score", Linear(config_.hidden_size, 1, false, options));
   }
 }
 
@@ -90,7 +88,7 @@ ParameterPlacement CausalLM::placement(const std::string& name) const {
     return p;
   }
   // The final norm and a reward model's score head: whole on every tensor-parallel rank.
-  if (name == "model.norm.weight" || (score && (name == "score.weight" || name.rfind("v_head.summary.", 0) == 0))) {
+  if (name == "model.norm.weight" || (score && name.rfind("v_head.summary.", 0) == 0)) {
     p.units = {head_unit()};
     return p;
   }
@@ -167,7 +165,7 @@ at::Tensor CausalLM::position_scores(const at::Tensor& hidden, std::uint64_t dro
   // TRL's ValueHead: dropout on the final normed hidden state, then the linear. Every
   // tensor-parallel rank computes the scores of its rows whole (no enter(): the head is replicated).
   at::Tensor x = model->norm(hidden);
-  const double p = config_.score_head == ScoreHead::ValueHead ? config_.summary_dropout_prob : 0.0;
+  const double p = config_.summary_dropout_prob;
   if (p > 0 && dropout_seed != 0 && at::GradMode::is_enabled())
     x = x * (dropout_keep_mask(x.sizes(), 1.0 - p, mix_seed(dropout_seed, static_cast<std::uint64_t>(num_units())),
                                x.device()) / (1.0 - p)).to(x.options());

@@ -15,7 +15,7 @@
 namespace lft::model {
 
 bool is_score_head_parameter(const std::string& name) {
-  return name == "score.weight" || name == "v_head.summary.weight" || name == "v_head.summary.bias";
+  return name == "v_head.summary.weight" || name == "v_head.summary.bias";
 }
 
 std::optional<std::string> value_head_file(const std::string& model_folder, const std::string& adapter_folder) {
@@ -51,10 +51,8 @@ ScoreHeadWeights::ScoreHeadWeights(const torch::nn::Module& model, const ModelCo
       continue;
     }
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(parameter_seed(name, seed));
-    // TRL's value head: nn.Linear's own initialisation; transformers' classifier: normal(0, 0.02).
-    head_[name] = config.score_head == ScoreHead::ValueHead
-                      ? at::empty(shape, at::kFloat).uniform_(-bound, bound, gen)
-                      : at::normal(0.0, kInitStd, shape, gen, at::TensorOptions().dtype(at::kFloat));
+    // TRL's value head: nn.Linear's own initialisation (weight and bias uniform in +-1/sqrt(hidden)).
+    head_[name] = at::empty(shape, at::kFloat).uniform_(-bound, bound, gen);
   }
 }
 

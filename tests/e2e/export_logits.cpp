@@ -24,15 +24,7 @@ int main(int argc, char** argv) {
   const auto model = lft::model::create_causal_lm(config);
   if (argc == 5) {
     auto adapter = std::make_shared<const lft::model::PeftAdapter>(argv[4]);
-    lft::model::FinetuningSpec spec;
-    spec.type = "lora";
-    spec.lora_rank = adapter->rank;
-    spec.lora_alpha = adapter->lora_alpha;
-    spec.use_rslora = adapter->use_rslora;
-    spec.use_dora = adapter->use_dora;
-    spec.lora_target = adapter->target_modules;
-    spec.additional_target = adapter->modules_to_save;
-    lft::model::apply_finetuning(*model, spec);
+    lft::model::apply_finetuning(*model, lft::model::adapter_spec(*adapter));
     lft::model::load_weights(*model, lft::model::FinetuningWeights(
                                          *model, std::make_unique<lft::model::HfWeights>(argv[1], *model, lft::model::is_lora_parameter),
                                          std::make_unique<lft::model::PeftAdapterWeights>(adapter), adapter));

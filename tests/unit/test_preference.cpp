@@ -217,14 +217,23 @@ TEST(PreferenceData, PairTruncationFollowsTheLongerAnswer) {
   EXPECT_FALSE(c2.truncated);
 }
 
-TEST(PreferenceConfig, RulesOfStageDpo) {
+// A run config of an inline model on one pair file: `head` (stage and its keys) before it.
+struct PairRun {
   test::TempDir dir;
-  const std::string data = dir.write("p.json", R"([{"instruction": "q", "chosen": "a", "rejected": "b"}])");
-  const std::string base = "train_dataset = \"" + data + "\"\n[model]\nvocab_size = 300\nhidden_size = 32\n"
-                           "intermediate_size = 64\nnum_hidden_layers = 2\nnum_attention_heads = 4\n";
-  auto error_of = [&](const std::string& head) {
-    return test::message_of<config::ConfigError>([&] { config::parse_config(head + base, "run.toml", {}); });
-  };
+  const std::string base = "train_dataset = \"" +
+                           dir.write("p.json", R"([{"instruction": "q", "chosen": "a", "rejected": "b"}])") +
+                           "\"\n[model]\nvocab_size = 300\nhidden_size = 32\nintermediate_size = 64\n"
+                           "num_hidden_layers = 2\nnum_attention_heads = 4\n";
+  config::Config parse(const std::string& head) const { return config::parse_config(head + base, "run.toml", {}); }
+  std::string error_of(const std::string& head) const {
+    return test::message_of<config::ConfigError>([&] { parse(head); });
+  }
+};
+
+TEST(PreferenceConfig, RulesOfStageDpo) {
+  const PairRun run;
+  const std::string& base = run.base;
+  auto error_of = [&](const std::string& head) { return run.error_of(head); };
   EXPECT_NE(error_of("stage = \"sft\"\npref_beta = 0.2\n").find("applies to stage = \"dpo\""), std::string::npos);
   EXPECT_NE(error_of("stage = \"dpo\"\npref_loss = \"orpo\"\ndpo_label_smoothing = 0.1\n").find("sigmoid"),
             std::string::npos);
@@ -322,18 +331,12 @@ TEST(RewardModel, ValueHeadScoresTheFinalNormedStateAndTrainsAlone) {
 }
 
 TEST(RewardModel, RulesOfStageRm) {
-  test::TempDir dir;
-  const std::string data = dir.write("p.json", R"([{"instruction": "q", "chosen": "a", "rejected": "b"}])");
-  const std::string base = "train_dataset = \"" + data + "\"\n[model]\nvocab_size = 300\nhidden_size = 32\n"
-                           "intermediate_size = 64\nnum_hidden_layers = 2\nnum_attention_heads = 4\n";
-  auto error_of = [&](const std::string& head) {
-    return test::message_of<config::ConfigError>([&] { config::parse_config(head + base, "run.toml", {}); });
-  };
+  const PairRun run;
+  auto error_of = [&](const std::string& head) { return run.error_of(head); };
   EXPECT_NE(error_of("stage = \"rm\"\npref_beta = 0.2\n").find("applies to stage = \"dpo\""), std::string::npos);
   EXPECT_NE(error_of("stage = \"rm\"\npacking = true\n").find("stage = \"rm\": a pair's"), std::string::npos);
   EXPECT_NE(error_of("stage = \"rm\"\nval_size = 0.1\n").find("not built"), std::string::npos);
-  const config::Config ok = config::parse_config("stage = \"rm\"\n" + base, "run.toml", {});
-  EXPECT_TRUE(train::PreferenceOptions::from(ok).reward_model);
+  EXPECT_TRUE(train::PreferenceOptions::from(run.parse("stage = \"rm\"\n")).reward_model);
 }
 
 }  // namespace

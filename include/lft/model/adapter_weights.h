@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "lft/model/finetuning.h"
 #include "lft/model/safetensors.h"
 #include "lft/model/weight_source.h"
 
@@ -42,6 +43,10 @@ class PeftAdapter {
   std::string folder_, file_;
   SafetensorsHeader header_;
 };
+
+// The LoRA fine-tuning `adapter` describes: its rank, alpha, rsLoRA, DoRA, targets and
+// modules_to_save (as additional_target).
+FinetuningSpec adapter_spec(const PeftAdapter& adapter);
 
 // The parameter prefix PEFT writes in adapter_model.safetensors.
 inline constexpr const char* kPeftPrefix = "base_model.model.";

@@ -45,9 +45,8 @@ struct MoeShape {
 };
 
 // The head of a reward model: TRL's AutoModelForCausalLMWithValueHead's `v_head.summary` (with a
-// bias; LlamaFactory's classic stage rm), or transformers' ...ForSequenceClassification `score`
-// (no bias; LlamaFactory v1's rm).
-enum class ScoreHead { None, ValueHead, Classifier };
+// bias; LlamaFactory's classic stage rm). None: a causal language model.
+enum class ScoreHead { None, ValueHead };
 
 struct ModelConfig {
   std::string model_type = "llama";  // a family of families.h

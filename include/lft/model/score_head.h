@@ -31,7 +31,7 @@ inline ScoreHead score_head_of_stage(const std::string& stage) {
   return stage == "rm" ? ScoreHead::ValueHead : ScoreHead::None;
 }
 
-// v_head.summary.weight, v_head.summary.bias, score.weight.
+// v_head.summary.weight, v_head.summary.bias.
 bool is_score_head_parameter(const std::string& name);
 
 // The value head file a run starts from: <adapter_folder>/value_head.safetensors when an adapter
