@@ -148,18 +148,8 @@ write_yaml() {
     echo "fp16: false"
     echo "seed: 42"
   } > "$new"
-  # YAML forbids a repeated key: drop a common line that the case sets again.
-  for key in $(printf '%s\n' "$3" | sed -n 's/^\([a-z_]*\):.*/\1/p'); do
-    sed -i "/^$key:/d" "$new"
-  done
-  [ -n "$3" ] && printf '%s\n' "$3" >> "$new"
+  yaml_override "$new" "$3"
   if cmp -s "$new" "$1"; then rm -f "$new"; else mv "$new" "$1"; fi
-}
-
-# lf_run NAME DIR: LlamaFactory on DIR/job.yaml, its per-step log in DIR/lf/lf-steps.jsonl.
-lf_run() {
-  tools/lf-reference --log "$2/lf.log" "$2/job.yaml" >"$2/lf.out" 2>"$2/lf.err" && return 0
-  cat "$2/lf.err"; failed+=("$1 (LlamaFactory failed: tools/lf-reference $2/job.yaml)"); return 1
 }
 
 . tests/e2e/peer_runs.sh
@@ -192,10 +182,10 @@ for entry in "${cases[@]}"; do
     echo "dpo_parity: $name: reusing $reference (DPO_PARITY_RERUN=1 runs it again)"
     peer_source=reused
   elif [ "$ref_only" = 1 ]; then  # LlamaFactory's own lines are wanted: run it
-    lf_run "$name" "$dir" || continue
+    lf_classic_run "$name" "$dir" || continue
     tools/peer-runs record "dpo_parity-$name" "$key" "$reference"
   else
-    peer_obtain "dpo_parity-$name" "$key" "$reference" lf_run "$name" "$dir" || continue
+    peer_obtain "dpo_parity-$name" "$key" "$reference" lf_classic_run "$name" "$dir" || continue
   fi
   if [ "$ref_only" = 1 ]; then
     grep '^lf-reference: step' "$dir/lf.out" | sed "s/^lf-reference:/dpo_parity: $name:/"
@@ -210,11 +200,11 @@ for entry in "${cases[@]}"; do
   compare() {
     python3 tests/e2e/compare_dpo_logs.py "$name" "$reference" "$dir/lftrain/trainer_log.jsonl" 1e-5 >"$dir/compare.txt"
   }
-  peer_judge compare lf_run "$name" "$dir"
+  peer_judge compare lf_classic_run "$name" "$dir"
   case $? in
     0) passed=$((passed + 1)); echo "$(tail -1 "$dir/compare.txt") ($peer_source LlamaFactory run)" ;;  # the whole table: $dir/compare.txt
     1) failed+=("$name"); cat "$dir/compare.txt" ;;
-    *) continue ;;  # lf_run reported it
+    *) continue ;;  # lf_classic_run reported it
   esac
   summary+=("$(grep "^$name: max rel diff" "$dir/compare.txt")")
 done

@@ -1,6 +1,23 @@
 # peer_runs.sh, sourced by the parity tests (job_v1_parity, job_dpo_parity, job_rm_parity, job_muon_parity) from
 # the repository root: a peer's reference run recalled from tests/fixtures/peer_runs or made live
-# (tools/peer-runs), and lftrain judged against it.
+# (tools/peer-runs), and lftrain judged against it; the case YAMLs they write, and the classic
+# trainer's run of one.
+
+# yaml_override FILE LINES: LINES ("key: value" lines) appended to FILE after the lines of FILE
+# that set the same top-level keys are removed (YAML forbids a repeated key).
+yaml_override() {
+  local key
+  for key in $(printf '%s\n' "$2" | sed -n 's/^\([a-z_]*\):.*/\1/p'); do sed -i "/^$key:/d" "$1"; done
+  [ -z "$2" ] || printf '%s\n' "$2" >> "$1"
+}
+
+# lf_classic_run NAME DIR: LlamaFactory's classic trainer (tools/lf-reference) on DIR/job.yaml,
+# its per-step log in DIR/lf/lf-steps.jsonl (the YAML's output_dir); on failure its error is
+# shown and NAME is added to the caller's `failed`.
+lf_classic_run() {
+  tools/lf-reference --log "$2/lf.log" "$2/job.yaml" >"$2/lf.out" 2>"$2/lf.err" && return 0
+  cat "$2/lf.err"; failed+=("$1 (LlamaFactory failed: tools/lf-reference $2/job.yaml)"); return 1
+}
 
 # peer_obtain NAME KEY REFERENCE RUN...: REFERENCE becomes the run recorded as NAME under KEY, or
 # RUN makes it live (recorded then under LFT_PEER_RUNS=record). Sets peer_source (recorded or

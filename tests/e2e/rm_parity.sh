@@ -61,7 +61,6 @@ freeze_trainable_layers: 1"
 $fsdp2"
 )
 write_yaml() {  # FILE OUTPUT_DIR EXTRA_LINES
-  local key
   {
     echo "model_name_or_path: $model"
     echo "stage: rm"
@@ -87,12 +86,7 @@ write_yaml() {  # FILE OUTPUT_DIR EXTRA_LINES
     echo "fp16: false"
     echo "seed: 42"
   } > "$1"
-  for key in $(printf '%s\n' "$3" | sed -n 's/^\([a-z_]*\):.*/\1/p'); do sed -i "/^$key:/d" "$1"; done
-  [ -n "$3" ] && printf '%s\n' "$3" >> "$1"
-}
-lf_run() {  # NAME DIR: LlamaFactory on DIR/job.yaml, its per-step log in DIR/lf/lf-steps.jsonl
-  tools/lf-reference --log "$2/lf.log" "$2/job.yaml" >"$2/lf.out" 2>"$2/lf.err" && return 0
-  cat "$2/lf.err"; failed+=("$1 (LlamaFactory failed: tools/lf-reference $2/job.yaml)"); return 1
+  yaml_override "$1" "$3"
 }
 
 . tests/e2e/peer_runs.sh
@@ -111,7 +105,7 @@ for entry in "${cases[@]}"; do
   key=$(tools/peer-runs key --sub "$work=@WORK@" "$dir/job.yaml" "$model" "$work/adapter" \
         inputs/dataset_info.json inputs/data) || fail "tools/peer-runs key"
   reference=$dir/lf/lf-steps.jsonl
-  peer_obtain "rm_parity-$name" "$key" "$reference" lf_run "$name" "$dir" || continue
+  peer_obtain "rm_parity-$name" "$key" "$reference" lf_classic_run "$name" "$dir" || continue
   if ! mpirun --oversubscribe --bind-to none -np "$np" "$build/lftrain" "$dir/job-lftrain.yaml" \
        output_dir="$dir/lftrain" >"$dir/lftrain.log" 2>&1; then
     tail -20 "$dir/lftrain.log"
@@ -122,7 +116,7 @@ for entry in "${cases[@]}"; do
     python3 tests/e2e/compare_dpo_logs.py --judge loss,grad_norm "$name" "$reference" \
       "$dir/lftrain/trainer_log.jsonl" 1e-5 >"$dir/compare.txt"
   }
-  peer_judge compare lf_run "$name" "$dir"
+  peer_judge compare lf_classic_run "$name" "$dir"
   case $? in
     0) passed=$((passed + 1)); echo "rm_parity: $(grep "max rel diff" "$dir/compare.txt") ($peer_source LlamaFactory run)" ;;
     1) failed+=("$name"); cat "$dir/compare.txt" ;;
@@ -142,14 +136,14 @@ learning_rate: 0.0
 max_steps: 2"
   key=$(tools/peer-runs key --sub "$work=@WORK@" "$dir/job.yaml" "$dir/model" inputs/dataset_info.json inputs/data) ||
     fail "tools/peer-runs key"
-  if peer_obtain "rm_parity-export" "$key" "$dir/lf/lf-steps.jsonl" lf_run export "$dir"; then
+  if peer_obtain "rm_parity-export" "$key" "$dir/lf/lf-steps.jsonl" lf_classic_run export "$dir"; then
     if mpirun --oversubscribe --bind-to none -np 1 "$build/lftrain" "$dir/job.yaml" output_dir="$dir/lftrain" \
          >"$dir/lftrain.log" 2>&1; then
       compare() {
         python3 tests/e2e/compare_dpo_logs.py --judge loss "export" "$dir/lf/lf-steps.jsonl" \
           "$dir/lftrain/trainer_log.jsonl" 1e-6 >"$dir/compare.txt"
       }
-      peer_judge compare lf_run export "$dir"
+      peer_judge compare lf_classic_run export "$dir"
       case $? in
         0) passed=$((passed + 1)); echo "rm_parity: $(grep "max rel diff" "$dir/compare.txt") (lfmerge's export, read by both; $peer_source LlamaFactory run)" ;;
         1) failed+=("export (LlamaFactory reads lfmerge's export otherwise)"); cat "$dir/compare.txt" ;;

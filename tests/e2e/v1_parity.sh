@@ -165,11 +165,7 @@ for entry in "${cases[@]}"; do
     echo "learning_rate: 1.0e-3"
     echo "max_steps: 5"
   } > "$dir/job.yaml"
-  # YAML forbids a repeated key: drop a common line that the case sets again.
-  for key in $(printf '%s\n' "$extra" | sed -n 's/^\([a-z_]*\):.*/\1/p'); do
-    sed -i "/^$key:/d" "$dir/job.yaml"
-  done
-  [ -n "$extra" ] && printf '%s\n' "$extra" >> "$dir/job.yaml"
+  yaml_override "$dir/job.yaml" "$extra"
 
   echo "v1_parity: $name: $np rank(s)"
   # v1's run: recorded when these very inputs were run before (tools/peer-runs), else live.
