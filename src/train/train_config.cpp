@@ -2,6 +2,7 @@
 // training_data.cpp (the data pipeline's keys), the only files of src/train that read keys.
 #include "lft/train/train_options.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "lft/model/families.h"
@@ -23,8 +24,12 @@ TrainOptions train_options(const config::Config& cfg, const engine::RunPlan& pla
   o.dynamic_batching = cfg.string("batching_strategy") == "dynamic_batching" ||
                        cfg.string("batching_strategy") == "dynamic_padding_free";
   o.pad_multiple = cfg.integer("pad_to_multiple_of");
-  if (o.pad_multiple != 0 && plan.parallel.megatron && plan.parallel.megatron->sequence_parallel)
-    o.pad_multiple = std::lcm(o.pad_multiple, static_cast<std::int64_t>(plan.mesh[MeshDim::TP]));
+  // Sequence parallelism splits each row over the tp ranks: a row padded to cutoff_len splits if
+  // cutoff_len does (checked with the plan); a shorter one (pad_to_multiple_of, or a joined
+  // padding_free row of any length) is padded to a multiple of tp too.
+  const bool sequence_parallel = plan.parallel.megatron && plan.parallel.megatron->sequence_parallel;
+  if (sequence_parallel && (o.pad_multiple != 0 || plan.joined_micro_batches))
+    o.pad_multiple = std::lcm(std::max<std::int64_t>(o.pad_multiple, 1), static_cast<std::int64_t>(plan.mesh[MeshDim::TP]));
   o.adamw.beta1 = cfg.real("adam_beta1");
   o.adamw.beta2 = cfg.real("adam_beta2");
   o.adamw.eps = cfg.real("adam_epsilon");
