@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "internal.h"
+#include "lft/config/batching.h"
 #include "lft/runtime/stage.h"
 
 namespace lft::config::detail {
@@ -214,13 +215,13 @@ void batching_keys(const Input& in) {
   if (b == nullptr || std::get<std::string>(b->value) == "normal") return;
   const std::string strategy = std::get<std::string>(b->value);
   const std::string said = "batching_strategy = \"" + strategy + "\"";
-  const bool dynamic = strategy == "dynamic_batching" || strategy == "dynamic_padding_free";
+  const bool dynamic = batches_by_tokens(strategy);
   const Checked* max_steps = get(in, "max_steps");
   if (dynamic && (max_steps == nullptr || std::get<std::int64_t>(max_steps->value) <= 0))
     fail(in.file, &b->loc,
          said + " needs max_steps: the ranks' streams of samples repeat, so no epoch ends a run (as LlamaFactory v1)",
          "set max_steps to the number of optimizer steps");
-  const bool joined = strategy == "padding_free" || strategy == "dynamic_padding_free";
+  const bool joined = joins_micro_batches(strategy);
   const std::string stage = std::get<std::string>(value(in, "stage"));
   if (trains_on_pairs(stage) || (joined && stage == "pt")) {
     const std::string what = said + " batches sequences of conversations; stage = \"" + stage + "\" batches " +

@@ -39,12 +39,13 @@ std::vector<std::int64_t> DynamicBatches::next_micro_batch(int rank) {
   if (joined_) {  // v1's _get_dynamic_padding_free_micro_batch_sizes over the endless stream
     std::int64_t tokens = 0;
     for (;;) {
-      const std::int64_t length = std::min(lengths_[static_cast<std::size_t>(sample_at(rank, at))], cutoff_len_);
+      const std::int64_t sample = sample_at(rank, at);
+      const std::int64_t length = std::min(lengths_[static_cast<std::size_t>(sample)], cutoff_len_);
       // Never at the first sample (length <= cutoff_len <= budget); a budget's worth of samples at
       // most, should some have no token.
       if (tokens + length > budget_ || static_cast<std::int64_t>(taken.size()) >= budget_) break;
       tokens += length;
-      taken.push_back(sample_at(rank, at));
+      taken.push_back(sample);
       ++at;
     }
     return taken;

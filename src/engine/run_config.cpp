@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "lft/config/batching.h"
 #include "lft/config/list_names.h"
 #include "lft/engine/memory_estimate.h"
 #include "lft/engine/parallel_config.h"
@@ -175,10 +176,8 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool 
   p.accumulation = cfg.integer("gradient_accumulation_steps");
   p.global_batch = p.micro_batch * p.accumulation * mesh.dp_size();
   p.seq_len = cfg.integer("cutoff_len");
-  p.dynamic_batching = cfg.string("batching_strategy") == "dynamic_batching" ||
-                       cfg.string("batching_strategy") == "dynamic_padding_free";
-  p.joined_micro_batches = cfg.string("batching_strategy") == "padding_free" ||
-                           cfg.string("batching_strategy") == "dynamic_padding_free";
+  p.dynamic_batching = config::batches_by_tokens(cfg.string("batching_strategy"));
+  p.joined_micro_batches = config::joins_micro_batches(cfg.string("batching_strategy"));
   p.max_steps = cfg.integer("max_steps");
   p.epochs = cfg.real("num_train_epochs");
   p.compute = cfg.boolean("bf16") ? at::kBFloat16 : cfg.boolean("fp16") ? at::kHalf : at::kFloat;

@@ -13,6 +13,7 @@
 #include "lft/model/init.h"
 #include "lft/model/loss.h"
 #include "lft/model/moe.h"
+#include "lft/model/score_head.h"
 #include "lft/model/segments.h"
 
 namespace lft::model {
@@ -88,7 +89,7 @@ ParameterPlacement CausalLM::placement(const std::string& name) const {
     return p;
   }
   // The final norm and a reward model's score head: whole on every tensor-parallel rank.
-  if (name == "model.norm.weight" || (score && name.rfind("v_head.summary.", 0) == 0)) {
+  if (name == "model.norm.weight" || (score && is_score_head_parameter(name))) {
     p.units = {head_unit()};
     return p;
   }

@@ -2,6 +2,7 @@
 // (data_options.h). TrainingData builds from these.
 #include "lft/train/data_options.h"
 
+#include "lft/config/batching.h"
 #include "lft/config/list_names.h"
 
 namespace lft::train {
@@ -34,8 +35,7 @@ DataOptions data_options(const config::Config& cfg) {
   o.packing = cfg.boolean("packing") || cfg.boolean("neat_packing");
   o.packing_set = cfg.is_set("packing");
   o.neat_packing = cfg.boolean("neat_packing");
-  const std::string batching = cfg.string("batching_strategy");
-  o.join_micro_batches = batching == "padding_free" || batching == "dynamic_padding_free";
+  o.join_micro_batches = config::joins_micro_batches(cfg.string("batching_strategy"));
   o.val_size = cfg.real("val_size");
   o.seed = static_cast<std::uint64_t>(cfg.integer("seed"));
   if (cfg.is_set("tokenized_path")) o.tokenized_path = cfg.string("tokenized_path");

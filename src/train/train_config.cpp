@@ -21,8 +21,7 @@ TrainOptions train_options(const config::Config& cfg, const engine::RunPlan& pla
   o.max_steps = cfg.integer("max_steps");
   o.epochs = cfg.real("num_train_epochs");
   o.sample_per_rank = cfg.string("sample_order") == "per_rank";
-  o.dynamic_batching = cfg.string("batching_strategy") == "dynamic_batching" ||
-                       cfg.string("batching_strategy") == "dynamic_padding_free";
+  o.dynamic_batching = plan.dynamic_batching;
   o.pad_multiple = cfg.integer("pad_to_multiple_of");
   // Sequence parallelism splits each row over the tp ranks: a row padded to cutoff_len splits if
   // cutoff_len does (checked with the plan); a shorter one (pad_to_multiple_of, or a joined
