@@ -67,12 +67,90 @@ Stacks cast_weights(const variable_list& list, std::size_t first, std::int64_t e
   return s;
 }
 
-// dst = a @ b, written into dst (a view: a block of rows of a buffer).
-void mm_into(at::Tensor dst, const at::Tensor& a, const at::Tensor& b) { at::mm_out(dst, a, b); }
-
 std::vector<std::int64_t> sizes_of(const at::Tensor& sizes) {
   const std::int64_t* p = sizes.data_ptr<std::int64_t>();
   return std::vector<std::int64_t>(p, p + sizes.numel());
+}
+
+// The experts' GEMMs over their row groups. On a CPU in bf16 the GEMMs are oneDNN's, which builds
+// (JIT-compiles) a kernel for every new shape and keeps a bounded cache of them; the rows per expert
+// change every step, so a GEMM per expert at its own row count builds kernels all the time (2.3x
+// slower than the same GEMMs at shapes seen before, most of it mprotect's TLB shootdowns across the
+// threads; measured on Zen 5). So there each expert's rows are laid out from a multiple of
+// kRowQuantum, the gaps zero rows (their products are zero and never read back; in a weight
+// gradient they add zeros): the shapes repeat, and the cache holds them. fp32 GEMMs are MKL's,
+// with no per-shape build: no padding. On the GPU, a loop of GEMMs written in place.
+constexpr std::int64_t kRowQuantum = 32;
+
+struct Groups {
+  std::vector<std::int64_t> sizes;  // rows per expert as laid out (padded or not), in order
+  at::Tensor ends;                  // their running sums, int32, on the rows' device (_grouped_mm's offs)
+  at::Tensor positions;             // each row's place in the padded layout; undefined without padding
+  std::int64_t rows = 0;            // rows as laid out
+};
+
+bool pads_rows(const at::Tensor& like) {
+  return like.device().is_cpu() && like.scalar_type() != at::kFloat && like.scalar_type() != at::kDouble;
+}
+
+// The layout of rows grouped by `sizes` (int64, host) for GEMMs over tensors like `like`.
+Groups groups_of(const at::Tensor& sizes, const at::Tensor& like) {
+  Groups groups{sizes_of(sizes), {}, {}, 0};
+  if (pads_rows(like)) {
+    std::vector<std::int64_t> positions;
+    for (std::int64_t& n : groups.sizes) {
+      for (std::int64_t i = 0; i < n; ++i) positions.push_back(groups.rows + i);
+      n = (n + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
+      groups.rows += n;
+    }
+    groups.positions = at::tensor(positions, at::TensorOptions().dtype(at::kLong));
+  } else {
+    for (const std::int64_t n : groups.sizes) groups.rows += n;
+  }
+  const at::Tensor laid_out = at::tensor(groups.sizes, at::TensorOptions().dtype(at::kLong));
+  groups.ends = laid_out.cumsum(0).to(at::TensorOptions().dtype(at::kInt).device(like.device()));
+  return groups;
+}
+
+// rows [R, width] in the groups' layout, and back.
+at::Tensor to_layout(const at::Tensor& rows, const Groups& groups) {
+  if (!groups.positions.defined()) return rows;
+  return at::zeros({groups.rows, rows.size(1)}, rows.options()).index_copy_(0, groups.positions, rows);
+}
+at::Tensor from_layout(const at::Tensor& rows, const Groups& groups) {
+  return groups.positions.defined() ? rows.index_select(0, groups.positions) : rows;
+}
+
+bool grouped_gemm_applies(const at::Tensor& t) { return t.device().is_cpu(); }
+
+// [R, K] rows, b [E, K, N]: each expert's rows times its matrix, [R, N].
+at::Tensor rows_times(const at::Tensor& a, const at::Tensor& b, const Groups& groups) {
+  if (grouped_gemm_applies(a)) return at::_grouped_mm(a, b, groups.ends);
+  at::Tensor out = at::empty({a.size(0), b.size(2)}, a.options());
+  std::int64_t row = 0;
+  for (std::size_t e = 0; e < groups.sizes.size(); row += groups.sizes[e], ++e)
+    if (groups.sizes[e] != 0)
+    {
+      at::Tensor block = out.narrow(0, row, groups.sizes[e]);
+      at::mm_out(block, a.narrow(0, row, groups.sizes[e]), b[static_cast<std::int64_t>(e)]);
+    }
+  return out;
+}
+
+// a [R, M], b [R, N]: each expert's a_e^T b_e over its rows, [E, M, N] (zero for an expert no row
+// reached).
+at::Tensor outer_per_expert(const at::Tensor& a, const at::Tensor& b, const Groups& groups) {
+  if (grouped_gemm_applies(a)) return at::_grouped_mm(a.t(), b, groups.ends);
+  const auto experts = static_cast<std::int64_t>(groups.sizes.size());
+  at::Tensor out = at::zeros({experts, a.size(1), b.size(1)}, a.options());
+  std::int64_t row = 0;
+  for (std::int64_t e = 0; e < experts; row += groups.sizes[static_cast<std::size_t>(e)], ++e) {
+    const std::int64_t k = groups.sizes[static_cast<std::size_t>(e)];
+    if (k == 0) continue;
+    at::Tensor block = out[e];
+    at::mm_out(block, a.narrow(0, row, k).t(), b.narrow(0, row, k));
+  }
+  return out;
 }
 
 struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
@@ -80,27 +158,14 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
     const at::DeviceType device = rows.device().type();
     const at::ScalarType dtype =
         at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : rows.scalar_type();
-    const std::vector<std::int64_t> n = sizes_of(sizes);
-    const auto experts = static_cast<std::int64_t>(n.size());
+    const auto experts = sizes.numel();
     const variable_list list(weights.begin(), weights.end());
     const Stacks w = cast_weights(list, 0, experts, dtype);
-    const at::Tensor x = rows.to(dtype).contiguous();
-    const std::int64_t r = x.size(0), width = w.gate.size(1);
-    at::Tensor g = at::empty({r, width}, x.options()), u = at::empty({r, width}, x.options());
-    at::Tensor out = at::empty({r, x.size(1)}, x.options());
-    std::int64_t row = 0;
-    for (std::int64_t e = 0; e < experts; row += n[static_cast<std::size_t>(e)], ++e) {
-      const std::int64_t k = n[static_cast<std::size_t>(e)];
-      if (k == 0) continue;
-      mm_into(g.narrow(0, row, k), x.narrow(0, row, k), w.gate[e].t());
-      mm_into(u.narrow(0, row, k), x.narrow(0, row, k), w.up[e].t());
-    }
-    const at::Tensor h = swiglu(g, u);
-    row = 0;
-    for (std::int64_t e = 0; e < experts; row += n[static_cast<std::size_t>(e)], ++e) {
-      const std::int64_t k = n[static_cast<std::size_t>(e)];
-      if (k != 0) mm_into(out.narrow(0, row, k), h.narrow(0, row, k), w.down[e].t());
-    }
+    const at::Tensor given = rows.to(dtype).contiguous();
+    const Groups groups = groups_of(sizes, given);
+    const at::Tensor x = to_layout(given, groups);
+    const at::Tensor g = rows_times(x, w.gate.transpose(1, 2), groups), u = rows_times(x, w.up.transpose(1, 2), groups);
+    const at::Tensor out = from_layout(rows_times(swiglu(g, u), w.down.transpose(1, 2), groups), groups);
     variable_list saved{x, g, u, sizes};
     saved.insert(saved.end(), list.begin(), list.end());
     ctx->save_for_backward(saved);
@@ -111,47 +176,25 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &g = saved[1], &u = saved[2];
-    const std::vector<std::int64_t> n = sizes_of(saved[3]);
-    const auto experts = static_cast<std::int64_t>(n.size());
+    const Groups groups = groups_of(saved[3], x);
+    const auto experts = static_cast<std::int64_t>(groups.sizes.size());
     const Stacks w = cast_weights(saved, 4, experts, x.scalar_type());
-    const at::Tensor dy = grads[0].to(x.scalar_type()).contiguous();
+    const at::Tensor dy = to_layout(grads[0].to(x.scalar_type()).contiguous(), groups);
     const at::Tensor h = swiglu(g, u);  // recomputed: cheaper than keeping it
-    const std::int64_t width = w.gate.size(1), hidden = x.size(1);
-    at::Tensor dh = at::empty_like(g), dx = at::empty_like(x);
-    // Every expert's three weight gradients in one buffer (zero for an expert no row reached).
-    at::Tensor dw = at::empty({experts, 3, width * hidden}, x.options());
-    std::int64_t row = 0;
-    for (std::int64_t e = 0; e < experts; row += n[static_cast<std::size_t>(e)], ++e) {
-      const std::int64_t k = n[static_cast<std::size_t>(e)];
-      if (k != 0) mm_into(dh.narrow(0, row, k), dy.narrow(0, row, k), w.down[e]);
-    }
-    const auto [dg, du] = swiglu_backward(dh, g, u);
-    row = 0;
-    for (std::int64_t e = 0; e < experts; row += n[static_cast<std::size_t>(e)], ++e) {
-      const std::int64_t k = n[static_cast<std::size_t>(e)];
-      const at::Tensor dgate = dw[e][0].view({width, hidden}), dup = dw[e][1].view({width, hidden}),
-                       ddown = dw[e][2].view({hidden, width});
-      if (k == 0) {
-        dw[e].zero_();
-        continue;
-      }
-      const at::Tensor xe = x.narrow(0, row, k), dge = dg.narrow(0, row, k), due = du.narrow(0, row, k);
-      mm_into(dgate, dge.t(), xe);
-      mm_into(dup, due.t(), xe);
-      mm_into(ddown, dy.narrow(0, row, k).t(), h.narrow(0, row, k));
-      at::Tensor dxe = dx.narrow(0, row, k);
-      mm_into(dxe, dge, w.gate[e]);
-      dxe.addmm_(due, w.up[e]);
-    }
-    // One conversion to the parameters' dtype; each gradient a view of it.
-    const at::Tensor dw_param = dw.to(saved[4].scalar_type());
+    const auto [dg, du] = swiglu_backward(rows_times(dy, w.down, groups), g, u);
+    const at::Tensor dx = from_layout(rows_times(dg, w.gate, groups).add_(rows_times(du, w.up, groups)), groups);
+    // The weight gradients, converted to the parameters' dtype once per kind; each a view of them.
+    const at::ScalarType param_dtype = saved[4].scalar_type();
+    const at::Tensor dgate = outer_per_expert(dg, x, groups).to(param_dtype),
+                     dup = outer_per_expert(du, x, groups).to(param_dtype),
+                     ddown = outer_per_expert(dy, h, groups).to(param_dtype);
     variable_list out(static_cast<std::size_t>(3 * experts + 2));
     out[0] = dx.to(static_cast<at::ScalarType>(ctx->saved_data["rows_dtype"].toInt()));
     for (std::int64_t e = 0; e < experts; ++e) {
       const auto i = static_cast<std::size_t>(e), stride = static_cast<std::size_t>(experts);
-      out[1 + i] = dw_param[e][0].view({width, hidden});
-      out[1 + stride + i] = dw_param[e][1].view({width, hidden});
-      out[1 + 2 * stride + i] = dw_param[e][2].view({hidden, width});
+      out[1 + i] = dgate[e];
+      out[1 + stride + i] = dup[e];
+      out[1 + 2 * stride + i] = ddown[e];
     }
     return out;  // the last, for `sizes`, undefined
   }
