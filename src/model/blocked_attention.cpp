@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 
 namespace lft::model {
 namespace {
@@ -28,11 +29,27 @@ at::Tensor diagonal_mask(std::int64_t first, std::int64_t rows, std::int64_t gro
 
 }  // namespace
 
-bool blocked_attention_applies(const at::Tensor& q) {
-  return q.device().is_cpu() && q.scalar_type() == at::kBFloat16 && q.size(2) > kBlockRows;
+namespace {
+
+// The dtype attention computes in on a CPU: under autocast its dtype (scaled_dot_product_attention
+// casts its inputs to it there: Qwen3's query and key leave their fp32 norms and rotary in fp32),
+// else q's.
+at::ScalarType compute_dtype(const at::Tensor& q) {
+  return at::autocast::is_autocast_enabled(at::kCPU) && q.scalar_type() == at::kFloat
+             ? at::autocast::get_autocast_dtype(at::kCPU)
+             : q.scalar_type();
 }
 
-at::Tensor blocked_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
+}  // namespace
+
+bool blocked_attention_applies(const at::Tensor& q) {
+  return q.device().is_cpu() && compute_dtype(q) == at::kBFloat16 && q.size(2) > kBlockRows;
+}
+
+at::Tensor blocked_causal_attention(const at::Tensor& q_given, const at::Tensor& k_given, const at::Tensor& v_given,
+                                    double scale) {
+  const at::ScalarType dtype = compute_dtype(q_given);
+  const at::Tensor q = q_given.to(dtype), k = k_given.to(dtype), v = v_given.to(dtype);
   const std::int64_t b = q.size(0), heads = q.size(1), t = q.size(2), d = q.size(3), kv_heads = k.size(1);
   TORCH_CHECK(heads % kv_heads == 0 && k.size(2) == t && v.size(2) == t, "blocked_causal_attention: q ", q.sizes(),
               " does not match k ", k.sizes(), " and v ", v.sizes());

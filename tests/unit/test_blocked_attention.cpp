@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <vector>
@@ -74,6 +75,27 @@ TEST(BlockedAttention, AppliesToBfloat16OnACpuBeyondOneBlock) {
   EXPECT_TRUE(blocked_attention_applies(at::zeros({1, 2, 129, 8}, at::kBFloat16)));
   EXPECT_FALSE(blocked_attention_applies(at::zeros({1, 2, 128, 8}, at::kBFloat16)));
   EXPECT_FALSE(blocked_attention_applies(at::zeros({1, 2, 512, 8}, at::kFloat)));
+}
+
+// fp32 query and key (Qwen3's, out of their fp32 norms and rotary) under CPU autocast: attention in
+// bf16, as scaled_dot_product_attention computes it there, and fp32 gradients back.
+TEST(BlockedAttention, Fp32InputsUnderBfloat16AutocastAttendInBfloat16) {
+  const std::int64_t t = 300;
+  const at::Tensor q = randn({1, 4, t, 64}, 9, at::kFloat), k = randn({1, 2, t, 64}, 10, at::kFloat),
+                   v = randn({1, 2, t, 64}, 11, at::kBFloat16), g = randn({1, 4, t, 64}, 12, at::kBFloat16);
+  auto bf16 = [](const at::Tensor& x) { return x.detach().to(at::kBFloat16).requires_grad_(true); };
+  const Outcome cast_first = attend(bf16(q), bf16(k), v, g, 0.125, false);
+  EXPECT_FALSE(blocked_attention_applies(q));
+  at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  const bool applies = blocked_attention_applies(q);
+  const Outcome under_autocast = attend(q, k, v, g, 0.125, false);
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+  EXPECT_TRUE(applies);
+  EXPECT_TRUE(at::equal(under_autocast.out, cast_first.out));
+  EXPECT_EQ(under_autocast.dq.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(under_autocast.dq, cast_first.dq.to(at::kFloat)));
+  EXPECT_TRUE(at::equal(under_autocast.dk, cast_first.dk.to(at::kFloat)));
 }
 
 }  // namespace

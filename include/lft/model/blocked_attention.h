@@ -12,12 +12,13 @@
 
 namespace lft::model {
 
-// Whether blocked_causal_attention serves these inputs (a CPU, bf16, and a query length worth
-// cutting: beyond one block).
+// Whether blocked_causal_attention serves these inputs (a CPU, bf16 or fp32 under bf16 autocast,
+// and a query length worth cutting: beyond one block).
 bool blocked_attention_applies(const at::Tensor& q);
 
 // q [B, heads, T, d], k and v [B, kv_heads, T, d], kv head g serving query heads g*r .. g*r+r-1 ->
-// [B, heads, T, d]: softmax(q k^T * scale, causal) v.
+// [B, heads, T, d]: softmax(q k^T * scale, causal) v, in bf16 (fp32 inputs cast to it under
+// autocast, as scaled_dot_product_attention casts them).
 at::Tensor blocked_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale);
 
 }  // namespace lft::model
