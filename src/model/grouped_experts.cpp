@@ -1,6 +1,8 @@
 // The routed experts of a layer as one autograd node (grouped_experts.h).
 #include "lft/model/grouped_experts.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -76,11 +78,20 @@ std::vector<std::int64_t> sizes_of(const at::Tensor& sizes) {
 // (JIT-compiles) a kernel for every new shape and keeps a bounded cache of them; the rows per expert
 // change every step, so a GEMM per expert at its own row count builds kernels all the time (2.3x
 // slower than the same GEMMs at shapes seen before, most of it mprotect's TLB shootdowns across the
-// threads; measured on Zen 5). So there each expert's rows are laid out from a multiple of
-// kRowQuantum, the gaps zero rows (their products are zero and never read back; in a weight
+// threads; measured on Zen 5). So there each expert's rows are laid out in a group whose size is
+// rounded up to a multiple of 32 rows, or of an eighth of the size's power of two when that is
+// larger (at most 12.5% more rows, and about eight sizes per doubling of rows, however many rows a
+// step routes), the gaps zero rows (their products are zero and never read back; in a weight
 // gradient they add zeros): the shapes repeat, and the cache holds them. fp32 GEMMs are MKL's,
 // with no per-shape build: no padding. On the GPU, a loop of GEMMs written in place.
-constexpr std::int64_t kRowQuantum = 32;
+constexpr std::int64_t kMinRowQuantum = 32;
+
+std::int64_t padded_group_rows(std::int64_t n) {
+  std::int64_t power = 1;
+  while (power * 2 <= n) power *= 2;
+  const std::int64_t quantum = std::max(kMinRowQuantum, power / 8);
+  return (n + quantum - 1) / quantum * quantum;
+}
 
 struct Groups {
   std::vector<std::int64_t> sizes;  // rows per expert as laid out (padded or not), in order
@@ -100,7 +111,7 @@ Groups groups_of(const at::Tensor& sizes, const at::Tensor& like) {
     std::vector<std::int64_t> positions;
     for (std::int64_t& n : groups.sizes) {
       for (std::int64_t i = 0; i < n; ++i) positions.push_back(groups.rows + i);
-      n = (n + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
+      n = padded_group_rows(n);
       groups.rows += n;
     }
     groups.positions = at::tensor(positions, at::TensorOptions().dtype(at::kLong));

@@ -1,7 +1,7 @@
 // grouped_experts (one autograd node for a layer's routed experts) against each expert's SwiGLU MLP
 // written with autograd ops, forward and every gradient, in fp32 (MKL's GEMMs, rows as given) and
 // bf16 (oneDNN's GEMMs over rows laid out in padded groups), with row counts that are zero, one,
-// a multiple of the padding quantum and not.
+// a multiple of the padding quantum and not, and large enough for a coarser quantum (600 -> 640).
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
@@ -45,7 +45,7 @@ double relative_difference(const at::Tensor& a, const at::Tensor& b) {
 void check_against_reference(at::ScalarType dtype, double tolerance) {
   torch::manual_seed(7);
   const std::int64_t hidden = 48, width = 40;
-  const std::vector<std::int64_t> sizes{5, 0, 1, 32, 37, 64, 3};
+  const std::vector<std::int64_t> sizes{5, 0, 1, 32, 37, 64, 600, 3};
   std::int64_t total = 0;
   for (const std::int64_t n : sizes) total += n;
   const Experts w = make_experts(static_cast<std::int64_t>(sizes.size()), width, hidden);
