@@ -194,6 +194,16 @@ std::vector<KeySpec> build() {
         "coefficient, as LlamaFactory's key: when non-zero it sets config.json's router_aux_loss_coef "
         "and output_router_logits = true; unset or 0: config.json's own")
           .min(0),
+      K("moe_expert_capacity_factor", F,
+        "A mixture of experts: each expert takes at most ceil(rows x k / experts x factor) of the rows a "
+        "layer routes in one forward on a rank, the rest of its rows dropped (their weight lost, as "
+        "Megatron's key; the log's expert_dropped counts them); unset or 0: dropless, every row reaches its k experts")
+          .min(0),
+      K("moe_token_drop_policy", S,
+        "With moe_expert_capacity_factor: which of an expert's rows it keeps: probs (its highest routing "
+        "weights) or position (its first rows in token order), as Megatron's key")
+          .def("probs")
+          .allowed({"probs", "position"}),
       K("adapter_name_or_path", S,
         "LoRA: a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to start from")
           .path(PathCheck::Directory),

@@ -259,22 +259,29 @@ void CausalLM::finish_routing(const AttentionInputs& in, std::int64_t first, std
   if (record == nullptr || first != 0 || last != num_layers()) return;  // a pipeline stage's share: no loss
   std::vector<at::Tensor> counts;
   at::Tensor prob_sum, rows;
+  double dropped = 0.0, assignments = 0.0;
   for (std::size_t l = 0; l < record->counts.size(); ++l) {
     if (!record->counts[l].defined()) continue;
+    dropped += record->dropped[l];
+    assignments += record->assignments[l];
     counts.push_back(record->counts[l]);
     prob_sum = prob_sum.defined() ? prob_sum + record->prob_sums[l] : record->prob_sums[l];
     rows = rows.defined() ? rows + record->tokens[l] : record->tokens[l];
   }
   if (counts.empty()) return;
-  // One vector [layers * E counts, E probability sums, rows]; a cp group's chunks summed; read
-  // on the host once (the forward's one wait for its routing).
-  at::Tensor stats = at::cat({at::stack(counts).reshape({-1}), prob_sum, rows.reshape({1})}).to(at::kDouble);
+  // One vector [layers * E counts, E probability sums, rows, pairs dropped, pairs routed]; a cp
+  // group's chunks summed; read on the host once (the forward's one wait for its routing).
+  at::Tensor stats = at::cat({at::stack(counts).reshape({-1}).to(at::kDouble), prob_sum.to(at::kDouble),
+                              rows.reshape({1}).to(at::kDouble),
+                              at::tensor({dropped, assignments}, at::kDouble).to(prob_sum.device())});
   if (cp_ != nullptr) stats = cp_->all_gather(stats).view({cp_->size(), -1}).sum(0);
   stats = stats.cpu();
   const std::int64_t experts = config_.moe.num_experts, layers = static_cast<std::int64_t>(counts.size());
   const at::Tensor by_layer = stats.narrow(0, 0, layers * experts).view({layers, experts});
   const at::Tensor c = by_layer.sum(0), s = stats.narrow(0, layers * experts, experts);
   const double r = stats.data_ptr<double>()[layers * experts + experts];
+  routing_totals_.dropped += stats.data_ptr<double>()[layers * experts + experts + 1];
+  routing_totals_.assignments += stats.data_ptr<double>()[layers * experts + experts + 2];
   const double e = static_cast<double>(experts);
   const double aux = r > 0 ? e * (c * s).sum().item<double>() / (r * r) : 0.0;
   if (record->scale != 0 && r > 0) record->gradient = (c * (record->scale * e / (r * r))).to(prob_sum.options());

@@ -1,6 +1,8 @@
 // ModelConfig: from the [model] table or a Hugging Face config.json (hf-formats notes, section 2).
 #include "lft/model/model_config.h"
 
+#include <cmath>
+
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -137,6 +139,31 @@ ModelConfig ModelConfig::from_hf_folder(const std::string& folder) {
   return from_hf_json(read_file(path), path);
 }
 
+namespace {
+
+// The run config's keys for a mixture of experts (LlamaFactory's moe_aux_loss_coef, Megatron's
+// capacity keys), refused naming the key on a model without experts.
+void apply_moe_keys(const lft::config::Config& cfg, ModelConfig& c) {
+  auto require_experts = [&](const char* key, const std::string& why) {
+    if (!c.moe.any())
+      throw ConfigError(cfg.where(key) + ": the model (" + c.model_type + ") has no experts, so " + why +
+                        "; remove the key");
+  };
+  // LlamaFactory's moe_aux_loss_coef (configure_moe): the coefficient, and the loss turned on.
+  if (cfg.is_set("moe_aux_loss_coef") && cfg.real("moe_aux_loss_coef") != 0) {
+    require_experts("moe_aux_loss_coef", "there is no load-balancing loss");
+    c.moe.router_aux_loss_coef = cfg.real("moe_aux_loss_coef");
+    c.moe.output_router_logits = true;
+  }
+  if (cfg.is_set("moe_expert_capacity_factor") && cfg.real("moe_expert_capacity_factor") != 0) {
+    require_experts("moe_expert_capacity_factor", "no expert has a capacity");
+    c.moe.capacity_factor = cfg.real("moe_expert_capacity_factor");
+    c.moe.drop_by_position = cfg.string("moe_token_drop_policy") == "position";
+  }
+}
+
+}  // namespace
+
 ModelConfig ModelConfig::from_run_config(const lft::config::Config& cfg) {
   if (!cfg.has_table("model")) {
     if (!cfg.is_set("model_name_or_path")) {
@@ -144,14 +171,7 @@ ModelConfig ModelConfig::from_run_config(const lft::config::Config& cfg) {
                         ": no model: set model_name_or_path or an inline [model] table");
     }
     ModelConfig c = from_hf_folder(cfg.string("model_name_or_path"));
-    // LlamaFactory's moe_aux_loss_coef (configure_moe): the coefficient, and the loss turned on.
-    if (cfg.is_set("moe_aux_loss_coef") && cfg.real("moe_aux_loss_coef") != 0) {
-      if (!c.moe.any())
-        throw ConfigError(cfg.where("moe_aux_loss_coef") + ": the model (" + c.model_type +
-                          ") has no experts, so there is no load-balancing loss; remove the key");
-      c.moe.router_aux_loss_coef = cfg.real("moe_aux_loss_coef");
-      c.moe.output_router_logits = true;
-    }
+    apply_moe_keys(cfg, c);
     return c;
   }
   ModelConfig c;
@@ -169,6 +189,7 @@ ModelConfig ModelConfig::from_run_config(const lft::config::Config& cfg) {
   c.rms_norm_eps = cfg.real("model.rms_norm_eps");
   c.tie_word_embeddings = cfg.boolean("model.tie_word_embeddings");
   c.validate(cfg.source_name() + " [model]");
+  apply_moe_keys(cfg, c);  // an inline model is dense: the keys are refused
   return c;
 }
 
@@ -295,6 +316,13 @@ std::int64_t ModelConfig::num_active_parameters() const {
   if (!moe.any()) return num_parameters();
   const LayerParameters layers = all_layers(*this);
   return num_parameters() - layers.all + layers.token_matmul;  // norms and biases are small; the head counted whole
+}
+
+std::int64_t MoeShape::expert_capacity(std::int64_t rows) const {
+  if (capacity_factor <= 0) return rows * experts_per_token;
+  // Megatron's get_capacity(rows * k, E, factor): ceil(rows * k / E * factor).
+  return static_cast<std::int64_t>(
+      std::ceil(static_cast<double>(rows * experts_per_token) / static_cast<double>(num_experts) * capacity_factor));
 }
 
 bool MoeShape::routes(std::int64_t layer) const {

@@ -1,6 +1,7 @@
 // Mixtures of experts: router, grouped experts, shared expert, the MoE decoder layer.
 #include "lft/model/moe.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -97,7 +98,8 @@ at::Tensor SparseMoeBlockImpl::forward(const at::Tensor& x, const at::Tensor& to
   if (moe_.weights_in_router_dtype) top_weights = top_weights.to(router_logits.scalar_type());
 
   const at::Tensor chosen = top_experts.reshape({-1});  // row t's k experts at t*k .. t*k+k-1
-  at::Tensor routed = route_experts(flat, chosen, top_weights);
+  std::int64_t dropped = 0;
+  at::Tensor routed = route_experts(flat, chosen, top_weights, dropped);
   if (record) {
     at::Tensor mask = token_mask.defined() ? token_mask.to(at::kFloat) : at::ones({flat.size(0)}, probs.options());
     at::Tensor counts = at::zeros({n_experts}, probs.options()).scatter_add_(0, chosen, mask.repeat_interleave(k));
@@ -106,6 +108,8 @@ at::Tensor SparseMoeBlockImpl::forward(const at::Tensor& x, const at::Tensor& to
     record->counts[slot] = std::move(counts);
     record->prob_sums[slot] = prob_sum.detach();
     record->tokens[slot] = mask.sum();
+    record->dropped[slot] = static_cast<double>(dropped);
+    record->assignments[slot] = static_cast<double>(chosen.numel());
     if (prob_sum.requires_grad() && record->scale != 0)
       routed = AuxGradient::apply(routed, prob_sum, c10::make_intrusive<RecordHolder>(record),
                                   1.0 / static_cast<double>(replicas));
@@ -113,18 +117,54 @@ at::Tensor SparseMoeBlockImpl::forward(const at::Tensor& x, const at::Tensor& to
   return finish(flat, routed, x.sizes());
 }
 
+at::Tensor SparseMoeBlockImpl::expert_order(std::int64_t rows, const at::Tensor& chosen, const at::Tensor& top_weights,
+                                            std::vector<std::int64_t>& sizes, std::int64_t& dropped) const {
+  const at::Tensor per_expert = at::bincount(chosen, {}, moe_.num_experts).cpu();
+  const std::int64_t* count = per_expert.data_ptr<std::int64_t>();
+  sizes.assign(count, count + moe_.num_experts);
+  dropped = 0;
+  auto stable_order = [](const at::Tensor& keys, bool descending) {
+    return std::get<1>(at::sort(keys, /*stable=*/true, /*dim=*/0, descending));
+  };
+  // Without a capacity (and with Megatron's "position" policy) by expert, then pair; with "probs",
+  // an expert's pairs by weight, highest first (equal weights: the earlier pair), so that the
+  // pairs it keeps are its first ones.
+  at::Tensor order;
+  if (moe_.capacity_factor > 0 && !moe_.drop_by_position) {
+    const at::Tensor by_weight = stable_order(top_weights.reshape({-1}), true);
+    order = by_weight.index_select(0, stable_order(chosen.index_select(0, by_weight), false));
+  } else {
+    order = stable_order(chosen, false);
+  }
+  if (moe_.capacity_factor <= 0) return order;
+  const std::int64_t capacity = moe_.expert_capacity(rows);
+  std::vector<std::int64_t> kept;
+  std::int64_t first = 0;
+  for (std::int64_t& n : sizes) {
+    const std::int64_t take = std::min(n, capacity);
+    for (std::int64_t i = 0; i < take; ++i) kept.push_back(first + i);
+    first += n;
+    dropped += n - take;
+    n = take;
+  }
+  // What is kept in the dropless order (by expert, then pair): the same arithmetic as without a
+  // capacity for the pairs kept.
+  if (dropped == 0) return moe_.drop_by_position ? order : stable_order(chosen, false);
+  const at::Tensor pairs = std::get<0>(
+      at::sort(order.index_select(0, at::tensor(kept, at::TensorOptions().dtype(at::kLong)).to(order.device()))));
+  return pairs.index_select(0, stable_order(chosen.index_select(0, pairs), false));
+}
+
 at::Tensor SparseMoeBlockImpl::route_experts(const at::Tensor& flat, const at::Tensor& chosen,
-                                             const at::Tensor& top_weights) {
+                                             const at::Tensor& top_weights, std::int64_t& dropped) {
   // Tokens grouped by expert (a stable sort keeps each expert's rows in token order), each
   // expert's GEMMs over its contiguous rows in one autograd node (grouped_experts.h), then each
   // row scaled by its weight and added to its token, the k experts of a token in ascending order
   // as transformers adds them.
-  const std::int64_t k = moe_.experts_per_token, n_experts = moe_.num_experts;
-  const at::Tensor order = std::get<1>(at::sort(chosen, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  const std::int64_t k = moe_.experts_per_token;
+  std::vector<std::int64_t> sizes;
+  const at::Tensor order = expert_order(flat.size(0), chosen, top_weights, sizes, dropped);
   const at::Tensor token_of = at::floor_divide(order, k);
-  const at::Tensor per_expert = at::bincount(chosen, {}, n_experts).cpu();
-  const std::int64_t* count = per_expert.data_ptr<std::int64_t>();
-  const std::vector<std::int64_t> sizes(count, count + n_experts);
   std::vector<at::Tensor> gate, up, down;
   for (const auto& ex : expert_list) {
     gate.push_back(ex->gate_proj->weight);

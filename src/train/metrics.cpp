@@ -59,10 +59,14 @@ std::string to_json_line(const LogRecord& r) {
   return j.dump();
 }
 
-void RoutingWindow::add(double aux_loss, const at::Tensor& expert_rows) {
+void RoutingWindow::add(double aux_loss, const at::Tensor& expert_rows, double expert_dropped) {
   if (!expert_rows.defined()) return;
   aux_sum_ += aux_loss;
   ++steps_;
+  if (expert_dropped >= 0) {
+    dropped_sum_ += expert_dropped;
+    ++capacity_steps_;
+  }
   rows_ = rows_.defined() ? rows_ + expert_rows : expert_rows.clone();
 }
 
@@ -73,6 +77,7 @@ void RoutingWindow::take(LogRecord& rec) {
   rec.extra.emplace_back("aux_loss", aux_sum_ / static_cast<double>(steps_));
   rec.extra.emplace_back("expert_load", busiest.max().item<double>());
   rec.extra.emplace_back("expert_idle", idlest.min().item<double>());
+  if (capacity_steps_ > 0) rec.extra.emplace_back("expert_dropped", dropped_sum_ / static_cast<double>(capacity_steps_));
   rec.expert_load.clear();
   for (std::int64_t l = 0; l < busiest.size(0); ++l)
     rec.expert_load.push_back(std::round(busiest[l].item<double>() * 1000.0) / 1000.0);

@@ -39,18 +39,21 @@ void Trainer::add_routing(StepResult& r) {
   const std::int64_t experts = s.model->config().moe.num_experts;
   std::int64_t layers = 0;
   for (std::int64_t l = 0; l < s.model->num_layers(); ++l) layers += s.model->config().moe.routes(l) ? 1 : 0;
-  at::Tensor sums = at::zeros({2 + layers * experts}, at::kDouble);
+  at::Tensor sums = at::zeros({4 + layers * experts}, at::kDouble);
   sums[0] = totals.aux_loss_sum;
   sums[1] = static_cast<double>(totals.forwards);
-  if (totals.expert_rows.defined()) sums.narrow(0, 2, layers * experts).copy_(totals.expert_rows.reshape({-1}));
+  sums[2] = totals.dropped;
+  sums[3] = totals.assignments;
+  if (totals.expert_rows.defined()) sums.narrow(0, 4, layers * experts).copy_(totals.expert_rows.reshape({-1}));
   at::Tensor device_sums = sums.to(s.torch_device());
   s.mesh.device_dp().all_reduce(device_sums);
   sums = device_sums.cpu();
   const double forwards = sums[1].item<double>();
   if (forwards == 0) return;
   r.aux_loss = sums[0].item<double>() / forwards;
-  r.expert_rows = sums.narrow(0, 2, layers * experts).view({layers, experts}).clone();
+  r.expert_rows = sums.narrow(0, 4, layers * experts).view({layers, experts}).clone();
   const model::MoeShape& moe = s.model->config().moe;
+  if (moe.capacity_factor > 0 && sums[3].item<double>() > 0) r.expert_dropped = sums[2].item<double>() / sums[3].item<double>();
   if (moe.aux_loss()) r.loss += moe.router_aux_loss_coef * r.aux_loss;
 }
 

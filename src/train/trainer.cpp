@@ -344,7 +344,7 @@ int Trainer::run() {
            " (this run's first; a line every " + std::to_string(every) + " steps)");
     if (saving && save_every > 0 && r.step % save_every == 0 && r.step != s.total) save(/*background=*/true);
     window_loss += r.loss;
-    routing_window.add(r.aux_loss, r.expert_rows);
+    routing_window.add(r.aux_loss, r.expert_rows, r.expert_dropped);
     window_seconds += r.seconds;
     window_tokens += r.tokens;
     window_padded += r.padded_tokens;

@@ -43,6 +43,20 @@ TEST(ExpertParallel, Qwen2MoeWithSharedExpertMatchesTheOneRankRun) {
                                   {"megatron pp 2 x ep 2", "megatron", "[mesh]\npp = 2\nep = 2\n", 4, 2}});
 }
 
+// An expert capacity (moe_expert_capacity_factor = 1: with this folder's uneven routing the busy
+// experts drop pairs) applies to each forward's rows, the micro-batch of 2 sequences every layout
+// here routes whole on a rank (tensor parallelism included), so every layout drops the same pairs
+// as the one-rank run, before or without the exchange.
+TEST(ExpertParallel, ACapacityDropsTheSamePairsInEveryLayout) {
+  if (!runs_here()) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  engines_match_the_one_rank_run(
+      "qwen3_moe", kSft + "moe_expert_capacity_factor = 1.0\n",
+      {{"fsdp2", "fsdp2", "", 2, 0},
+       {"ddp ep 2", "ddp", "[mesh]\nep = 2\n", 2, 0},
+       {"fsdp2 ep 4", "fsdp2", "[mesh]\nep = 4\n", 4, 0},
+       {"megatron tp 2 x ep 2, sp", "megatron", "[mesh]\ntp = 2\nep = 2\n[dist_config]\nsequence_parallel = true\n", 4, 2}});
+}
+
 // Router weights zero: every token's probabilities tie and every token picks the same two experts,
 // which one rank holds; the others receive nothing and still take part in every exchange.
 TEST(ExpertParallel, EveryTokenToOneRanksExpertsCompletes) {

@@ -339,5 +339,28 @@ TEST(ModelConfig, FromRunConfigModelFolder) {
   EXPECT_EQ(c.num_parameters(), 7872);
 }
 
+// The mixture-of-experts keys reach a MoE folder's config, and are refused naming the key on a
+// dense folder and on an inline [model] (always dense).
+TEST(ModelConfig, MoeKeysApplyToExpertsOnly) {
+  const std::string head = "train_dataset = \"" + data_path() + "\"\n";
+  const std::string keys = "moe_expert_capacity_factor = 1.25\nmoe_token_drop_policy = \"position\"\n";
+  const ModelConfig moe = ModelConfig::from_run_config(lft::config::parse_config(
+      head + keys + "model_name_or_path = \"" + fixture_dir("qwen3-moe-tiny") + "\"\n", "run.toml"));
+  EXPECT_DOUBLE_EQ(moe.moe.capacity_factor, 1.25);
+  EXPECT_TRUE(moe.moe.drop_by_position);
+  EXPECT_EQ(moe.moe.expert_capacity(10), 7);  // ceil(10 x 2 / 4 x 1.25)
+  for (const std::string& model : {"model_name_or_path = \"" + fixture_dir("qwen2-tiny") + "\"\n",
+                                   std::string("[model]\nvocab_size = 259\nhidden_size = 128\nintermediate_size = 352\n"
+                                               "num_hidden_layers = 4\nnum_attention_heads = 4\n")}) {
+    try {
+      ModelConfig::from_run_config(lft::config::parse_config(head + keys + model, "run.toml"));
+      ADD_FAILURE() << "a capacity on a dense model was accepted: " << model;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("run.toml:2:1: key 'moe_expert_capacity_factor'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("has no experts"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lft::model

@@ -62,6 +62,8 @@ struct RoutingTotals {
   double aux_loss_sum = 0.0;  // their auxiliary losses (unweighted), summed
   std::int64_t forwards = 0;
   at::Tensor expert_rows;  // [MoE layers, experts] fp64: the (unpadded) tokens routed to each expert
+  // With an expert capacity: the (row, expert) pairs dropped, of all routed (padding included).
+  double dropped = 0.0, assignments = 0.0;
 };
 
 // What a layer's attention takes besides its input: RoPE tables ([T, head_dim], or

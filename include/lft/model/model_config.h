@@ -35,6 +35,11 @@ struct MoeShape {
   // router_aux_loss_coef when output_router_logits.
   double router_aux_loss_coef = 0.001;
   bool output_router_logits = false;
+  // Megatron's moe_expert_capacity_factor: an expert takes at most ceil(rows * k / E * factor) of
+  // the rows a layer routes in one forward, the others dropped (moe_token_drop_policy: its
+  // highest weights, or with drop_by_position its first rows); 0: dropless.
+  double capacity_factor = 0.0;
+  bool drop_by_position = false;
   // Parameter names: "mlp" with experts.E.{gate,up,down}_proj (Qwen), or "block_sparse_moe" with
   // experts.E.{w1,w3,w2} (Mixtral's Hub names).
   bool mixtral_names = false;
@@ -42,6 +47,8 @@ struct MoeShape {
   bool any() const { return num_experts > 0; }
   bool routes(std::int64_t layer) const;
   bool aux_loss() const { return any() && output_router_logits && router_aux_loss_coef != 0; }
+  // The most rows an expert takes of `rows` routed in a forward (rows * k without a capacity).
+  std::int64_t expert_capacity(std::int64_t rows) const;
 };
 
 // The head of a reward model: TRL's AutoModelForCausalLMWithValueHead's `v_head.summary` (with a

@@ -42,10 +42,18 @@ namespace lft::model {
 // dense). Counts and sums are fp32 over the unpadded tokens of the rows the layer routed.
 struct RoutingRecord {
   explicit RoutingRecord(std::int64_t layers, double gradient_scale)
-      : counts(static_cast<std::size_t>(layers)), prob_sums(counts), tokens(counts), scale(gradient_scale) {}
+      : counts(static_cast<std::size_t>(layers)),
+        prob_sums(counts),
+        tokens(counts),
+        dropped(counts.size()),
+        assignments(counts.size()),
+        scale(gradient_scale) {}
   std::vector<at::Tensor> counts;     // [E]: rows whose top-k holds expert e
   std::vector<at::Tensor> prob_sums;  // [E]: router probabilities summed over the rows (no history)
   std::vector<at::Tensor> tokens;     // []: the rows
+  // With an expert capacity (moe_expert_capacity_factor): the (row, expert) pairs the layer
+  // dropped, and all it routed (rows * k, padding included).
+  std::vector<double> dropped, assignments;
   // The auxiliary loss's gradient with respect to a layer's probability sums, times `scale`; set
   // when the forward ends (undefined: the loss's gradient is not asked for).
   at::Tensor gradient;
@@ -100,7 +108,14 @@ class SparseMoeBlockImpl : public torch::nn::Module {
 
  private:
   // The k experts' weighted outputs of each row of flat [N, hidden]; chosen [N * k] the experts.
-  at::Tensor route_experts(const at::Tensor& flat, const at::Tensor& chosen, const at::Tensor& top_weights);
+  // With a capacity, the (row, expert) pairs beyond it are left out; `dropped` counts them.
+  at::Tensor route_experts(const at::Tensor& flat, const at::Tensor& chosen, const at::Tensor& top_weights,
+                           std::int64_t& dropped);
+  // The order of the N * k (row, expert) pairs that route_experts computes: by expert, then pair.
+  // With a capacity, an expert's pairs beyond it (by weight, or by position) are left out;
+  // sizes[e] counts what is kept.
+  at::Tensor expert_order(std::int64_t rows, const at::Tensor& chosen, const at::Tensor& top_weights,
+                          std::vector<std::int64_t>& sizes, std::int64_t& dropped) const;
   // The shared expert added (when there is one), back to x's shape.
   at::Tensor finish(const at::Tensor& flat, const at::Tensor& routed, at::IntArrayRef shape);
 

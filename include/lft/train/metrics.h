@@ -55,14 +55,17 @@ struct LogRecord {
 // per MoE layer, the busiest and the idlest expert's tokens over the mean.
 class RoutingWindow {
  public:
-  void add(double aux_loss, const at::Tensor& expert_rows);
+  // expert_dropped: the share of the step's (row, expert) pairs an expert capacity dropped
+  // (negative: dropless).
+  void add(double aux_loss, const at::Tensor& expert_rows, double expert_dropped);
   // ("aux_loss", mean), ("expert_load", the worst layer's max / mean), ("expert_idle", the worst
-  // layer's min / mean) into rec.extra, each layer's max / mean into rec.expert_load; then empty.
+  // layer's min / mean), with a capacity ("expert_dropped", the mean share dropped) into rec.extra,
+  // each layer's max / mean into rec.expert_load; then empty.
   void take(LogRecord& rec);
 
  private:
-  double aux_sum_ = 0.0;
-  std::int64_t steps_ = 0;
+  double aux_sum_ = 0.0, dropped_sum_ = 0.0;
+  std::int64_t steps_ = 0, capacity_steps_ = 0;
   at::Tensor rows_;
 };
 

@@ -35,6 +35,9 @@ struct StepResult {
   // tokens each MoE layer routed to each expert ([MoE layers, experts] fp64; undefined: dense).
   double aux_loss = 0.0;
   at::Tensor expert_rows;
+  // With an expert capacity (moe_expert_capacity_factor): the share of the step's (row, expert)
+  // pairs that were dropped; negative: dropless.
+  double expert_dropped = -1.0;
 };
 
 class Trainer {
