@@ -139,12 +139,12 @@ at::Tensor rows_times(const at::Tensor& a, const at::Tensor& b, const Groups& gr
   if (grouped_gemm_applies(a)) return at::_grouped_mm(a, b, groups.ends);
   at::Tensor out = at::empty({a.size(0), b.size(2)}, a.options());
   std::int64_t row = 0;
-  for (std::size_t e = 0; e < groups.sizes.size(); row += groups.sizes[e], ++e)
-    if (groups.sizes[e] != 0)
-    {
-      at::Tensor block = out.narrow(0, row, groups.sizes[e]);
-      at::mm_out(block, a.narrow(0, row, groups.sizes[e]), b[static_cast<std::int64_t>(e)]);
-    }
+  for (std::size_t e = 0; e < groups.sizes.size(); row += groups.sizes[e], ++e) {
+    const std::int64_t k = groups.sizes[e];
+    if (k == 0) continue;
+    at::Tensor block = out.narrow(0, row, k);
+    at::mm_out(block, a.narrow(0, row, k), b[static_cast<std::int64_t>(e)]);
+  }
   return out;
 }
 

@@ -13,7 +13,8 @@ from device_check.runs import ROOT, replace
 
 FILE = "references.json"
 # What the engine runs read besides their overrides (the ZeRO-1 config is made from ds_z2's).
-INPUTS = ("inputs/run.toml", "inputs/data/arithmetic.txt", "inputs/ds_z2_config.json", "inputs/ds_z3_config.json")
+INPUTS = ("inputs/run.toml", "inputs/data/arithmetic.txt", "inputs/ds_z2_config.json", "inputs/ds_z3_config.json",
+          "inputs/device_check_moe.toml", "inputs/tiny_qwen3_moe.toml", "inputs/models/qwen3-moe-tiny/config.json")
 
 
 def inputs_digest():

@@ -430,10 +430,11 @@ class Runner:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def common_overrides(steps):
+def common_overrides(steps, accumulation=True):
+    """The runs' common overrides (ACCUMULATION: with 2 micro-steps a step; else the caller's)."""
     # lftrain's own timeouts end a hung collective before ours kills the job, with its report.
-    return [f"max_steps={steps}", "logging_steps=1", "warmup_steps=2", "save_strategy=no",
-            "gradient_accumulation_steps=2", "comm_timeout=60", "setup_timeout=90"]
+    return [f"max_steps={steps}", "logging_steps=1", "warmup_steps=2", "save_strategy=no", "comm_timeout=60",
+            "setup_timeout=90"] + (["gradient_accumulation_steps=2"] if accumulation else [])
 
 
 def placement(args, ranks, on_gpu):
@@ -448,10 +449,14 @@ def placement(args, ranks, on_gpu):
     return out
 
 
+def data_parallel(label, ranks):
+    """The data-parallel ranks of an engine row (megatron's tp or pp and cp2 rows: none but one)."""
+    return 1 if label.startswith("megatron") or label.endswith("cp2") else ranks
+
+
 def micro_batch(label, ranks):
     """Sequences per rank per micro-step so that every row trains 8 sequences a step."""
-    data_parallel = 1 if label.startswith("megatron") or label.endswith("cp2") else ranks
-    return f"per_device_train_batch_size={4 // data_parallel}"
+    return f"per_device_train_batch_size={4 // data_parallel(label, ranks)}"
 
 
 def max_diff(a, b, steps):
