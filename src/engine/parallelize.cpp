@@ -11,6 +11,7 @@
 #include "lft/model/finetuning.h"
 #include "lft/model/hf_checkpoint.h"
 #include "lft/model/init.h"
+#include "lft/model/layers.h"
 #include "lft/model/parameter_storage.h"
 #include "lft/model/quantized_base.h"
 #include "lft/model/score_head.h"
@@ -94,5 +95,15 @@ ParallelModel parallelize(const RunPlan& plan, DeviceMesh& mesh, const c10::Devi
   out.engine->prepare_from(*out.model, *weights);
   return out;
 }
+
+struct BaseModelScope::Off {
+  model::AdaptersOffScope adapters_off;
+};
+
+BaseModelScope::BaseModelScope(const RunPlan& plan) {
+  if (plan.finetuning.type == "lora") off_ = std::make_unique<Off>();
+}
+
+BaseModelScope::~BaseModelScope() = default;
 
 }  // namespace lft::engine

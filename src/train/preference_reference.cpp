@@ -10,13 +10,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <optional>
 
 #include "lft/comm/device_read.h"
 #include "lft/comm/watchdog.h"
 #include "lft/engine/parallelize.h"
-#include "lft/model/layers.h"
-#include "lft/model/parameter_storage.h"
 #include "lft/runtime/error.h"
 #include "lft/runtime/log.h"
 #include "trainer_state.h"
@@ -57,8 +54,7 @@ void Trainer::prepare_preference() {
     const int dp = s.mesh.shape().dp_size(), rank = s.mesh.dp_rank();
     const std::int64_t micro = s.plan.micro_batch, accum = s.plan.accumulation;
     c10::NoGradGuard no_grad;
-    std::optional<model::AdaptersOffScope> adapters_off;  // with LoRA the reference is the base
-    if (s.plan.finetuning.type == "lora") adapters_off.emplace();
+    const engine::BaseModelScope base_only(s.plan);  // with LoRA the reference is the base
     engine::MicroBatchOptions options;
     options.compute = s.plan.compute;
     options.backward = false;

@@ -6,7 +6,8 @@
 //   1. float8 linears (fp8)                       create_run_model
 //   2. LoRA adapters / frozen parameters          create_run_model
 //   3. tensor + sequence parallel                 the engine's prepare (megatron: each rank's boxes)
-//   4. (expert parallel: the mesh has room for its dimension; no engine has it yet)
+//   4. expert parallel ([mesh] ep)               ExpertParallelEngine around the engine: its prepare
+//                                                 takes this rank's experts out of the others' hands
 //   5. context parallel                           the model's sequence exchange over the cp ranks
 //   6. pipeline stages                            the engine's prepare (megatron: each stage's units)
 //   7. recompute (gradient_checkpointing)         the model's layers
@@ -48,5 +49,20 @@ std::unique_ptr<model::WeightSource> starting_weights(const RunPlan& plan, model
 // The plan's model on `device`, laid over `mesh` in the order above, its weights read from
 // `folder` (starting_weights). Collective over the mesh.
 ParallelModel parallelize(const RunPlan& plan, DeviceMesh& mesh, const c10::Device& device, const std::string& folder);
+
+// While it lives, the forwards of a model that parallelize() built for `plan` run its base model:
+// with LoRA the adapters off (what a DPO reference of a LoRA run computes); otherwise nothing
+// changes (the model is its own base).
+class BaseModelScope {
+ public:
+  explicit BaseModelScope(const RunPlan& plan);
+  ~BaseModelScope();
+  BaseModelScope(const BaseModelScope&) = delete;
+  BaseModelScope& operator=(const BaseModelScope&) = delete;
+
+ private:
+  struct Off;
+  std::unique_ptr<Off> off_;
+};
 
 }  // namespace lft::engine
