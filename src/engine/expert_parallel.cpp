@@ -21,8 +21,32 @@ at::Tensor CommExpertExchange::exchange_counts(const at::Tensor& counts) const {
   return out;
 }
 
-at::Tensor CommExpertExchange::exchange_rows(const at::Tensor& rows, const std::vector<std::int64_t>& send,
-                                             const std::vector<std::int64_t>& recv) const {
+namespace {
+
+// Every round's send and receive posted; wait() completes them in round order.
+class CommRowsInFlight final : public model::RowsInFlight {
+ public:
+  CommRowsInFlight(at::Tensor out, std::vector<Communicator::SendRecv> rounds)
+      : out_(std::move(out)), rounds_(std::move(rounds)) {}
+  at::Tensor wait() override {
+    for (Communicator::SendRecv& sr : rounds_) {
+      sr.send->wait();
+      sr.recv->wait();
+    }
+    rounds_.clear();
+    return out_;
+  }
+
+ private:
+  at::Tensor out_;
+  std::vector<Communicator::SendRecv> rounds_;
+};
+
+}  // namespace
+
+std::unique_ptr<model::RowsInFlight> CommExpertExchange::post_rows(const at::Tensor& rows,
+                                                                   const std::vector<std::int64_t>& send,
+                                                                   const std::vector<std::int64_t>& recv) const {
   const int n = comm_.size(), me = comm_.rank();
   std::vector<std::int64_t> send_at(static_cast<std::size_t>(n), 0), recv_at(send_at);
   for (int r = 1; r < n; ++r) {
@@ -35,14 +59,13 @@ at::Tensor CommExpertExchange::exchange_rows(const at::Tensor& rows, const std::
   shape[0] = of(recv_at, n - 1) + of(recv, n - 1);
   at::Tensor out = at::empty(shape, rows.options());
   out.narrow(0, of(recv_at, me), of(recv, me)).copy_(rows.narrow(0, of(send_at, me), of(send, me)));
+  std::vector<Communicator::SendRecv> rounds;
   for (int round = 1; round < n; ++round) {
     const int dst = (me + round) % n, src = (me - round + n) % n;
-    Communicator::SendRecv sr = comm_.send_recv_async(rows.narrow(0, of(send_at, dst), of(send, dst)), dst, round,
-                                                      out.narrow(0, of(recv_at, src), of(recv, src)), src, round);
-    sr.send->wait();
-    sr.recv->wait();
+    rounds.push_back(comm_.send_recv_async(rows.narrow(0, of(send_at, dst), of(send, dst)), dst, round,
+                                           out.narrow(0, of(recv_at, src), of(recv, src)), src, round));
   }
-  return out;
+  return std::make_unique<CommRowsInFlight>(out, std::move(rounds));
 }
 
 // ---- the engine ----

@@ -25,7 +25,8 @@ class MetaExchange final : public model::ExpertExchange {
   int rank() const override { return 0; }
   int size() const override { return size_; }
   at::Tensor exchange_counts(const at::Tensor&) const override { throw std::logic_error("meta model: no exchange"); }
-  at::Tensor exchange_rows(const at::Tensor&, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&) const override {
+  std::unique_ptr<model::RowsInFlight> post_rows(const at::Tensor&, const std::vector<std::int64_t>&,
+                                                 const std::vector<std::int64_t>&) const override {
     throw std::logic_error("meta model: no exchange");
   }
 

@@ -46,8 +46,8 @@ class CommExpertExchange final : public model::ExpertExchange {
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
   at::Tensor exchange_counts(const at::Tensor& counts) const override;
-  at::Tensor exchange_rows(const at::Tensor& rows, const std::vector<std::int64_t>& send,
-                           const std::vector<std::int64_t>& recv) const override;
+  std::unique_ptr<model::RowsInFlight> post_rows(const at::Tensor& rows, const std::vector<std::int64_t>& send,
+                                                 const std::vector<std::int64_t>& recv) const override;
 
  private:
   Communicator& comm_;

@@ -6,8 +6,10 @@
 //
 // Per layer and forward: the routed rows' counts per expert are exchanged first (one all-to-all
 // of E integers, read on the host to size the buffers), then the rows (an all-to-all with uneven
-// sizes); the received rows are regrouped from (source rank, expert) order to (expert, source rank)
-// order, the local experts' grouped GEMMs run, and the outputs take the reverse way. Dropless: each
+// sizes), during which the rank computes its own rows; the received rows are regrouped from
+// (source rank, expert) order to (expert, source rank) order, the local experts' grouped GEMMs
+// run, and the outputs take the reverse way (backward: the mirror image, the first exchange's
+// gradients travelling during the own rows' backward). Dropless: each
 // row reaches its expert whatever the routing, so the result equals the one-rank layer's (the
 // GEMMs see other row blocks, hence equal to rounding).
 #pragma once
@@ -21,6 +23,13 @@
 
 namespace lft::model {
 
+// Rows on their way (ExpertExchange::post_rows): wait() returns what arrived.
+class RowsInFlight {
+ public:
+  virtual ~RowsInFlight() = default;
+  virtual at::Tensor wait() = 0;
+};
+
 class ExpertExchange {
  public:
   virtual ~ExpertExchange() = default;
@@ -31,8 +40,14 @@ class ExpertExchange {
   virtual at::Tensor exchange_counts(const at::Tensor& counts) const = 0;
   // rows [sum(send), H]: send[r] consecutive rows for rank r. Returns [sum(recv), H]: recv[r]
   // consecutive rows from rank r (every rank's send to this rank is this rank's recv).
-  virtual at::Tensor exchange_rows(const at::Tensor& rows, const std::vector<std::int64_t>& send,
-                                   const std::vector<std::int64_t>& recv) const = 0;
+  // exchange_rows begun: every send and receive posted, the result from wait(), so that the
+  // caller computes meanwhile. `rows` must stay alive until then.
+  virtual std::unique_ptr<RowsInFlight> post_rows(const at::Tensor& rows, const std::vector<std::int64_t>& send,
+                                                  const std::vector<std::int64_t>& recv) const = 0;
+  at::Tensor exchange_rows(const at::Tensor& rows, const std::vector<std::int64_t>& send,
+                           const std::vector<std::int64_t>& recv) const {
+    return post_rows(rows, send, recv)->wait();
+  }
 };
 
 // The local experts of a layer over rows grouped by expert: sizes[e] rows for local expert e.
