@@ -27,10 +27,6 @@ at::Tensor diagonal_mask(std::int64_t first, std::int64_t rows, std::int64_t gro
       .repeat({group, 1});
 }
 
-}  // namespace
-
-namespace {
-
 // The dtype attention computes in on a CPU: under autocast its dtype (scaled_dot_product_attention
 // casts its inputs to it there: Qwen3's query and key leave their fp32 norms and rotary in fp32),
 // else q's.

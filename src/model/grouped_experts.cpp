@@ -95,10 +95,13 @@ std::int64_t padded_group_rows(std::int64_t n) {
 
 struct Groups {
   std::vector<std::int64_t> sizes;  // rows per expert as laid out (padded or not), in order
-  at::Tensor ends;                  // their running sums, int32, on the rows' device (_grouped_mm's offs)
+  at::Tensor ends;                  // their running sums, int32 (_grouped_mm's offs; only where it runs)
   at::Tensor positions;             // each row's place in the padded layout; undefined without padding
   std::int64_t rows = 0;            // rows as laid out
 };
+
+// ATen's grouped GEMM on a CPU; a loop of GEMMs elsewhere.
+bool grouped_gemm_applies(const at::Tensor& t) { return t.device().is_cpu(); }
 
 bool pads_rows(const at::Tensor& like) {
   return like.device().is_cpu() && like.scalar_type() != at::kFloat && like.scalar_type() != at::kDouble;
@@ -118,8 +121,8 @@ Groups groups_of(const at::Tensor& sizes, const at::Tensor& like) {
   } else {
     for (const std::int64_t n : groups.sizes) groups.rows += n;
   }
-  const at::Tensor laid_out = at::tensor(groups.sizes, at::TensorOptions().dtype(at::kLong));
-  groups.ends = laid_out.cumsum(0).to(at::TensorOptions().dtype(at::kInt).device(like.device()));
+  if (grouped_gemm_applies(like))
+    groups.ends = at::tensor(groups.sizes, at::TensorOptions().dtype(at::kLong)).cumsum(0).to(at::kInt);
   return groups;
 }
 
@@ -131,8 +134,6 @@ at::Tensor to_layout(const at::Tensor& rows, const Groups& groups) {
 at::Tensor from_layout(const at::Tensor& rows, const Groups& groups) {
   return groups.positions.defined() ? rows.index_select(0, groups.positions) : rows;
 }
-
-bool grouped_gemm_applies(const at::Tensor& t) { return t.device().is_cpu(); }
 
 // [R, K] rows, b [E, K, N]: each expert's rows times its matrix, [R, N].
 at::Tensor rows_times(const at::Tensor& a, const at::Tensor& b, const Groups& groups) {
