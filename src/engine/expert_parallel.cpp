@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "lft/comm/local_communicator.h"
 #include "lft/engine/run_plan.h"
 #include "lft/model/causal_lm.h"
 #include "lft/model/moe.h"
@@ -70,13 +71,42 @@ std::unique_ptr<model::RowsInFlight> CommExpertExchange::post_rows(const at::Ten
 
 // ---- the engine ----
 
+namespace {
+
+// The model's layer hooks when the experts are sharded: the wrapped engine's (null: none), then
+// the experts' component's, around each layer.
+class BothLayerHooks final : public model::LayerHooks {
+ public:
+  BothLayerHooks(model::LayerHooks* first, model::LayerHooks* second) : first_(first), second_(second) {}
+  void before_layer(std::int64_t index) override {
+    if (first_ != nullptr) first_->before_layer(index);
+    second_->before_layer(index);
+  }
+  void after_layer(std::int64_t index, const at::Tensor& output) override {
+    if (first_ != nullptr) first_->after_layer(index, output);
+    second_->after_layer(index, output);
+  }
+
+ private:
+  model::LayerHooks* first_;
+  model::LayerHooks* second_;
+};
+
+}  // namespace
+
 ExpertParallelEngine::ExpertParallelEngine(const EngineContext& ctx, std::unique_ptr<Engine> inner)
     : inner_(std::move(inner)),
       ep_(ctx.mesh.device_ep()),
       edp_(ctx.mesh.device_edp()),
       bucket_bytes_(ctx.plan.parallel.bucket_bytes),
-      exchange_(std::make_shared<CommExpertExchange>(ep_)),
-      shard_state_(edp_.size() > 1 && ctx.plan.parallel.sharded.has_value()) {
+      exchange_(std::make_shared<CommExpertExchange>(ep_)) {
+  if (edp_.size() > 1 && ctx.plan.parallel.sharded) {
+    ShardingPlan plan = *ctx.plan.parallel.sharded;
+    plan.split_embedding_gradient = false;  // no embedding among the experts
+    plan.float8_all_gather = false;         // nor float8 linears
+    no_replicas_ = std::make_unique<LocalCommunicator>("edp_replicas", edp_.device());
+    sharded_ = std::make_unique<ShardedDataParallel>(std::move(plan), edp_, *no_replicas_);
+  }
   if (!ctx.plan.parallel.megatron) return;
   megatron_ = &*ctx.plan.parallel.megatron;
   stage_ = ctx.mesh.coord(MeshDim::PP);
@@ -118,31 +148,41 @@ void ExpertParallelEngine::set_values(const model::WeightSource* weights) {
   }
 }
 
+TensorBox ExpertParallelEngine::box_of(std::size_t expert, int replicas, int replica) const {
+  const Held& h = held_[expert];
+  TensorBox box{h.global_shape, std::vector<std::int64_t>(h.global_shape.size(), 0), replicas, replica};
+  if (h.slice.dim >= 0) box.offset[static_cast<std::size_t>(h.slice.dim)] = h.slice.begin;
+  return box;
+}
+
 void ExpertParallelEngine::take_trained_experts() {
   for (std::size_t i = 0; i < experts_.size(); ++i) {
     const auto& [name, tensor] = experts_[i];
     if (!tensor.requires_grad()) continue;
     trained_names_.push_back(name);
     trained_.push_back(tensor);
-    TensorBox box{held_[i].global_shape, std::vector<std::int64_t>(held_[i].global_shape.size(), 0), edp_.size(),
-                  edp_.rank()};
-    if (held_[i].slice.dim >= 0) box.offset[static_cast<std::size_t>(held_[i].slice.dim)] = held_[i].slice.begin;
-    if (shard_state_) {
-      // This edp rank's rows of the expert (of its tp slice): the optimizer's piece.
-      const std::int64_t rows = tensor.size(0), n = edp_.size(), r = edp_.rank(), width = tensor.numel() / rows;
-      Piece p;
-      p.begin = rows * r / n;
-      p.count = rows * (r + 1) / n - p.begin;
-      for (std::int64_t k = 0; k < n; ++k) p.counts.push_back((rows * (k + 1) / n - rows * k / n) * width);
-      p.tensor = tensor.detach().narrow(0, p.begin, p.count).clone();
-      box.offset[0] += p.begin;
-      box.replicas = 1;
-      box.replica = 0;
-      pieces_.push_back(std::move(p));
-    }
-    trained_boxes_.push_back(std::move(box));
+    trained_boxes_.push_back(box_of(i, edp_.size(), edp_.rank()));
   }
   if (!trained_.empty()) buckets_ = std::make_unique<GradientBuckets>(edp_, trained_, bucket_bytes_);
+}
+
+void ExpertParallelEngine::shard_experts(model::CausalLM& model, const model::WeightSource* weights, bool broadcast) {
+  // Frozen experts too when parameters are sharded (as the engine's own frozen parameters); else
+  // they stay whole in the layers.
+  std::vector<DataParallelParameter> params;
+  for (std::size_t i = 0; i < experts_.size(); ++i) {
+    const auto& [name, tensor] = experts_[i];
+    if (!tensor.requires_grad() && !sharded_->plan().shard_parameters) continue;
+    params.push_back({name, tensor, sharded_unit_of(model, name), box_of(i, 1, 0)});
+  }
+  if (params.empty()) {  // nothing to shard: every expert frozen and kept whole
+    sharded_.reset();
+    return;
+  }
+  model::LayerHooks* engines = model.layer_hooks();
+  sharded_->prepare(model, std::move(params), weights, broadcast);
+  hooks_ = std::make_unique<BothLayerHooks>(engines, sharded_.get());
+  model.set_layer_hooks(hooks_.get());
 }
 
 void ExpertParallelEngine::prepare(model::CausalLM& model) {
@@ -154,78 +194,73 @@ void ExpertParallelEngine::prepare(model::CausalLM& model) {
     c10::NoGradGuard no_grad;
     for (auto& [name, tensor] : experts_) edp_.broadcast(tensor, 0);
   }
-  take_trained_experts();
+  if (sharded_) shard_experts(model, nullptr, /*broadcast=*/false);
+  else take_trained_experts();
 }
 
 void ExpertParallelEngine::prepare_from(model::CausalLM& model, const model::WeightSource& weights) {
   place_experts(model);
   inner_->prepare_from(model, weights);
+  // Each edp rank reads only its shards where the engine keeps only shards and the experts are
+  // whole tensors of the files (not megatron's tp slices).
+  if (sharded_ && sharded_->plan().shard_parameters && megatron_ == nullptr) {
+    shard_experts(model, &weights, /*broadcast=*/false);
+    return;
+  }
   set_values(&weights);
-  take_trained_experts();
+  if (sharded_) shard_experts(model, nullptr, /*broadcast=*/false);
+  else take_trained_experts();
 }
 
 at::Tensor ExpertParallelEngine::run_micro_batches(model::CausalLM& model, const std::vector<MicroBatch>& batches,
                                                    const MicroBatchOptions& options) {
   backward_ = options.backward;
-  if (buckets_) buckets_->expect_backwards(options.backward ? static_cast<int>(batches.size()) : 0);
+  const int passes = options.backward ? static_cast<int>(batches.size()) : 0;
+  if (sharded_ && passes > 0) sharded_->expect_backwards(passes);
+  if (buckets_) buckets_->expect_backwards(passes);
   return inner_->run_micro_batches(model, batches, options);
 }
 
 void ExpertParallelEngine::finish_gradients() {
   inner_->finish_gradients();
-  if (!backward_ || !buckets_) return;
-  buckets_->finish();
-  // Each piece's gradient: its rows of the summed one (a view: clipping scales both alike).
-  // The whole gradient is dropped from the expert (the trainer drops the pieces' after the step),
-  // so that the next step's first backward starts from none.
-  for (std::size_t i = 0; i < pieces_.size(); ++i) {
-    pieces_[i].tensor.mutable_grad() = trained_[i].grad().narrow(0, pieces_[i].begin, pieces_[i].count);
-    trained_[i].mutable_grad().reset();
-  }
+  if (!backward_) return;
+  if (sharded_) sharded_->finish_gradients();
+  if (buckets_) buckets_->finish();
 }
 
 void ExpertParallelEngine::parameters_updated() {
   inner_->parameters_updated();
-  // The updated pieces gathered into the whole experts the layers use.
-  c10::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < pieces_.size(); ++i)
-    edp_.all_gather(pieces_[i].tensor.reshape({-1}), trained_[i].detach().view({-1}), pieces_[i].counts);
+  if (sharded_) sharded_->parameters_updated();
 }
 
 std::vector<at::Tensor> ExpertParallelEngine::parameters() {
   std::vector<at::Tensor> out = inner_->parameters();
-  if (shard_state_)
-    for (const Piece& p : pieces_) out.push_back(p.tensor);
-  else
-    out.insert(out.end(), trained_.begin(), trained_.end());
+  const std::vector<at::Tensor>& experts = sharded_ ? sharded_->pieces() : trained_;
+  out.insert(out.end(), experts.begin(), experts.end());
   return out;
 }
 
 std::vector<std::string> ExpertParallelEngine::parameter_names() {
   std::vector<std::string> out = inner_->parameter_names();
-  out.insert(out.end(), trained_names_.begin(), trained_names_.end());
+  const std::vector<std::string>& experts = sharded_ ? sharded_->names() : trained_names_;
+  out.insert(out.end(), experts.begin(), experts.end());
   return out;
 }
 
 std::vector<TensorBox> ExpertParallelEngine::parameter_boxes() {
   std::vector<TensorBox> out = inner_->parameter_boxes();
-  out.insert(out.end(), trained_boxes_.begin(), trained_boxes_.end());
+  const std::vector<TensorBox>& experts = sharded_ ? sharded_->boxes() : trained_boxes_;
+  out.insert(out.end(), experts.begin(), experts.end());
   return out;
 }
 
 at::Tensor ExpertParallelEngine::grad_norm_squared() {
   at::Tensor norm = inner_->grad_norm_squared();
-  std::vector<at::Tensor> held = trained_;
-  Communicator* pieces_over = nullptr;
-  if (shard_state_) {  // the gradients are the pieces' now, each edp rank other rows
-    held.clear();
-    for (const Piece& p : pieces_) held.push_back(p.tensor);
-    pieces_over = &edp_;
-  }
-  at::Tensor experts = local_grad_norm_squared(held, ep_.device());
+  // Sharded, each edp rank holds other rows of the experts' gradients.
+  at::Tensor experts = local_grad_norm_squared(sharded_ ? sharded_->pieces() : trained_, ep_.device());
   // Each rank of the ep group holds other experts; under megatron each tp rank other slices of
   // them and each stage other layers'.
-  for (Communicator* group : {pieces_over, &ep_, tp_, pp_})
+  for (Communicator* group : {sharded_ ? &edp_ : nullptr, &ep_, tp_, pp_})
     if (group != nullptr && group->size() > 1) group->all_reduce(experts, ReduceOp::Sum);
   return norm + experts.to(norm.device());
 }

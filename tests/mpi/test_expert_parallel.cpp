@@ -6,6 +6,7 @@
 // the same experts (all rows to one rank: nothing hangs, nothing is dropped); the bytes it sends
 // are the routed rows'; and its checkpoint resumes at another ep and world size.
 #include "lft/ckpt/checkpoint_files.h"
+#include "lft/model/moe.h"
 #include "moe_runs.h"
 
 namespace lft {
@@ -27,12 +28,14 @@ TEST(ExpertParallel, Qwen3MoeLayoutsMatchTheOneRankRun) {
       "qwen3_moe", kSft,
       {{"ddp ep 2", "ddp", "[mesh]\nep = 2\n", 2, 0},
        {"fsdp2 ep 2, checkpointing", "fsdp2", "gradient_checkpointing = true\n[mesh]\nep = 2\n", 2, 0},
-       {"ZeRO-2 ep 2", "deepspeed", "deepspeed = \"inputs/ds_z2_config.json\"\n[mesh]\nep = 2\n", 2, 0},
+       {"ZeRO-2 ep 2", "deepspeed", "deepspeed = \"inputs/ds_z2_config.json\"\n[mesh]\nep = 2\n", 0, 0},
        {"fsdp2 dp_shard 4 x ep 4", "fsdp2", "[mesh]\nep = 4\n", 4, 0},
        {"fsdp2 dp_replicate 2 x dp_shard 2, ep 2", "fsdp2", "[mesh]\ndp_replicate = 2\ndp_shard = 2\nep = 2\n", 4, 0},
        {"fsdp2 cp 2, ep 2 over the cp ranks", "fsdp2", "[mesh]\ncp = 2\nep = 2\n", 4, 2},
        {"ZeRO-3 ep 2", "deepspeed", "deepspeed = \"inputs/ds_z3_config.json\"\n[mesh]\nep = 2\n", 4, 0},
-       {"megatron tp 2 x ep 2, sp", "megatron", "[mesh]\ntp = 2\nep = 2\n[dist_config]\nsequence_parallel = true\n", 4, 2}});
+       {"megatron tp 2 x ep 2, sp", "megatron", "[mesh]\ntp = 2\nep = 2\n[dist_config]\nsequence_parallel = true\n", 4, 2},
+       {"megatron dp 4 x ep 2, optim_grads_params", "megatron",
+        "[mesh]\nep = 2\n[dist_config]\ndata_parallel_sharding_strategy = \"optim_grads_params\"\n", 4, 4}});
 }
 
 // Qwen2-MoE (a shared expert, layer 2 dense, no auxiliary loss): pipelines with ep too.
@@ -94,8 +97,42 @@ TEST(ExpertParallel, ExchangeBytesAreTheRoutedRows) {
   EXPECT_GT(sent, 0u);
 }
 
-// A checkpoint of fsdp2 at ep 2 (at 4 ranks: each expert's optimizer state in pieces over its 2
-// edp ranks) resumes on each rank alone (every expert on one rank), at ep 1 over the world and at
+// At 4 ranks and ep 2 each expert lives on 2 edp ranks, which shard it as the engine shards the
+// other parameters: each keeps half of its experts' rows (a quarter of all experts), under fsdp2
+// the layers' experts hold no memory between steps (gathered for each layer's forward and
+// backward), under ZeRO-2 they stay whole and only the fp32 shards, gradients and optimizer state
+// are cut.
+TEST(ExpertParallel, ExpertsAreShardedOverTheirEdpRanks) {
+  if (world().size() != 4) GTEST_SKIP() << "runs at 4 ranks";
+  at::set_num_threads(1);
+  const std::string folder = moe_folder("qwen3_moe");
+  const model::ModelConfig c = test::moe_config("qwen3_moe");
+  const std::int64_t all_experts =
+      c.num_hidden_layers * c.moe.num_experts * 3 * c.hidden_size * c.moe.expert_intermediate_size;
+  const std::string ep = "max_steps = 2\n[mesh]\nep = 2\n";
+  for (const auto& [engine, extra, whole] :
+       {std::tuple<std::string, std::string, bool>{"fsdp2", "", false},
+        {"deepspeed", "deepspeed = \"inputs/ds_z2_config.json\"\n", true}}) {
+    SCOPED_TRACE(engine);
+    std::unique_ptr<DeviceMesh> mesh;
+    auto trainer = test::make_trainer(run_toml(folder, engine, 3, kSft + extra + ep), world(), mesh);
+    trainer->step();
+    std::int64_t pieces = 0;
+    const std::vector<at::Tensor> params = trainer->engine().parameters();
+    const std::vector<std::string> names = trainer->engine().parameter_names();
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i].find(".experts.") != std::string::npos) pieces += params[i].numel();
+    EXPECT_EQ(pieces, all_experts / 4);
+    std::int64_t held = 0;  // bytes of the experts' tensors in the layers
+    for (const auto& module : trainer->model().named_modules())
+      if (const auto* block = dynamic_cast<const model::SparseMoeBlockImpl*>(module.value().get()))
+        for (const auto& expert : block->expert_list)
+          for (const at::Tensor& t : expert->parameters()) held += static_cast<std::int64_t>(t.storage().nbytes());
+    EXPECT_EQ(held, whole ? all_experts / 2 * 4 : 0);
+  }
+}
+
+// A checkpoint of fsdp2 at ep 2 (at 4 ranks: each expert in shards over its 2 edp ranks) resumes on each rank alone (every expert on one rank), at ep 1 over the world and at
 // ep 2 again (the pieces read back), and each continues the straight run.
 TEST(ExpertParallel, CheckpointResumesAtAnotherEpAndWorldSize) {
   if (!runs_here()) GTEST_SKIP() << "runs at 2 and 4 ranks";

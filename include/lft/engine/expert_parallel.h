@@ -16,12 +16,13 @@
 // (gate / up rows, down columns: the layer's tp exit sums the partial outputs), and the norm sums
 // the experts' squares over ep, tp and pp.
 //
-// Under a sharding engine (fsdp, fsdp2, ZeRO 1-3) with more than one rank in the edp group, the
-// experts' optimizer state is sharded over it as ZeRO-1 shards it: each edp rank keeps an fp32
-// piece of every expert's rows (what the optimizer updates and a checkpoint writes), takes its
-// rows of the summed gradient, and after the step the pieces are all-gathered into the whole
-// experts the layers use. The experts' weights and gradients stay whole on every edp rank
-// (torchtitan and FSDPTurbo shard those too: not yet here).
+// Under a sharding engine (fsdp, fsdp2, ZeRO 1-3, megatron's sharding strategies) with more than
+// one rank in the edp group, the experts are the engine's other parameters over another group: the
+// same component (ShardedDataParallel) with the same plan shards them over edp, each layer's
+// experts a unit gathered and reduced beside the layer's own (as torchtitan's and FSDPTurbo's
+// expert FSDP): under fsdp, fsdp2 and ZeRO-3 an edp rank keeps only its fp32 shard of its experts,
+// gathers them for the layer's forward and backward and reduce-scatters their gradients; under
+// ZeRO-1/2 it keeps them whole, reduce-scatters their gradients and gathers the updated shards.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,7 @@
 #include "lft/engine/engine.h"
 #include "lft/engine/gradient_buckets.h"
 #include "lft/engine/megatron_plan.h"
+#include "lft/engine/sharded_data_parallel.h"
 #include "lft/model/expert_parallel.h"
 
 namespace lft::engine {
@@ -83,6 +85,11 @@ class ExpertParallelEngine final : public Engine {
   // Each kept expert's values: read from `weights` (null: its constructed values), cut to its slice.
   void set_values(const model::WeightSource* weights);
   void take_trained_experts();
+  // Hands the experts to sharded_ (their values read from `weights` when given, else taken from
+  // the tensors, broadcast first when `broadcast`).
+  void shard_experts(model::CausalLM& model, const model::WeightSource* weights, bool broadcast);
+  // Each kept expert's box in the global tensor (its tp slice's offset), held by `replicas` ranks.
+  TensorBox box_of(std::size_t expert, int replicas, int replica) const;
 
   std::unique_ptr<Engine> inner_;
   Communicator& ep_;
@@ -102,14 +109,12 @@ class ExpertParallelEngine final : public Engine {
   std::vector<std::string> trained_names_;
   std::vector<at::Tensor> trained_;
   std::vector<TensorBox> trained_boxes_;
-  // Optimizer state sharded over edp: each trained expert's rows [begin, begin + count) here.
-  bool shard_state_ = false;
-  struct Piece {
-    at::Tensor tensor;  // fp32, what the optimizer updates
-    std::int64_t begin = 0, count = 0;
-    std::vector<std::int64_t> counts;  // every edp rank's elements, for the all-gather
-  };
-  std::vector<Piece> pieces_;  // per trained_ entry when shard_state_
+  // The experts sharded over edp (see the top), with a group of one for its replicas and the
+  // model's layer hooks calling the wrapped engine's and its own.
+  std::unique_ptr<Communicator> no_replicas_;
+  std::unique_ptr<ShardedDataParallel> sharded_;
+  std::unique_ptr<model::LayerHooks> hooks_;
+  // Otherwise the trained experts' gradients summed over edp in buckets (ddp's).
   std::unique_ptr<GradientBuckets> buckets_;
   bool backward_ = false;  // the step's micro-batches ran backward
 };

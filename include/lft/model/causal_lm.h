@@ -204,6 +204,7 @@ class CausalLM : public torch::nn::Module {
   // each micro-batch gets its own masks, and a recomputed layer the same. 0: no dropout.
   void set_dropout_seed(std::uint64_t seed);
   void set_layer_hooks(LayerHooks* hooks) { layer_hooks_ = hooks; }  // not owned
+  LayerHooks* layer_hooks() const { return layer_hooks_; }
   // Mixtures of experts: the auxiliary load-balancing loss's weight in the backward of each
   // training forward that runs every layer (0: its gradient is not computed; the statistics are
   // kept either way). A forward's loss is config.moe's load_balancing_loss over its tokens.
