@@ -143,24 +143,6 @@ void add_muon_memory(const RunPlan& run, MemoryEstimate& e) {
   e.optimizer -= 4 * model::muon_matrix_elements(*m, run.muon_adapters) / shards;
 }
 
-void add_expert_parallel_memory(const RunPlan& run, MemoryEstimate& e) {
-  if (run.mesh.ep <= 1) return;
-  const auto m = create_run_model(run, at::TensorOptions().device(at::kMeta));
-  double held = 0, trained = 0;  // this rank's experts (every rank holds as many)
-  for (const auto& [name, t] : model::place_model_experts(*m, std::make_shared<MetaExchange>(run.mesh.ep))) {
-    held += static_cast<double>(t.numel());
-    if (t.requires_grad()) trained += static_cast<double>(t.numel());
-  }
-  // Whole fp32 experts with their gradients and the buckets' fp32 copy of them; AdamW's moments
-  // whole, or under a sharding engine of the edp rank's piece only, beside the piece itself.
-  const int edp = run.mesh.dp_size() * run.mesh[MeshDim::CP] / run.mesh.ep;
-  const double shards = run.parallel.sharded && edp > 1 ? edp : 1;
-  e.weights += 4 * held + (shards > 1 ? 4 * trained / shards : 0.0);
-  e.gradients += 4 * trained;
-  e.optimizer += 8 * trained / shards;
-  e.gathered += 4 * trained;
-}
-
 MemoryEstimate estimate_replicated(const RunPlan& run, bool buckets) {
   const auto model = meta_model(run);
   const double p = parameter_count(*model, false), trained = parameter_count(*model, true);
@@ -232,6 +214,39 @@ MemoryEstimate sharded_terms(const std::vector<std::vector<Shape>>& all_units,
 }
 
 }  // namespace
+
+void add_expert_parallel_memory(const RunPlan& run, MemoryEstimate& e) {
+  if (run.mesh.ep <= 1) return;
+  const auto m = create_run_model(run, at::TensorOptions().device(at::kMeta));
+  double held = 0, trained = 0;  // this rank's experts (every rank holds as many)
+  std::vector<std::vector<Shape>> all(static_cast<std::size_t>(m->num_layers()) + 1), kept_trained(all);
+  for (const auto& [name, t] : model::place_model_experts(*m, std::make_shared<MetaExchange>(run.mesh.ep))) {
+    held += static_cast<double>(t.numel());
+    const std::size_t unit = sharded_unit_of(*m, name);
+    all[unit].push_back(t.sizes().vec());
+    if (!t.requires_grad()) continue;
+    trained += static_cast<double>(t.numel());
+    kept_trained[unit].push_back(t.sizes().vec());
+  }
+  const int edp = run.mesh.dp_size() * run.mesh[MeshDim::CP] / run.mesh.ep;
+  if (run.parallel.sharded && edp > 1) {
+    // Sharded over edp by the engine's own component and plan, each MoE layer's experts a unit.
+    const MemoryEstimate x = sharded_terms(all, kept_trained, edp, *run.parallel.sharded, run.nccl);
+    e.weights += x.weights;
+    e.offloaded_weights += x.offloaded_weights;
+    e.gradients += x.gradients;
+    e.optimizer += x.optimizer;
+    e.gathered += x.gathered;
+    e.mpi_staging = std::max(e.mpi_staging, x.mpi_staging);
+    return;
+  }
+  // Whole fp32 experts with their gradients, AdamW's moments and the buckets' fp32 copy of the
+  // gradients.
+  e.weights += 4 * held;
+  e.gradients += 4 * trained;
+  e.optimizer += 8 * trained;
+  e.gathered += 4 * trained;
+}
 
 MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
   const int n = run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP];  // shards over dp_shard x cp

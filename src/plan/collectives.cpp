@@ -62,6 +62,7 @@ struct ShardedOver {
   ModelShape model;
   std::string group;
   int ranks = 1;
+  bool replicated = true;  // its shards all-reduced across dp_replicate (HSDP); the experts' are not
 };
 
 ShardedOver whole_model_over_dp_shard(const StepInput& in) {
@@ -98,7 +99,7 @@ void reduce_root(const StepInput& in, const ShardedOver& s, double reductions, W
 // HSDP: the gradient shards all-reduced across the replicas once per step, a unit at a time.
 void replica_all_reduce(const StepInput& in, const ShardedOver& s, std::vector<Collective>& out) {
   const double layers = static_cast<double>(std::max<std::int64_t>(1, s.model.layers));
-  if (in.layout.mesh[MeshDim::DPReplicate] > 1 && s.model.trained > 0)
+  if (s.replicated && in.layout.mesh[MeshDim::DPReplicate] > 1 && s.model.trained > 0)
     out.push_back(make("all-reduce the gradient shards across replicas (HSDP)", "dp_replicate", CollKind::AllReduce,
                        4 * s.model.trained / s.ranks / (layers + 1), layers + 1, When::Exposed));
 }
@@ -212,31 +213,50 @@ double chunk_tokens(const StepInput& in) {
   return static_cast<double>((in.seq_len + cp - 1) / cp);
 }
 
+namespace {
+
+// With expert parallelism the engine takes every parameter but the routed experts; each rank holds
+// its experts (its tp slice of them and its stage's layers under megatron), and the ranks that hold
+// the same ones (edp) reduce their gradients: in buckets once per step when the engine replicates,
+// else sharded over edp as the engine shards the rest (each MoE layer's experts a unit of their own,
+// no root, no replicas: ExpertParallelEngine).
+void expert_data_parallel(const StepInput& in, std::vector<Collective>& out) {
+  const Layout& l = in.layout;
+  const ModelShape& m = in.model;
+  const int edp = l.mesh.dp_size() * l.mesh[MeshDim::CP] / l.mesh.ep;
+  if (edp <= 1 || m.expert_trained <= 0) return;
+  const bool megatron = l.algorithm == Algorithm::Megatron;
+  const double cut = static_cast<double>(l.mesh.ep) * (megatron ? l.mesh[MeshDim::TP] * l.mesh[MeshDim::PP] : 1);
+  const bool sharded = megatron ? l.dp_sharding != engine::DpSharding::NoShard : l.algorithm != Algorithm::Replicated;
+  if (!sharded) {
+    const double bytes = 4 * m.expert_trained / cut;
+    const double calls = std::max(1.0, std::ceil(bytes / in.ddp_bucket_bytes));
+    out.push_back(make("all-reduce the experts' gradients in buckets", "edp", CollKind::AllReduce, bytes / calls, calls,
+                       When::DuringLastBackward, 1));
+    return;
+  }
+  ShardedOver experts{ModelShape{}, "edp", edp, false};
+  experts.model.params = m.expert_params / cut;
+  experts.model.trained = m.expert_trained / cut;
+  experts.model.layers = std::max<std::int64_t>(1, m.moe_layers / (megatron ? l.mesh[MeshDim::PP] : 1));
+  const engine::DpSharding policy =
+      megatron ? l.dp_sharding
+               : (l.algorithm == Algorithm::ShardedOptimizer   ? engine::DpSharding::Optim
+                  : l.algorithm == Algorithm::ShardedGradients ? engine::DpSharding::OptimGrads
+                                                               : engine::DpSharding::OptimGradsParams);
+  if (policy == engine::DpSharding::OptimGradsParams) fully_sharded(in, experts, out);
+  else sharded_optimizer(in, experts, policy == engine::DpSharding::OptimGrads, out);
+}
+
+}  // namespace
+
 std::vector<Collective> data_parallel_collectives(const StepInput& given) {
-  // With expert parallelism the engine takes every parameter but the routed experts; each rank
-  // holds its experts whole and all-reduces their gradients over the expert-data-parallel group
-  // once per step, in buckets during the last backward (ExpertParallelEngine).
   StepInput in = given;
   std::vector<Collective> out;
-  const int ep = in.layout.mesh.ep;
-  if (ep > 1 && in.model.expert_params > 0) {
-    const double experts_trained = in.model.expert_trained;
+  if (in.layout.mesh.ep > 1 && in.model.expert_params > 0) {
+    expert_data_parallel(in, out);
     in.model.params -= in.model.expert_params;
-    in.model.trained -= experts_trained;
-    const int edp = in.layout.mesh.dp_size() * in.layout.mesh[MeshDim::CP] / ep;
-    if (edp > 1 && experts_trained > 0) {
-      const double bytes = 4 * experts_trained / ep;
-      const double calls = std::max(1.0, std::ceil(bytes / in.ddp_bucket_bytes));
-      out.push_back(make("all-reduce the experts' gradients in buckets", "edp", CollKind::AllReduce, bytes / calls,
-                         calls, When::DuringLastBackward, 1));
-      // Under a sharding engine each edp rank updates its piece of every expert: the pieces are
-      // all-gathered after the step, an expert tensor at a time (3 a MoE layer).
-      if (in.layout.algorithm != Algorithm::Replicated && in.model.moe_layers > 0) {
-        const double tensors = 3.0 * static_cast<double>(in.model.moe_layers) * static_cast<double>(in.model.experts) / ep;
-        out.push_back(make("all-gather the experts' updated fp32 pieces", "edp", CollKind::AllGather,
-                           4 * experts_trained / ep / tensors, tensors, When::Exposed));
-      }
-    }
+    in.model.trained -= in.model.expert_trained;
   }
   const Layout& l = in.layout;
   const ModelShape& m = in.model;

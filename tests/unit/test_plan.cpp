@@ -298,7 +298,9 @@ TEST(PlanCostModel, ContextParallelPayloadsMatchTheMeasuredFormula) {
 }
 
 // Expert parallelism (fsdp2, 4 ranks, ep 2): the engine gathers and reduces the layers without
-// their experts; the experts' gradients are all-reduced over edp (4 / 2 ranks); each MoE layer's
+// their experts; the experts are sharded over edp (4 / 2 ranks) as fsdp2 shards the rest: each MoE
+// layer's experts gathered before its forward and again before its backward and their gradients
+// reduce-scattered, every micro-batch (under ddp all-reduced in buckets once a step); each MoE layer's
 // micro-batch sends rows / ep of its k x tokens rows to the other rank and gets their outputs, and
 // backward does it again (checkpointing: the recomputed forward's too).
 TEST(PlanCostModel, ExpertParallelMovesTheRoutedRowsAndReducesTheExpertsOverEdp) {
@@ -319,13 +321,20 @@ TEST(PlanCostModel, ExpertParallelMovesTheRoutedRowsAndReducesTheExpertsOverEdp)
     const StepPrediction p = predict_step(in);
     const double per_send = B * T * k / ep * H * 4, exchanges = 2 * (checkpointing ? 3 : 2);
     EXPECT_NEAR(sum_over(p, "ep", CollKind::Send, false), mb * L * exchanges * (ep - 1) * per_send, 1e-6);
-    EXPECT_NEAR(sum_over(p, "edp", CollKind::AllReduce, false), 4 * 2 * 8e3 / ep, 1e-6);
-    // fsdp2: each edp rank's pieces of the updated experts gathered back.
-    EXPECT_NEAR(sum_over(p, "edp", CollKind::AllGather, false), 4 * 2 * 8e3 / ep, 1e-6);
+    EXPECT_NEAR(sum_over(p, "edp", CollKind::AllGather, false), mb * 2 * 4 * 2 * 8e3 / ep, 1e-6);
+    EXPECT_NEAR(sum_over(p, "edp", CollKind::ReduceScatter, false), mb * 4 * 2 * 8e3 / ep, 1e-6);
+    EXPECT_EQ(sum_over(p, "edp", CollKind::AllReduce, false), 0);
     // Each layer's gather carries its 2e3 non-expert elements instead of 1e4.
     EXPECT_NEAR(sum_over(p, "dp_shard", CollKind::AllGather, false) - m.root_params * 4 * mb,
                 (sum_over(without, "dp_shard", CollKind::AllGather, false) - m.root_params * 4 * mb) * 2e3 / 1e4, 1e-6);
   }
+  // ZeRO-1: reduce-scattered once a step, the updated shards gathered back; ddp: all-reduced.
+  in.layout.algorithm = Algorithm::ShardedOptimizer;
+  const StepPrediction zero1 = predict_step(in);
+  EXPECT_NEAR(sum_over(zero1, "edp", CollKind::ReduceScatter, false), 4 * 2 * 8e3 / ep, 1e-6);
+  EXPECT_NEAR(sum_over(zero1, "edp", CollKind::AllGather, false), 4 * 2 * 8e3 / ep, 1e-6);
+  in.layout.algorithm = Algorithm::Replicated;
+  EXPECT_NEAR(sum_over(predict_step(in), "edp", CollKind::AllReduce, false), 4 * 2 * 8e3 / ep, 1e-6);
   LayoutSpace space;
   space.world = 4;
   space.devices_per_node = 4;
