@@ -27,7 +27,7 @@ const std::vector<EngineCapabilities>& engine_capabilities() {
   static const std::vector<EngineCapabilities> engines = {
       {"none", true, false, false, false, false},       {"ddp", true, false, false, false, false},
       {"fsdp", false, false, false, false, false},      {"fsdp2", true, true, true, false, false},
-      {"deepspeed", false, false, true, true, false},   {"megatron", true, false, true, false, true},
+      {"deepspeed", false, false, true, true, false},   {"megatron", true, true, true, false, true},
   };
   return engines;
 }

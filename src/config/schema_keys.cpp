@@ -151,10 +151,11 @@ std::vector<KeySpec> build() {
         "with dynamic per-tensor scales; master weights fp32. Engines none, ddp, fsdp2, megatron")
           .def(false),
       K("fp8_enable_fsdp_float8_all_gather", B,
-        "fsdp2 with fp8: each rank casts its shard of a float8 linear's weight to e4m3 with the whole "
-        "weight's scale and the all-gather moves one byte an element")
+        "fsdp2 (or megatron with data_parallel_sharding_strategy optim_grads_params) with fp8: each rank "
+        "casts its shard of a float8 linear's weight to e4m3 with the whole weight's scale and the "
+        "all-gather moves one byte an element")
           .def(false)
-          .engines({"fsdp2"}),
+          .engines({"fsdp2", "megatron"}),
       // ---- which parameters train (LlamaFactory's finetuning_args) ----
       K("finetuning_type", S,
         "\"full\": every parameter trains; \"freeze\": only the layers and modules the freeze_* "
@@ -477,9 +478,10 @@ std::vector<KeySpec> build() {
           .engines({"fsdp2", "megatron"}),
       K("dist_config.fp8_enable_fsdp_float8_all_gather", B,
         "Gather the weights of float8 linears as e4m3 (one byte an element) with the whole weight's "
-        "scale; needs fp8 = true")
+        "scale (under megatron tp the amax agreed over tp too); needs fp8 = true, and under megatron "
+        "data_parallel_sharding_strategy = \"optim_grads_params\"")
           .def(false)
-          .engines({"fsdp2"}),
+          .engines({"fsdp2", "megatron"}),
 
       K("dist_config.cp_mode", S,
         "How [mesh] cp > 1 splits attention: ulysses (all-to-all from sequence chunks to whole "

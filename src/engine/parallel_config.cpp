@@ -72,16 +72,35 @@ const EngineInfo& engine_for(const config::Config& cfg) {
                             available + " (see `lftrain --list-engines`)");
 }
 
+namespace {
+
+// dist_config.fp8_enable_fsdp_float8_all_gather for a sharding plan (fsdp2's, megatron's) whose
+// offload is decided: only where float8 linears exist and their weights are gathered.
+bool float8_all_gather(const config::Config& cfg, const RunPlan& run, const ShardingPlan& plan) {
+  const std::string key = "dist_config.fp8_enable_fsdp_float8_all_gather";
+  if (!cfg.boolean(key)) return false;
+  if (!run.fp8)
+    fail(cfg.where(key) + ": the float8 all-gather gathers the weights of float8 linears, and fp8 is false",
+         "set fp8 = true, or remove fp8_enable_fsdp_float8_all_gather");
+  if (!plan.shard_parameters)
+    fail(cfg.where(key) + ": megatron gathers its weights only with data_parallel_sharding_strategy = "
+                          "\"optim_grads_params\"; without it there is no all-gather of weights to do in float8",
+         "set dist_config.data_parallel_sharding_strategy = \"optim_grads_params\", or remove "
+         "fp8_enable_fsdp_float8_all_gather");
+  if (plan.offload)
+    fail(cfg.where("dist_config.offload_params") +
+             ": offload_params with fp8_enable_fsdp_float8_all_gather is not implemented in this build",
+         "remove one of them");
+  return true;
+}
+
+}  // namespace
+
 std::optional<ShardingPlan> sharding_plan(const config::Config& cfg, const RunPlan& run) {
   const EnginePreset preset = engine_for(cfg).preset;
   ShardingPlan plan;
   plan.name = preset_name(preset);
   if (preset == EnginePreset::Fsdp2) {
-    plan.float8_all_gather = cfg.boolean("dist_config.fp8_enable_fsdp_float8_all_gather");
-    if (plan.float8_all_gather && !run.fp8)
-      fail(cfg.where("dist_config.fp8_enable_fsdp_float8_all_gather") +
-               ": the float8 all-gather gathers the weights of float8 linears, and fp8 is false",
-           "set fp8 = true, or remove fp8_enable_fsdp_float8_all_gather");
     plan.per_parameter_cut = true;
     plan.compute_dtype = mixed_precision(cfg);
     plan.reshard_after_forward = cfg.boolean("dist_config.reshard_after_forward");
@@ -90,10 +109,7 @@ std::optional<ShardingPlan> sharding_plan(const config::Config& cfg, const RunPl
     if (plan.pin_memory && !plan.offload)
       fail(cfg.where("dist_config.pin_memory") + ": pin_memory pins the offloaded shards, and offload_params is false",
            "set offload_params = true, or remove pin_memory");
-    if (plan.offload && plan.float8_all_gather)
-      fail(cfg.where("dist_config.offload_params") +
-               ": offload_params with fp8_enable_fsdp_float8_all_gather is not implemented in this build",
-           "remove one of them");
+    plan.float8_all_gather = float8_all_gather(cfg, run, plan);
     plan.description = "per-parameter dim-0 shards over dp_shard, gathered in " +
                        precision_word(plan.compute_dtype) + ", reshard_after_forward = " +
                        (plan.reshard_after_forward ? "true" : "false") +
@@ -249,6 +265,11 @@ ParallelPlan resolve_parallel_plan(const config::Config& cfg, const RunPlan& run
     if (p.sharded) {
       p.sharded->offload = offload;
       p.sharded->pin_memory = pin;
+      p.sharded->float8_all_gather = float8_all_gather(cfg, run, *p.sharded);
+    } else {
+      ShardingPlan none;  // no sharding strategy: no weights gathered (refused when asked)
+      none.shard_parameters = false;
+      float8_all_gather(cfg, run, none);
     }
   } else {
     p.sharded = sharding_plan(cfg, run);

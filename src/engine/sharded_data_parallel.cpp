@@ -235,6 +235,13 @@ void ShardedDataParallel::launch_gather(Unit& u) {
     if (piece.numel() > 0) amax[static_cast<std::int64_t>(j)] = piece.abs().max();
   }
   shard_comm_.all_reduce(amax, ReduceOp::Max);
+  // Megatron: weights split over tp are cast with the whole tensor's scale, the amax agreed over
+  // tp as the linears agree it themselves (float8.h); a replicated one's is its own on every rank.
+  for (const std::size_t i : u.f8)
+    if (const auto& tp = float8_linear_[u.params[i]]->float8_sharding) {
+      tp->max_over_group(amax);
+      break;
+    }
   u.gather8_in = at::zeros({u.f8_layout.shard_numel}, u.master.options().dtype(at::kByte));
   u.f8_inv_scale.clear();
   for (std::size_t j = 0; j < u.f8.size(); ++j) {

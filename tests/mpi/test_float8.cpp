@@ -74,6 +74,9 @@ TEST(Float8Parity, EveryEngineMatchesTheOneRankFloat8Run) {
       // ZeRO-3 over dp: each layer's weights gathered whole (fp32), then cast per matmul as fsdp2's.
       {"megatron dp ZeRO-3", "megatron", "[dist_config]\ndata_parallel_sharding_strategy = \"optim_grads_params\"\n", 1,
        1e-4, false},
+      {"megatron dp ZeRO-3 float8 all-gather", "megatron",
+       "[dist_config]\ndata_parallel_sharding_strategy = \"optim_grads_params\"\nfp8_enable_fsdp_float8_all_gather = true\n",
+       1, 1e-4, false},
   };
   for (const Case& c : cases) {
     if (n % c.model_ranks != 0) continue;
@@ -139,6 +142,40 @@ TEST(Float8Comm, AllGatherBytesOfFloat8WeightsHalfOfBf16) {
                 "(formula %.3f), bf16/fp32 %.3f\n", fp32, bf16, f8, f8 / bf16, expected, bf16 / fp32);
   EXPECT_NEAR(bf16 / fp32, 0.5, 0.005);
   EXPECT_NEAR(f8 / bf16, expected, 0.01);
+}
+
+// Megatron's ZeRO-3 (optim_grads_params) with the float8 all-gather, through the same component as
+// fsdp2's: each rank casts its fp32 shard of a float8 linear's weight (its tp box's rows) with the
+// whole weight's scale, the amax agreed over the dp shards and over tp, and gathers one byte an
+// element. The e4m3 weights are those the linears cast themselves from the gathered fp32 weights
+// (the same scale), so every loss equals the run without the float8 all-gather bitwise, and the
+// all-gathers move fewer bytes: at 2 ranks dp 2, at 4 ranks tp 2 x dp 2.
+TEST(Float8Comm, MegatronFloat8AllGatherEqualsGatheringFp32) {
+  const int n = world().size();
+  if (n != 2 && n != 4) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  at::set_num_threads(1);
+  const std::string mesh = n == 4 ? "[mesh]\ntp = 2\n" : "";
+  auto run = [&](bool float8_gather) {
+    std::unique_ptr<DeviceMesh> device_mesh;
+    auto trainer = test::make_trainer(
+        wide_run("megatron", 2, 3,
+                 "fp8 = true\n" + mesh + "[dist_config]\ndata_parallel_sharding_strategy = \"optim_grads_params\"\n" +
+                     (float8_gather ? "fp8_enable_fsdp_float8_all_gather = true\n" : "")),
+        world(), device_mesh);
+    std::vector<double> losses;
+    for (int i = 0; i < 4; ++i) losses.push_back(trainer->step().loss);
+    double bytes = 0;
+    for (Communicator* c : trainer->engine().communicators())
+      bytes += static_cast<double>(c->stats()[CollKind::AllGather].bytes);
+    return std::pair{losses, bytes};
+  };
+  const auto [fp32_losses, fp32_bytes] = run(false);
+  const auto [f8_losses, f8_bytes] = run(true);
+  for (std::size_t i = 0; i < fp32_losses.size(); ++i) EXPECT_EQ(f8_losses[i], fp32_losses[i]) << "step " << i + 1;
+  if (world().rank() == 0)
+    std::printf("[ float8 ] megatron ZeRO-3 all-gather bytes: fp32 %.0f, float8 %.0f (%.3f)\n", fp32_bytes, f8_bytes,
+                f8_bytes / fp32_bytes);
+  EXPECT_LT(f8_bytes, 0.6 * fp32_bytes);
 }
 
 }  // namespace

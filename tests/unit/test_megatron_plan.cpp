@@ -65,6 +65,33 @@ TEST(MegatronPlan, OffloadRidesOnTheShardedComponent) {
   EXPECT_TRUE(sharded.memory.offload);  // the estimate counts the shards on the host
 }
 
+// The float8 all-gather is the sharded component's too: megatron takes it where it gathers weights
+// (optim_grads_params) and float8 linears exist, and otherwise refuses it naming the key and why.
+TEST(MegatronPlan, Float8AllGatherNeedsGatheredWeightsAndFp8) {
+  auto with = [](const std::string& top, const std::string& dist) {
+    return config::parse_config(top + "distributed = \"megatron\"\ntrain_dataset = \"" + data_file() +
+                                    "\"\ncutoff_len = 32\ngradient_accumulation_steps = 4\n[dist_config]\n"
+                                    "fp8_enable_fsdp_float8_all_gather = true\n" + dist +
+                                    "[model]\nvocab_size = 259\nhidden_size = 32\nintermediate_size = 64\n"
+                                    "num_hidden_layers = 2\nnum_attention_heads = 4\nnum_key_value_heads = 2\n",
+                                "megatron.toml");
+  };
+  const std::string zero3 = "data_parallel_sharding_strategy = \"optim_grads_params\"\n";
+  const std::string no_fp8 = test::message_of<config::ConfigError>([&] { resolve_run_plan(with("", zero3), mesh(1, 1)); });
+  EXPECT_NE(no_fp8.find("fp8_enable_fsdp_float8_all_gather"), std::string::npos) << no_fp8;
+  EXPECT_NE(no_fp8.find("fp8 is false"), std::string::npos) << no_fp8;
+  for (const std::string& strategy : {std::string(), std::string("data_parallel_sharding_strategy = \"optim_grads\"\n")}) {
+    const std::string m = test::message_of<config::ConfigError>([&] { resolve_run_plan(with("fp8 = true\n", strategy), mesh(1, 1)); });
+    EXPECT_NE(m.find("megatron.toml:"), std::string::npos) << m;
+    EXPECT_NE(m.find("gathers its weights only with data_parallel_sharding_strategy = \"optim_grads_params\""),
+              std::string::npos)
+        << m;
+  }
+  const RunPlan ok = resolve_run_plan(with("fp8 = true\n", zero3), mesh(1, 1));
+  ASSERT_TRUE(ok.parallel.sharded.has_value());
+  EXPECT_TRUE(ok.parallel.sharded->float8_all_gather);
+}
+
 // DoRA takes each whole output row's norm: tensor parallelism (row-parallel linears split them)
 // and fp8 (no base weight kept) are refused, naming use_dora; pipeline stages take it.
 TEST(MegatronPlan, DoraRefusedUnderTensorParallelismAndFp8) {
