@@ -4,6 +4,7 @@
 
 #include "lft/engine/parallel_config.h"
 #include "lft/engine/tensor_parallel.h"
+#include "lft/model/moe.h"
 
 namespace lft::engine {
 namespace {
@@ -14,27 +15,34 @@ namespace {
 
 std::string n(std::int64_t v) { return std::to_string(v); }
 
+void check_sequence_parallel(const config::Config& cfg, int tp) {
+  if (cfg.boolean("dist_config.sequence_parallel") && cfg.integer("cutoff_len") % tp != 0)
+    fail(cfg.where("dist_config.sequence_parallel") + ": sequence parallel splits each sequence of cutoff_len = " +
+             n(cfg.integer("cutoff_len")) + " tokens over tp = " + n(tp) + " ranks, which does not divide it",
+         "make cutoff_len a multiple of tp");
+}
+
 void check_tensor_parallel(const config::Config& cfg, const model::CausalLM& model, int tp) {
   const std::string where = cfg.is_set("mesh.tp") ? cfg.where("mesh.tp") : "[mesh] tp";
-  for (const auto& item : model.named_parameters()) {
-    const model::TpSplit s = model.placement(item.key()).tp;
-    if (!s.split() || tp == 1) continue;
+  // Nothing to split at tp 1; of a layer's experts the first stands for all (the planner checks
+  // many layouts of models with thousands of experts).
+  if (tp == 1) return;
+  for (const auto& [name, tensor] : model::distinct_parameters(model)) {
+    const model::TpSplit s = model.placement(name).tp;
+    if (!s.split()) continue;
     if (s.even && s.groups % tp != 0 && !(s.replicable && tp % s.groups == 0))
       fail(where + " = " + n(tp) + ": the model's " + n(s.groups) + " " + s.what +
                (s.replicable ? " neither divide over " + n(tp) +
                                    " ranks nor replicate evenly (tp must divide them or be a multiple of them)"
                              : " do not divide over " + n(tp) + " tensor-parallel ranks"),
            "choose a tp that divides " + n(s.groups) + (s.replicable ? " or is a multiple of it" : ""));
-    if (s.role == model::TpRole::RowParallel && item.value().dim() < 2)
-      fail(where + " = " + n(tp) + ": " + item.key() +
+    if (s.role == model::TpRole::RowParallel && tensor.dim() < 2)
+      fail(where + " = " + n(tp) + ": " + name +
                " is the bias of a row-parallel layer, which every tensor-parallel rank would add; "
                "this build splits only bias-free row-parallel layers",
            "train this model with tp = 1");
   }
-  if (cfg.boolean("dist_config.sequence_parallel") && cfg.integer("cutoff_len") % tp != 0)
-    fail(cfg.where("dist_config.sequence_parallel") + ": sequence parallel splits each sequence of cutoff_len = " +
-             n(cfg.integer("cutoff_len")) + " tokens over tp = " + n(tp) + " ranks, which does not divide it",
-         "make cutoff_len a multiple of tp");
+  check_sequence_parallel(cfg, tp);
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> split_layers(const config::Config& cfg, std::int64_t layers,

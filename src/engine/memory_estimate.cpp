@@ -215,37 +215,66 @@ MemoryEstimate sharded_terms(const std::vector<std::vector<Shape>>& all_units,
 
 }  // namespace
 
+namespace {
+
+// What the experts of one rank add: `all` and `trained` their shapes by unit (the layers'), kept
+// whole and reduced in buckets over edp, or sharded over edp by the engine's component and plan
+// (each MoE layer's experts a unit).
+MemoryEstimate expert_terms(const RunPlan& run, const std::vector<std::vector<Shape>>& all,
+                            const std::vector<std::vector<Shape>>& trained, int edp) {
+  if (run.parallel.sharded && edp > 1) return sharded_terms(all, trained, edp, *run.parallel.sharded, run.nccl);
+  double held = 0, trains = 0;
+  for (const auto& unit : all) held += numel(unit);
+  for (const auto& unit : trained) trains += numel(unit);
+  // Whole fp32 experts with their gradients, AdamW's moments and the buckets' fp32 copy of the
+  // gradients.
+  MemoryEstimate e;
+  e.weights = 4 * held;
+  e.gradients = 4 * trains;
+  e.optimizer = 8 * trains;
+  e.gathered = 4 * trains;
+  return e;
+}
+
+}  // namespace
+
 void add_expert_parallel_memory(const RunPlan& run, MemoryEstimate& e) {
   if (run.mesh.ep <= 1) return;
   const auto m = create_run_model(run, at::TensorOptions().device(at::kMeta));
-  double held = 0, trained = 0;  // this rank's experts (every rank holds as many)
-  std::vector<std::vector<Shape>> all(static_cast<std::size_t>(m->num_layers()) + 1), kept_trained(all);
-  for (const auto& [name, t] : model::place_model_experts(*m, std::make_shared<MetaExchange>(run.mesh.ep))) {
-    held += static_cast<double>(t.numel());
-    const std::size_t unit = sharded_unit_of(*m, name);
-    all[unit].push_back(t.sizes().vec());
-    if (!t.requires_grad()) continue;
-    trained += static_cast<double>(t.numel());
-    kept_trained[unit].push_back(t.sizes().vec());
-  }
+  const auto placed = model::place_model_experts(*m, std::make_shared<MetaExchange>(run.mesh.ep));
   const int edp = run.mesh.dp_size() * run.mesh[MeshDim::CP] / run.mesh.ep;
-  if (run.parallel.sharded && edp > 1) {
-    // Sharded over edp by the engine's own component and plan, each MoE layer's experts a unit.
-    const MemoryEstimate x = sharded_terms(all, kept_trained, edp, *run.parallel.sharded, run.nccl);
-    e.weights += x.weights;
-    e.offloaded_weights += x.offloaded_weights;
-    e.gradients += x.gradients;
-    e.optimizer += x.optimizer;
-    e.gathered += x.gathered;
-    e.mpi_staging = std::max(e.mpi_staging, x.mpi_staging);
-    return;
+  // Under megatron a rank holds the experts of its stage's layers, its tp rank's box of each (as
+  // estimate_megatron counts the rest): the stage that holds the most.
+  const MegatronPlan* megatron = run.parallel.megatron ? &*run.parallel.megatron : nullptr;
+  const int stages = megatron ? megatron->pp : 1;
+  std::vector<std::vector<std::vector<Shape>>> all(static_cast<std::size_t>(stages),
+                                                   std::vector<std::vector<Shape>>(static_cast<std::size_t>(m->num_layers()) + 1));
+  auto trained = all;
+  for (const auto& [name, t] : placed) {
+    Shape box = t.sizes().vec();
+    const model::ParameterPlacement placement = m->placement(name);
+    const std::size_t unit = sharded_unit_of(*m, name);
+    std::size_t stage = 0;
+    if (megatron) {
+      stage = static_cast<std::size_t>(stage_of_unit(*megatron, *m, placement.units.front()));
+      const TpSlice slice = tp_slice(placement.tp, megatron->tp, 0);
+      if (slice.dim >= 0) box[static_cast<std::size_t>(slice.dim)] = slice.count;
+    }
+    all[stage][unit].push_back(box);
+    if (t.requires_grad()) trained[stage][unit].push_back(box);
   }
-  // Whole fp32 experts with their gradients, AdamW's moments and the buckets' fp32 copy of the
-  // gradients.
-  e.weights += 4 * held;
-  e.gradients += 4 * trained;
-  e.optimizer += 8 * trained;
-  e.gathered += 4 * trained;
+  MemoryEstimate worst;
+  for (int stage = 0; stage < stages; ++stage) {
+    const auto g = static_cast<std::size_t>(stage);
+    const MemoryEstimate x = expert_terms(run, all[g], trained[g], edp);
+    if (x.total() > worst.total()) worst = x;
+  }
+  e.weights += worst.weights;
+  e.offloaded_weights += worst.offloaded_weights;
+  e.gradients += worst.gradients;
+  e.optimizer += worst.optimizer;
+  e.gathered += worst.gathered;
+  e.mpi_staging = std::max(e.mpi_staging, worst.mpi_staging);
 }
 
 MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {

@@ -289,6 +289,30 @@ std::vector<std::pair<std::string, at::Tensor>> place_model_experts(torch::nn::M
   return placed;
 }
 
+namespace {
+
+void add_distinct(const torch::nn::Module& module, const std::string& prefix,
+                  std::vector<std::pair<std::string, at::Tensor>>& out) {
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) out.emplace_back(prefix + p.key(), p.value());
+  const bool experts = dynamic_cast<const SparseMoeBlockImpl*>(&module) != nullptr;
+  for (const auto& child : module.named_children()) {
+    if (experts && child.key() == "experts") {
+      const auto list = child.value()->children();
+      if (!list.empty()) add_distinct(*list.front(), prefix + "experts.0.", out);
+      continue;
+    }
+    add_distinct(*child.value(), prefix + child.key() + ".", out);
+  }
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, at::Tensor>> distinct_parameters(const torch::nn::Module& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  add_distinct(model, "", out);
+  return out;
+}
+
 LayerParameters moe_layer_parameters(const ModelConfig& c, std::int64_t layer) {
   LayerParameters p = llama_layer_parameters(c, layer);  // attention, norms and a dense MLP
   if (!c.moe.routes(layer)) return p;

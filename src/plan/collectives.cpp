@@ -257,6 +257,12 @@ std::vector<Collective> data_parallel_collectives(const StepInput& given) {
     expert_data_parallel(in, out);
     in.model.params -= in.model.expert_params;
     in.model.trained -= in.model.expert_trained;
+    // Megatron's stage box loses its share of them (tp rank 0's boxes of its stage's layers).
+    if (in.layout.algorithm == Algorithm::Megatron) {
+      const double share = static_cast<double>(in.layout.mesh[MeshDim::TP] * in.layout.mesh[MeshDim::PP]);
+      in.stage_box.params -= in.model.expert_params / share;
+      in.stage_box.trained -= in.model.expert_trained / share;
+    }
   }
   const Layout& l = in.layout;
   const ModelShape& m = in.model;

@@ -83,7 +83,7 @@ std::vector<Layout> engine_variants(const LayoutSpace& s, const MeshShape& mesh)
 }
 
 // Each engine variant, and with cp > 1 each as Ulysses and as ring attention; for a mixture of
-// experts the data-parallel engines' each with every ep that divides dp x cp and the experts.
+// experts each (megatron's too) with every ep that divides dp x cp and the experts.
 std::vector<Layout> variants(const LayoutSpace& s, const MeshShape& mesh) {
   std::vector<Layout> cp_modes;
   for (const Layout& l : engine_variants(s, mesh)) {
@@ -98,7 +98,7 @@ std::vector<Layout> variants(const LayoutSpace& s, const MeshShape& mesh) {
   const std::int64_t dp_cp = mesh.dp_size() * mesh[MeshDim::CP];
   for (const Layout& l : cp_modes) {
     out.push_back(l);
-    if (s.experts == 0 || l.algorithm == Algorithm::Megatron || l.algorithm == Algorithm::Single) continue;
+    if (s.experts == 0 || l.algorithm == Algorithm::Single) continue;
     for (const std::int64_t ep : divisors(dp_cp)) {
       if (ep == 1 || s.experts % ep != 0) continue;
       Layout e = l;

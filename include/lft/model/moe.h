@@ -158,6 +158,11 @@ class MoeForCausalLMImpl : public CausalLM {
 std::vector<std::pair<std::string, at::Tensor>> place_model_experts(torch::nn::Module& model,
                                                                     const std::shared_ptr<const ExpertExchange>& exchange);
 
+// Every parameter of `model` with its name, but of each MoE layer's experts (alike but for their
+// index: shapes and tensor-parallel roles) the first expert's only: for checks that walk a model of
+// thousands of experts many times (the planner's tensor-parallel check of each layout).
+std::vector<std::pair<std::string, at::Tensor>> distinct_parameters(const torch::nn::Module& model);
+
 // The parameters of one layer of a MoE family (families.h): every expert, and for a token the
 // router and its k experts (and the shared expert).
 LayerParameters moe_layer_parameters(const ModelConfig& c, std::int64_t layer);
