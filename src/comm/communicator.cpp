@@ -179,18 +179,34 @@ WorkPtr Communicator::broadcast_async(const at::Tensor& t, int root) {
   return do_broadcast(t, root, std::move(info));
 }
 
-WorkPtr Communicator::all_to_all_async(const at::Tensor& in, const at::Tensor& out) {
+WorkPtr Communicator::all_to_all_async(const at::Tensor& in, const at::Tensor& out,
+                                       const std::vector<int64_t>& send_counts, const std::vector<int64_t>& recv_counts) {
   require_contiguous(in, "all_to_all");
   require_contiguous(out, "all_to_all");
   require_device(in, "all_to_all");
   require_device(out, "all_to_all");
-  if (in.numel() != out.numel() || in.scalar_type() != out.scalar_type() || in.numel() % size_ != 0)
-    throw std::invalid_argument("all_to_all on '" + name_ + "': in (" + std::to_string(in.numel()) + " " +
-                                dtype_name(in) + ") and out (" + std::to_string(out.numel()) + " " + dtype_name(out) +
-                                ") must have one dtype and the same number of elements, a multiple of the group's " +
-                                std::to_string(size_) + " ranks");
-  auto info = begin(CollKind::AllToAll, wire_bytes(in, false), dtype_name(in) + ", ");
-  return do_all_to_all(in, out, std::move(info));
+  const auto sum = [](const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); };
+  const std::string tensors = "in (" + std::to_string(in.numel()) + " " + dtype_name(in) + ") and out (" +
+                              std::to_string(out.numel()) + " " + dtype_name(out) + ")";
+  if (send_counts.empty() != recv_counts.empty())
+    throw std::invalid_argument("all_to_all on '" + name_ + "': give both send and receive counts, or neither");
+  if (send_counts.empty()) {
+    if (in.numel() != out.numel() || in.scalar_type() != out.scalar_type() || in.numel() % size_ != 0)
+      throw std::invalid_argument("all_to_all on '" + name_ + "': " + tensors +
+                                  " must have one dtype and the same number of elements, a multiple of the group's " +
+                                  std::to_string(size_) + " ranks");
+    const std::vector<int64_t> blocks(static_cast<std::size_t>(size_), in.numel() / size_);
+    auto info = begin(CollKind::AllToAll, wire_bytes(in, false), dtype_name(in) + ", ");
+    return do_all_to_all(in, out, blocks, blocks, std::move(info));
+  }
+  const auto n = static_cast<std::size_t>(size_);
+  if (send_counts.size() != n || recv_counts.size() != n || sum(send_counts) != in.numel() ||
+      sum(recv_counts) != out.numel() || in.scalar_type() != out.scalar_type())
+    throw std::invalid_argument("all_to_all on '" + name_ + "': " + tensors + " must have one dtype and hold the " +
+                                std::to_string(size_) + " send counts' and receive counts' elements (" +
+                                std::to_string(sum(send_counts)) + " and " + std::to_string(sum(recv_counts)) + ")");
+  auto info = begin(CollKind::AllToAll, wire_bytes(in, false), "uneven, " + dtype_name(in) + ", ");
+  return do_all_to_all(in, out, send_counts, recv_counts, std::move(info));
 }
 
 void Communicator::require_point_to_point(CollKind kind, const at::Tensor& t) const {

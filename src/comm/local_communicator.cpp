@@ -59,7 +59,8 @@ WorkPtr LocalCommunicator::do_all_gather(const at::Tensor& in, const at::Tensor&
   return done(std::move(info), &out);
 }
 
-WorkPtr LocalCommunicator::do_all_to_all(const at::Tensor& in, const at::Tensor& out, CallInfo info) {
+WorkPtr LocalCommunicator::do_all_to_all(const at::Tensor& in, const at::Tensor& out, const std::vector<int64_t>&,
+                                         const std::vector<int64_t>&, CallInfo info) {
   out.copy_(in);
   return done(std::move(info), &out);
 }

@@ -2,8 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <climits>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -272,13 +274,25 @@ WorkPtr MpiCommunicator::do_all_gather(const at::Tensor& in, const at::Tensor& o
   return work;
 }
 
-WorkPtr MpiCommunicator::do_all_to_all(const at::Tensor& in, const at::Tensor& out, CallInfo info) {
+WorkPtr MpiCommunicator::do_all_to_all(const at::Tensor& in, const at::Tensor& out,
+                                       const std::vector<int64_t>& send_counts, const std::vector<int64_t>& recv_counts,
+                                       CallInfo info) {
   HostStage stage(staged());
   const at::Tensor src = stage.in(in), dst = stage.out(out);
-  const int block_bytes = as_count(in.numel() / size() * in.element_size());
-  auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats, stage.then([src] {}));
-  LFT_MPI_CHECK(MPI_Ialltoall(src.data_ptr(), block_bytes, MPI_BYTE, dst.data_ptr(), block_bytes, MPI_BYTE, comm_,
-                              work->request()));
+  // Byte counts and displacements, alive until the operation completes (MPI reads them then).
+  auto bytes = [&](const std::vector<int64_t>& counts) {
+    std::vector<int> b;
+    for (const int64_t c : counts) b.push_back(as_count(c * in.element_size()));
+    return b;
+  };
+  auto counts = std::make_shared<std::array<std::vector<int>, 4>>();
+  (*counts)[0] = bytes(send_counts);
+  (*counts)[1] = displacements((*counts)[0]);
+  (*counts)[2] = bytes(recv_counts);
+  (*counts)[3] = displacements((*counts)[2]);
+  auto work = std::make_unique<MpiWork>(std::move(info.what), info.stats, stage.then([src, counts] {}));
+  LFT_MPI_CHECK(MPI_Ialltoallv(src.data_ptr(), (*counts)[0].data(), (*counts)[1].data(), MPI_BYTE, dst.data_ptr(),
+                               (*counts)[2].data(), (*counts)[3].data(), MPI_BYTE, comm_, work->request()));
   return work;
 }
 

@@ -306,17 +306,24 @@ WorkPtr NcclCommunicator::do_broadcast(const at::Tensor& t, int root, CallInfo i
   return leave(std::move(info));
 }
 
-WorkPtr NcclCommunicator::do_all_to_all(const at::Tensor& in, const at::Tensor& out, CallInfo info) {
+WorkPtr NcclCommunicator::do_all_to_all(const at::Tensor& in, const at::Tensor& out,
+                                        const std::vector<int64_t>& send_counts, const std::vector<int64_t>& recv_counts,
+                                        CallInfo info) {
   cudaStream_t stream = enter({&in, &out});
   host_call(info.what, [&] {
-    // NCCL has no all-to-all call: one send and one receive per peer, in one group.
-    const int64_t block = in.numel() / size(), bytes = block * in.element_size();
+    // NCCL has no all-to-all call: one send and one receive per peer (blocks of any size, empty
+    // ones skipped), in one group, so that every pair's transfers run together.
+    const int64_t element = in.element_size();
     const auto* src = static_cast<const char*>(in.data_ptr());
     auto* dst = static_cast<char*>(out.data_ptr());
+    int64_t sent = 0, received = 0;
     LFT_NCCL_CHECK(ncclGroupStart());
     for (int r = 0; r < size(); ++r) {
-      LFT_NCCL_CHECK(ncclSend(src + r * bytes, block, nccl_type(in), r, comm_, stream));
-      LFT_NCCL_CHECK(ncclRecv(dst + r * bytes, block, nccl_type(out), r, comm_, stream));
+      const int64_t s = send_counts[static_cast<std::size_t>(r)], g = recv_counts[static_cast<std::size_t>(r)];
+      if (s > 0) LFT_NCCL_CHECK(ncclSend(src + sent * element, static_cast<size_t>(s), nccl_type(in), r, comm_, stream));
+      if (g > 0) LFT_NCCL_CHECK(ncclRecv(dst + received * element, static_cast<size_t>(g), nccl_type(out), r, comm_, stream));
+      sent += s;
+      received += g;
     }
     LFT_NCCL_CHECK(ncclGroupEnd());
   });

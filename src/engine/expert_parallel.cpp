@@ -24,23 +24,18 @@ at::Tensor CommExpertExchange::exchange_counts(const at::Tensor& counts) const {
 
 namespace {
 
-// Every round's send and receive posted; wait() completes them in round order.
 class CommRowsInFlight final : public model::RowsInFlight {
  public:
-  CommRowsInFlight(at::Tensor out, std::vector<Communicator::SendRecv> rounds)
-      : out_(std::move(out)), rounds_(std::move(rounds)) {}
+  CommRowsInFlight(at::Tensor out, WorkPtr work) : out_(std::move(out)), work_(std::move(work)) {}
   at::Tensor wait() override {
-    for (Communicator::SendRecv& sr : rounds_) {
-      sr.send->wait();
-      sr.recv->wait();
-    }
-    rounds_.clear();
+    if (work_) work_->wait();
+    work_.reset();
     return out_;
   }
 
  private:
   at::Tensor out_;
-  std::vector<Communicator::SendRecv> rounds_;
+  WorkPtr work_;
 };
 
 }  // namespace
@@ -48,25 +43,20 @@ class CommRowsInFlight final : public model::RowsInFlight {
 std::unique_ptr<model::RowsInFlight> CommExpertExchange::post_rows(const at::Tensor& rows,
                                                                    const std::vector<std::int64_t>& send,
                                                                    const std::vector<std::int64_t>& recv) const {
-  const int n = comm_.size(), me = comm_.rank();
-  std::vector<std::int64_t> send_at(static_cast<std::size_t>(n), 0), recv_at(send_at);
-  for (int r = 1; r < n; ++r) {
-    const auto i = static_cast<std::size_t>(r);
-    send_at[i] = send_at[i - 1] + send[i - 1];
-    recv_at[i] = recv_at[i - 1] + recv[i - 1];
+  // One uneven all-to-all of whole rows (MPI_Ialltoallv; NCCL: a grouped send and receive per peer).
+  std::int64_t width = 1;  // elements a row (from the shape: a rank may send no rows)
+  for (std::int64_t d = 1; d < rows.dim(); ++d) width *= rows.size(d);
+  std::vector<std::int64_t> send_elements, recv_elements;
+  std::int64_t arriving = 0;
+  for (std::size_t r = 0; r < send.size(); ++r) {
+    send_elements.push_back(send[r] * width);
+    recv_elements.push_back(recv[r] * width);
+    arriving += recv[r];
   }
-  const auto of = [](const std::vector<std::int64_t>& v, int r) { return v[static_cast<std::size_t>(r)]; };
   std::vector<std::int64_t> shape = rows.sizes().vec();
-  shape[0] = of(recv_at, n - 1) + of(recv, n - 1);
+  shape[0] = arriving;
   at::Tensor out = at::empty(shape, rows.options());
-  out.narrow(0, of(recv_at, me), of(recv, me)).copy_(rows.narrow(0, of(send_at, me), of(send, me)));
-  std::vector<Communicator::SendRecv> rounds;
-  for (int round = 1; round < n; ++round) {
-    const int dst = (me + round) % n, src = (me - round + n) % n;
-    rounds.push_back(comm_.send_recv_async(rows.narrow(0, of(send_at, dst), of(send, dst)), dst, round,
-                                           out.narrow(0, of(recv_at, src), of(recv, src)), src, round));
-  }
-  return std::make_unique<CommRowsInFlight>(out, std::move(rounds));
+  return std::make_unique<CommRowsInFlight>(out, comm_.all_to_all_async(rows, out, send_elements, recv_elements));
 }
 
 // ---- the engine ----

@@ -298,15 +298,15 @@ std::vector<Collective> expert_parallel_collectives(const StepInput& in, std::in
   const double moe = static_cast<double>(m.moe_layers) * static_cast<double>(layers) /
                      static_cast<double>(std::max<std::int64_t>(1, m.layers));
   const double rows = static_cast<double>(l.micro_batch) * chunk_tokens(in) * static_cast<double>(m.experts_per_token);
-  // Routing spread evenly: each of the ep - 1 other ranks gets rows / ep of them, in one send a
-  // round; the outputs come back the same way, and backward sends both again (checkpointing
-  // recomputes the forward's two inside the backward).
-  const double per_send = rows / ep * static_cast<double>(m.hidden) * in.compute_bytes;
-  const double rounds = ep - 1, recompute = l.checkpointing ? 1 : 0;
-  out.push_back(make("send the routed rows to their experts' ranks and the outputs back", "ep", CollKind::Send,
-                     per_send, moe * 2 * rounds, When::ForwardPath));
-  out.push_back(make("send the rows' and outputs' gradients back (and the recomputed forward's)", "ep", CollKind::Send,
-                     per_send, moe * 2 * rounds * (1 + recompute), When::BackwardPath));
+  // Routing spread evenly: each of the ep - 1 other ranks gets rows / ep of them, in one uneven
+  // all-to-all of the rank's routed rows; the outputs come back the same way, and backward
+  // exchanges both again (checkpointing recomputes the forward's two inside the backward).
+  const double exchanged = rows * static_cast<double>(m.hidden) * in.compute_bytes;
+  const double recompute = l.checkpointing ? 1 : 0;
+  out.push_back(make("all-to-all the routed rows to their experts' ranks and the outputs back", "ep",
+                     CollKind::AllToAll, exchanged, moe * 2, When::ForwardPath));
+  out.push_back(make("all-to-all the rows' and outputs' gradients back (and the recomputed forward's)", "ep",
+                     CollKind::AllToAll, exchanged, moe * 2 * (1 + recompute), When::BackwardPath));
   out.push_back(make("all-to-all the rows' counts per expert", "ep", CollKind::AllToAll,
                      8.0 * static_cast<double>(m.experts), moe * (1 + recompute), When::ForwardPath));
   return out;

@@ -200,6 +200,39 @@ TEST(AllToAll, EveryRankGetsItsBlockFromEachRank) {
   EXPECT_THROW(world().all_to_all(longer, out), std::invalid_argument);
 }
 
+// Uneven blocks (the expert-parallel row exchange): rank r sends (r + j) % 3 rows of 3 elements to
+// rank j (some none), each row holding (from, to, i); rank j gets, in rank order, what each sent
+// it, counted as `in`'s bytes. Counts that do not add up are refused.
+TEST(AllToAll, UnevenBlocksArriveInRankOrder) {
+  const int size = world().size(), me = world().rank();
+  const auto rows_between = [](int from, int to) { return static_cast<int64_t>((from + to) % 3); };
+  const auto block = [&](int from, int to) {
+    const int64_t rows = rows_between(from, to);
+    return at::stack({at::full({rows}, from, at::kLong), at::full({rows}, to, at::kLong), at::arange(rows, at::kLong)}, 1);
+  };
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    std::vector<at::Tensor> mine, expected;
+    std::vector<int64_t> send, recv;
+    for (int j = 0; j < size; ++j) {
+      mine.push_back(block(me, j));
+      send.push_back(3 * rows_between(me, j));
+      expected.push_back(block(j, me));
+      recv.push_back(3 * rows_between(j, me));
+    }
+    const at::Tensor in = at::cat(mine).to(dtype);
+    at::Tensor out = at::empty({at::cat(expected).size(0), 3}, in.options());
+    world().reset_stats();
+    world().all_to_all(in, out, send, recv);
+    EXPECT_TRUE(at::equal(out.to(at::kLong), at::cat(expected))) << "dtype " << dtype;
+    EXPECT_EQ(world().stats()[CollKind::AllToAll].calls, 1u);
+    EXPECT_EQ(world().stats()[CollKind::AllToAll].bytes, static_cast<std::uint64_t>(in.numel() * in.element_size()));
+    std::vector<int64_t> wrong = send;
+    wrong[0] += 1;
+    EXPECT_THROW(world().all_to_all(in, out, wrong, recv), std::invalid_argument);
+    EXPECT_THROW(world().all_to_all(in, out, send, {}), std::invalid_argument);
+  }
+}
+
 TEST(Broadcast, FromLastRank) {
   const int root = world().size() - 1;
   auto t = world().rank() == root ? at::arange(11, at::kHalf) : at::zeros({11}, at::kHalf);

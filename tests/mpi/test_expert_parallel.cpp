@@ -70,10 +70,12 @@ TEST(ExpertParallel, EveryTokenToOneRanksExpertsCompletes) {
 }
 
 // The bytes each rank sends over the ep group in a step are the routed rows the algorithm must
-// move, from the routing itself: router weights zero give every row the same top-k (at::topk's
-// choice among equal probabilities, computed here the same way), so a rank sends the rows it
+// move (beside each forward's expert counts), from the routing itself: router weights zero give
+// every row the same top-k (at::topk's choice among equal probabilities, computed here the same
+// way), so a rank sends the rows it
 // routes to the other rank's experts and returns the outputs of the rows the other rank routes to
-// its own, each hidden x 4 bytes (fp32), in forward and again in backward, for every MoE layer.
+// its own, each hidden x 4 bytes (fp32), in forward and again in backward, for every MoE layer
+// (the all-to-all counts its own rows too, which stay).
 TEST(ExpertParallel, ExchangeBytesAreTheRoutedRows) {
   if (world().size() != 2) GTEST_SKIP() << "runs at 2 ranks";
   at::set_num_threads(1);
@@ -83,9 +85,12 @@ TEST(ExpertParallel, ExchangeBytesAreTheRoutedRows) {
       run_toml(folder, "fsdp2", 2, "train_dataset = \"inputs/data/arithmetic.txt\"\nmax_steps = 1\n[mesh]\nep = 2\n"),
       world(), mesh);
   trainer->step();
-  std::uint64_t sent = 0;
+  std::uint64_t sent = 0, calls = 0;
   for (Communicator* c : trainer->engine().communicators())
-    if (c->name() == "ep") sent += c->stats()[CollKind::Send].bytes;
+    if (c->name() == "ep") {
+      sent += c->stats()[CollKind::AllToAll].bytes;
+      calls += c->stats()[CollKind::AllToAll].calls;
+    }
   const model::ModelConfig c = test::moe_config("qwen3_moe");
   const std::int64_t rows = 2 * 32;  // a micro-batch: 2 packed sequences of cutoff_len 32
   const at::Tensor chosen = std::get<1>(at::topk(at::full({rows, c.moe.num_experts}, 1.0f / 8), c.moe.experts_per_token, -1));
@@ -93,7 +98,15 @@ TEST(ExpertParallel, ExchangeBytesAreTheRoutedRows) {
   const std::int64_t to_other = (chosen.floor_divide(local) != mine).sum().item<std::int64_t>();
   const std::int64_t from_other = (chosen.floor_divide(local) == mine).sum().item<std::int64_t>();  // the other rank routes alike
   const std::int64_t passes = 2, micro_batches = 2, layers = c.num_hidden_layers;
-  EXPECT_EQ(sent, static_cast<std::uint64_t>(layers * micro_batches * passes * (to_other + from_other) * c.hidden_size * 4));
+  // Each MoE layer's forward exchanges its counts (E int64) and its rows there and back, and its
+  // backward their gradients the other way: an all-to-all each, counted as what it is given (the
+  // own experts' block included, which stays): the routed rows there, the arrived ones back.
+  const std::int64_t forwards = layers * micro_batches, routed = rows * c.moe.experts_per_token;
+  const std::int64_t arrived = routed - to_other + from_other;
+  EXPECT_EQ(calls, static_cast<std::uint64_t>(forwards * (1 + 2 * passes)));
+  EXPECT_EQ(sent, static_cast<std::uint64_t>(forwards * (passes * (routed + arrived) * c.hidden_size * 4 +
+                                                         c.moe.num_experts * 8)));
+  EXPECT_GT(to_other + from_other, 0);  // rows cross between the ranks (here all to rank 0's experts)
   EXPECT_GT(sent, 0u);
 }
 

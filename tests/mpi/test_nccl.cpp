@@ -65,6 +65,29 @@ TEST(Nccl, AllToAllOnCudaTensors) {
   EXPECT_EQ(nccl.stats()[CollKind::AllToAll].calls, 1u);
 }
 
+// The expert-parallel row exchange: uneven blocks (rank r sends r + j + 1 rows of 2 to rank j) in
+// one NCCL group; at one rank, to itself.
+TEST(Nccl, UnevenAllToAllOnCudaTensors) {
+  const DeviceChoice device = this_ranks_device();
+  LFT_REQUIRE_GPU(device);
+  NcclCommunicator nccl(world(), "nccl-world");
+  const int n = world().size(), r = world().rank();
+  const auto cuda = at::TensorOptions().device(at::kCUDA, device.index).dtype(at::kFloat);
+  std::vector<at::Tensor> mine, expected;
+  std::vector<int64_t> send, recv;
+  for (int j = 0; j < n; ++j) {
+    mine.push_back(at::full({(r + j + 1) * 2}, 10 * r + j, cuda));
+    send.push_back((r + j + 1) * 2);
+    expected.push_back(at::full({(j + r + 1) * 2}, 10 * j + r, at::kFloat));
+    recv.push_back((j + r + 1) * 2);
+  }
+  const at::Tensor in = at::cat(mine);
+  at::Tensor out = at::empty({at::cat(expected).numel()}, cuda);
+  nccl.all_to_all(in, out, send, recv);
+  EXPECT_TRUE(at::equal(out.cpu(), at::cat(expected))) << out.cpu();
+  EXPECT_EQ(nccl.stats()[CollKind::AllToAll].calls, 1u);
+}
+
 // The collectives run on the communicator's own stream: they must see what the compute stream
 // wrote before the call, and the compute stream must see their result after wait(). A grouped
 // send and receive around a ring (at one rank: to itself).

@@ -301,8 +301,9 @@ TEST(PlanCostModel, ContextParallelPayloadsMatchTheMeasuredFormula) {
 // their experts; the experts are sharded over edp (4 / 2 ranks) as fsdp2 shards the rest: each MoE
 // layer's experts gathered before its forward and again before its backward and their gradients
 // reduce-scattered, every micro-batch (under ddp all-reduced in buckets once a step); each MoE layer's
-// micro-batch sends rows / ep of its k x tokens rows to the other rank and gets their outputs, and
-// backward does it again (checkpointing: the recomputed forward's too).
+// micro-batch all-to-alls its k x tokens routed rows (rows / ep to each other rank) and gets their
+// outputs back, and backward does it again (checkpointing: the recomputed forward's too), beside
+// each forward's counts per expert.
 TEST(PlanCostModel, ExpertParallelMovesTheRoutedRowsAndReducesTheExpertsOverEdp) {
   ModelShape m = shape(2, 1e4, 1e3);
   m.expert_params = m.expert_trained = 2 * 8e3;  // 8e3 of each layer's 1e4 are experts
@@ -319,8 +320,9 @@ TEST(PlanCostModel, ExpertParallelMovesTheRoutedRowsAndReducesTheExpertsOverEdp)
     SCOPED_TRACE(checkpointing ? "checkpointing" : "no checkpointing");
     in.layout.checkpointing = checkpointing;
     const StepPrediction p = predict_step(in);
-    const double per_send = B * T * k / ep * H * 4, exchanges = 2 * (checkpointing ? 3 : 2);
-    EXPECT_NEAR(sum_over(p, "ep", CollKind::Send, false), mb * L * exchanges * (ep - 1) * per_send, 1e-6);
+    const double exchanged = B * T * k * H * 4, exchanges = 2 * (checkpointing ? 3 : 2);
+    const double counts = mb * L * (checkpointing ? 2 : 1) * 8 * m.experts;
+    EXPECT_NEAR(sum_over(p, "ep", CollKind::AllToAll, false), mb * L * exchanges * exchanged + counts, 1e-6);
     EXPECT_NEAR(sum_over(p, "edp", CollKind::AllGather, false), mb * 2 * 4 * 2 * 8e3 / ep, 1e-6);
     EXPECT_NEAR(sum_over(p, "edp", CollKind::ReduceScatter, false), mb * 4 * 2 * 8e3 / ep, 1e-6);
     EXPECT_EQ(sum_over(p, "edp", CollKind::AllReduce, false), 0);

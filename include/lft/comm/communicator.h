@@ -85,7 +85,12 @@ class Communicator {
   WorkPtr broadcast_async(const at::Tensor& t, int root);
   // `in` holds size() equal blocks back to back; block r goes to rank r, and `out` (the size of
   // `in`) gets rank r's block for this rank at block r (Ulysses' sequence <-> head exchange).
-  WorkPtr all_to_all_async(const at::Tensor& in, const at::Tensor& out);
+  // With counts, the blocks are uneven: send_counts[r] elements of `in` for rank r, recv_counts[r]
+  // of `out` from rank r (each rank's send count for this rank is its recv count here), back to
+  // back in rank order (the expert-parallel row exchange: one MPI_Ialltoallv, or on NCCL one
+  // group of a send and a receive per peer). Counted as every all-to-all: the bytes of `in`.
+  WorkPtr all_to_all_async(const at::Tensor& in, const at::Tensor& out, const std::vector<int64_t>& send_counts = {},
+                           const std::vector<int64_t>& recv_counts = {});
   WorkPtr send_async(const at::Tensor& t, int dst, int tag = 0);
   WorkPtr recv_async(const at::Tensor& t, int src, int tag = 0);
   WorkPtr barrier_async();
@@ -107,7 +112,10 @@ class Communicator {
     all_gather_async(in, out, counts)->wait();
   }
   void broadcast(const at::Tensor& t, int root) { broadcast_async(t, root)->wait(); }
-  void all_to_all(const at::Tensor& in, const at::Tensor& out) { all_to_all_async(in, out)->wait(); }
+  void all_to_all(const at::Tensor& in, const at::Tensor& out, const std::vector<int64_t>& send_counts = {},
+                  const std::vector<int64_t>& recv_counts = {}) {
+    all_to_all_async(in, out, send_counts, recv_counts)->wait();
+  }
   void send(const at::Tensor& t, int dst, int tag = 0) { send_async(t, dst, tag)->wait(); }
   void recv(const at::Tensor& t, int src, int tag = 0) { recv_async(t, src, tag)->wait(); }
   void barrier() { barrier_async()->wait(); }
@@ -126,7 +134,9 @@ class Communicator {
   virtual WorkPtr do_all_gather(const at::Tensor& in, const at::Tensor& out,
                                 const std::vector<int64_t>& counts, CallInfo info) = 0;
   virtual WorkPtr do_broadcast(const at::Tensor& t, int root, CallInfo info) = 0;
-  virtual WorkPtr do_all_to_all(const at::Tensor& in, const at::Tensor& out, CallInfo info) = 0;
+  // send_counts / recv_counts: every rank's, in elements (equal blocks filled in by the caller).
+  virtual WorkPtr do_all_to_all(const at::Tensor& in, const at::Tensor& out, const std::vector<int64_t>& send_counts,
+                                const std::vector<int64_t>& recv_counts, CallInfo info) = 0;
   virtual WorkPtr do_send(const at::Tensor& t, int dst, int tag, CallInfo info) = 0;
   virtual WorkPtr do_recv(const at::Tensor& t, int src, int tag, CallInfo info) = 0;
   virtual WorkPtr do_barrier(CallInfo info) = 0;

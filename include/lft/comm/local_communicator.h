@@ -23,7 +23,8 @@ class LocalCommunicator final : public Communicator {
   WorkPtr do_all_gather(const at::Tensor& in, const at::Tensor& out,
                         const std::vector<int64_t>& counts, CallInfo info) override;
   WorkPtr do_broadcast(const at::Tensor& t, int root, CallInfo info) override;
-  WorkPtr do_all_to_all(const at::Tensor& in, const at::Tensor& out, CallInfo info) override;
+  WorkPtr do_all_to_all(const at::Tensor& in, const at::Tensor& out, const std::vector<int64_t>& send_counts,
+                        const std::vector<int64_t>& recv_counts, CallInfo info) override;
   WorkPtr do_send(const at::Tensor& t, int dst, int tag, CallInfo info) override;
   WorkPtr do_recv(const at::Tensor& t, int src, int tag, CallInfo info) override;
   WorkPtr do_barrier(CallInfo info) override;

@@ -39,9 +39,8 @@
 
 namespace lft::engine {
 
-// ExpertExchange over a communicator: counts by all_to_all, rows by pairwise send/receive rounds
-// (round r sends to rank + r and receives from rank - r, so every pair's transfer is posted by both
-// sides in the same round).
+// ExpertExchange over a communicator: counts by all_to_all, rows by one uneven all_to_all
+// (MPI_Ialltoallv on CPUs; on GPUs one NCCL group of a send and a receive per peer).
 class CommExpertExchange final : public model::ExpertExchange {
  public:
   explicit CommExpertExchange(Communicator& comm) : comm_(comm) {}
