@@ -211,6 +211,14 @@ std::int32_t Pipeline::token_id(std::string_view token) const {
   return model_->token_id(token);
 }
 
+std::vector<std::pair<std::string, std::int32_t>> Pipeline::special_tokens() const {
+  std::vector<std::pair<std::string, std::int32_t>> out;
+  for (const AddedToken& t : added_)
+    if (t.special) out.emplace_back(t.content, t.id);
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  return out;
+}
+
 std::string Pipeline::id_to_token(std::int32_t id) const {
   if (id < 0 || id >= vocab_size_) {
     throw std::out_of_range("HfTokenizer::id_to_token: id " + std::to_string(id) +
@@ -331,5 +339,9 @@ std::int32_t HfTokenizer::token_id(const std::string& token) const {
 }
 
 std::string HfTokenizer::id_to_token(std::int32_t id) const { return pipeline_->id_to_token(id); }
+
+std::vector<std::pair<std::string, std::int32_t>> HfTokenizer::special_tokens() const {
+  return pipeline_->special_tokens();
+}
 
 }  // namespace lft::data

@@ -197,6 +197,7 @@ class Pipeline {
   std::string decode(const std::vector<std::int32_t>& ids) const;
   std::int32_t token_id(std::string_view token) const;
   std::string id_to_token(std::int32_t id) const;  // "" for a hole
+  std::vector<std::pair<std::string, std::int32_t>> special_tokens() const;  // the added ones marked special, by id
   std::int64_t vocab_size() const { return vocab_size_; }
 
   std::int32_t bos_id = -1, eos_id = -1, pad_id = -1;

@@ -4,18 +4,21 @@
 #include <stdexcept>
 
 #include "lft/data/jinja_chat.h"
+#include "lft/data/special_escape.h"
 #include "lft/runtime/error.h"
 
 namespace lft::data {
 namespace {
 
 // The message as v1 hands it to transformers (_to_hf_messages): its text as content, its
-// reasoning as reasoning_content when it has some.
-nlohmann::ordered_json hf_message(const Message& m) {
+// reasoning as reasoning_content when it has some; in training examples both with their special
+// tokens' texts escaped first (special_escape.h).
+nlohmann::ordered_json hf_message(const Message& m, const SpecialTokenEscaper* escaper = nullptr) {
+  const auto text = [&](const std::string& t) { return escaper != nullptr ? escaper->escape(t) : t; };
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   j["role"] = m.role == Role::Observation ? "tool" : role_name(m.role);
-  j["content"] = m.text;
-  if (!m.reasoning.empty()) j["reasoning_content"] = m.reasoning;
+  j["content"] = text(m.text);
+  if (!m.reasoning.empty()) j["reasoning_content"] = text(m.reasoning);
   return j;
 }
 
@@ -69,11 +72,12 @@ std::vector<Conversation> JinjaChatEncoder::supervised_prefixes(const Conversati
 TokenizedExample JinjaChatEncoder::encode(const Conversation& prefix, const Tokenizer& tok, std::int64_t cutoff_len) const {
   if (prefix.messages.empty() || prefix.messages.back().role != Role::Assistant)
     throw std::invalid_argument("JinjaChatEncoder::encode: the conversation does not end with an answer");
+  const SpecialTokenEscaper escaper(tok);
   nlohmann::ordered_json before = nlohmann::ordered_json::array();
-  for (std::size_t i = 0; i + 1 < prefix.messages.size(); ++i) before.push_back(hf_message(prefix.messages[i]));
+  for (std::size_t i = 0; i + 1 < prefix.messages.size(); ++i) before.push_back(hf_message(prefix.messages[i], &escaper));
   nlohmann::ordered_json whole = before;
   const Message& answer = prefix.messages.back();
-  whole.push_back(hf_message(answer));
+  whole.push_back(hf_message(answer, &escaper));
   const bool thinking = !answer.reasoning.empty();
   const std::vector<std::int32_t> prompt = tok.encode(render_messages(before, true, thinking));
   std::vector<std::int32_t> ids = tok.encode(render_messages(whole, false, thinking));

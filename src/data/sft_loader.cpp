@@ -19,7 +19,7 @@
 namespace lft::data {
 namespace {
 
-constexpr const char* kCacheVersion = "lftrain tokenized data 2";  // 2: per-file formats, max_samples
+constexpr const char* kCacheVersion = "lftrain tokenized data 3";  // 2: per-file formats, max_samples; 3: special tokens escaped in the model template's text
 
 void say(const SftOptions& o, const std::string& line) {
   if (o.log) o.log(line);

@@ -45,6 +45,7 @@ class HfTokenizer final : public Tokenizer {
   std::string decode(const std::vector<std::int32_t>& ids) const override;
   // "hf:<folder name>", e.g. "hf:llama3".
   std::string name() const override;
+  std::vector<std::pair<std::string, std::int32_t>> special_tokens() const override;
 
   // The id of an added or vocabulary token given its exact text as tokenizer.json spells it
   // ("<|eot_id|>", "Ġthe", "▁the"); -1 when there is none.

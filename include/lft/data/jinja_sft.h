@@ -7,6 +7,8 @@
 //    token after the prompt's tokens is trained with the answer's loss_weight (its end-of-turn
 //    tokens and what the template writes after them included); a template whose prompt is not a
 //    prefix of the whole is refused, as v1 refuses it;
+//  - each message's text and reasoning with their special tokens' texts escaped first, as main
+//    does (special_escape.h);
 //  - enable_thinking is true exactly when the answer carries reasoning (`reasoning_content`);
 //  - each text encoded whole (Tokenizer::encode: special tokens as single ids, no BOS added: the
 //    template writes what it wants), then cut to its first cutoff_len tokens (an example left with

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lft::data {
@@ -28,6 +29,10 @@ class Tokenizer {
 
   // Short name for logs and error messages ("byte").
   virtual std::string name() const = 0;
+
+  // The tokens with a text of their own that are marked special (tokenizer.json's added tokens with
+  // "special": true, in id order): their text and id. None here; HfTokenizer's.
+  virtual std::vector<std::pair<std::string, std::int32_t>> special_tokens() const { return {}; }
 };
 
 // Byte-level tokenizer: ids 0..255 are the bytes of the UTF-8 (or any) input, 256 is BOS, 257 EOS,
