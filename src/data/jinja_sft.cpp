@@ -4,7 +4,6 @@
 #include <stdexcept>
 
 #include "lft/data/jinja_chat.h"
-#include "lft/data/special_escape.h"
 #include "lft/runtime/error.h"
 
 namespace lft::data {
@@ -70,9 +69,13 @@ std::vector<Conversation> JinjaChatEncoder::supervised_prefixes(const Conversati
 }
 
 TokenizedExample JinjaChatEncoder::encode(const Conversation& prefix, const Tokenizer& tok, std::int64_t cutoff_len) const {
+  return encode(prefix, tok, SpecialTokenEscaper(tok), cutoff_len);
+}
+
+TokenizedExample JinjaChatEncoder::encode(const Conversation& prefix, const Tokenizer& tok,
+                                          const SpecialTokenEscaper& escaper, std::int64_t cutoff_len) const {
   if (prefix.messages.empty() || prefix.messages.back().role != Role::Assistant)
     throw std::invalid_argument("JinjaChatEncoder::encode: the conversation does not end with an answer");
-  const SpecialTokenEscaper escaper(tok);
   nlohmann::ordered_json before = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i + 1 < prefix.messages.size(); ++i) before.push_back(hf_message(prefix.messages[i], &escaper));
   nlohmann::ordered_json whole = before;

@@ -105,10 +105,10 @@ void apply_v1_sizes(SftRecords& records, const std::vector<DatasetSource>& sourc
 // one keeps what is left).
 std::pair<TokenizedExample, TokenizedExample> jinja_pair(const JinjaChatEncoder& enc, const Conversation& chosen,
                                                          const Conversation& rejected, const Tokenizer& tok,
-                                                         std::int64_t cutoff_len) {
-  TokenizedExample c = enc.encode(chosen, tok, cutoff_len);
+                                                         const SpecialTokenEscaper& escaper, std::int64_t cutoff_len) {
+  TokenizedExample c = enc.encode(chosen, tok, escaper, cutoff_len);
   const auto room = static_cast<std::int64_t>(std::max<std::int64_t>(0, cutoff_len - static_cast<std::int64_t>(c.ids.size())));
-  TokenizedExample r = enc.encode(rejected, tok, std::max<std::int64_t>(room, 1));
+  TokenizedExample r = enc.encode(rejected, tok, escaper, std::max<std::int64_t>(room, 1));
   if (room == 0) {
     r.ids.clear();
     r.weights.clear();
@@ -158,6 +158,8 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
              " with template " + (own ? "model (" + o.jinja->source() + ")" : o.template_name));
   std::optional<ChatTemplate> tpl;  // a built-in template (none with the model's own)
   if (!own) tpl.emplace(o.template_name);
+  std::optional<SpecialTokenEscaper> escaper;  // the model's template's examples escape special tokens' texts
+  if (own) escaper.emplace(tok);
   const bool v1_builtin = tpl && tpl->is_v1();
   if (pairs && v1_builtin)
     throw UsageError("template " + o.template_name + " is one of LlamaFactory v1's; stage = \"dpo\" renders pairs with "
@@ -189,13 +191,13 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
       if (pairs) {  // the chosen sequence, then the rejected one
         Conversation other = conv;
         other.messages.back() = conv.rejected;
-        auto [chosen, rejected] = own ? jinja_pair(*o.jinja, conv, other, tok, o.cutoff_len)
+        auto [chosen, rejected] = own ? jinja_pair(*o.jinja, conv, other, tok, *escaper, o.cutoff_len)
                                       : flatten_pair(tpl->encode(conv, tok, sp), tpl->encode(other, tok, sp), o.cutoff_len);
         examples.push_back(std::move(chosen));
         check_ids(examples.back(), tok);
         examples.push_back(std::move(rejected));
       } else if (own) {
-        examples.push_back(o.jinja->encode(conv, tok, o.cutoff_len));
+        examples.push_back(o.jinja->encode(conv, tok, *escaper, o.cutoff_len));
       } else {
         examples.push_back(v1_builtin ? v1_encode(o.template_name, conv, tok, o.cutoff_len)
                                       : flatten_turns(tpl->encode(conv, tok, sp), o.cutoff_len));

@@ -42,7 +42,8 @@ std::string SpecialTokenEscaper::escape(const std::string& text) const {
   std::string out = text;
   for (const std::string& sp : specials_) {
     // Every occurrence, left to right, as str.replace.
-    const std::string broken = sp.substr(0, first_character_bytes(sp)) + kZeroWidthSpace + sp.substr(first_character_bytes(sp));
+    const std::size_t first = first_character_bytes(sp);
+    const std::string broken = sp.substr(0, first) + kZeroWidthSpace + sp.substr(first);
     std::string replaced;
     std::size_t from = 0;
     for (std::size_t at = out.find(sp); at != std::string::npos; at = out.find(sp, from)) {

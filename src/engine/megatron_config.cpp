@@ -15,13 +15,6 @@ namespace {
 
 std::string n(std::int64_t v) { return std::to_string(v); }
 
-void check_sequence_parallel(const config::Config& cfg, int tp) {
-  if (cfg.boolean("dist_config.sequence_parallel") && cfg.integer("cutoff_len") % tp != 0)
-    fail(cfg.where("dist_config.sequence_parallel") + ": sequence parallel splits each sequence of cutoff_len = " +
-             n(cfg.integer("cutoff_len")) + " tokens over tp = " + n(tp) + " ranks, which does not divide it",
-         "make cutoff_len a multiple of tp");
-}
-
 void check_tensor_parallel(const config::Config& cfg, const model::CausalLM& model, int tp) {
   const std::string where = cfg.is_set("mesh.tp") ? cfg.where("mesh.tp") : "[mesh] tp";
   // Nothing to split at tp 1; of a layer's experts the first stands for all (the planner checks
@@ -42,7 +35,10 @@ void check_tensor_parallel(const config::Config& cfg, const model::CausalLM& mod
                "this build splits only bias-free row-parallel layers",
            "train this model with tp = 1");
   }
-  check_sequence_parallel(cfg, tp);
+  if (cfg.boolean("dist_config.sequence_parallel") && cfg.integer("cutoff_len") % tp != 0)
+    fail(cfg.where("dist_config.sequence_parallel") + ": sequence parallel splits each sequence of cutoff_len = " +
+             n(cfg.integer("cutoff_len")) + " tokens over tp = " + n(tp) + " ranks, which does not divide it",
+         "make cutoff_len a multiple of tp");
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> split_layers(const config::Config& cfg, std::int64_t layers,

@@ -213,10 +213,6 @@ MemoryEstimate sharded_terms(const std::vector<std::vector<Shape>>& all_units,
   return e;
 }
 
-}  // namespace
-
-namespace {
-
 // What the experts of one rank add: `all` and `trained` their shapes by unit (the layers'), kept
 // whole and reduced in buckets over edp, or sharded over edp by the engine's component and plan
 // (each MoE layer's experts a unit).

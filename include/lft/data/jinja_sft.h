@@ -20,6 +20,7 @@
 
 #include "lft/data/jinja.h"
 #include "lft/data/model_chat_template.h"
+#include "lft/data/special_escape.h"
 #include "lft/data/sft_records.h"
 #include "lft/data/sft_sequences.h"
 #include "lft/data/tokenizer.h"
@@ -38,6 +39,9 @@ class JinjaChatEncoder {
   // lft::UsageError when the template raises, or renders a prompt that is not a prefix of the
   // example.
   TokenizedExample encode(const Conversation& prefix, const Tokenizer& tok, std::int64_t cutoff_len) const;
+  // The same with `tok`'s escaper made once by the caller (a dataset's examples share it).
+  TokenizedExample encode(const Conversation& prefix, const Tokenizer& tok, const SpecialTokenEscaper& escaper,
+                          std::int64_t cutoff_len) const;
 
   // The text of `conv` whole (for logs and tests).
   std::string render(const Conversation& conv, bool add_generation_prompt) const;
