@@ -127,12 +127,24 @@ std::string MemoryEstimate::str() const {
                       : "");
 }
 
-// QLoRA's 4-bit base, whole on every rank, and the one weight dequantized at a time for a GEMM.
+// QLoRA's 4-bit base and the one weight dequantized at a time for a GEMM. Whole on every rank,
+// or where the engine shards parameters each rank's share of every layer's bytes, and two
+// layers' bytes whole (the running layer and the prefetched one).
 void add_quantized_base_memory(const RunPlan& run, MemoryEstimate& e) {
   const auto m = create_run_model(run, at::TensorOptions().device(at::kMeta));
   const model::QuantizedBaseShape q = model::plan_quantized_base(*m, run.finetuning);
-  e.weights += static_cast<double>(q.totals.bytes);
   e.gathered += static_cast<double>(q.largest) * static_cast<double>(c10::elementSize(run.compute));
+  if (!run.parallel.sharded || !run.parallel.sharded->shard_parameters) {
+    e.weights += static_cast<double>(q.totals.bytes);
+    return;
+  }
+  const std::int64_t ranks = run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP];
+  std::int64_t largest_layer = 0;
+  for (const std::int64_t bytes : q.layer_bytes) {
+    e.weights += static_cast<double>((bytes + ranks - 1) / ranks);
+    largest_layer = std::max(largest_layer, bytes);
+  }
+  e.gathered += 2.0 * static_cast<double>(largest_layer);
 }
 
 void add_muon_memory(const RunPlan& run, MemoryEstimate& e) {

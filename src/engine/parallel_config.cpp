@@ -209,15 +209,15 @@ static void check_dora(const config::Config& cfg, const RunPlan& run) {
          "remove fp8, or remove use_dora");
 }
 
-// QLoRA's 4-bit base is replicated on every rank, whole, outside the engines' parameters: the
-// data-parallel engines (sharding or not) take it; megatron would need it cut into its tensor-
-// parallel boxes and pipeline stages, and a mixture of experts' experts are no linears.
+// QLoRA's 4-bit base is outside the engines' parameters: the data-parallel engines keep it whole
+// (ddp, ZeRO-1/2) or a share of each layer's bytes (fsdp, fsdp2, ZeRO-3); megatron would need it
+// cut into its tensor-parallel boxes and pipeline stages, and a mixture of experts' experts are no linears.
 static void check_quantization(const config::Config& cfg, const RunPlan& run, EnginePreset preset) {
   if (run.finetuning.quantization_bit == 0) return;
   const std::string where = cfg.where("quantization_bit") + " = " + std::to_string(run.finetuning.quantization_bit);
   if (preset == EnginePreset::Megatron)
-    fail(where + ": a 4-bit base is kept whole on every rank, and megatron's tensor-parallel boxes and pipeline "
-                 "stages of it are not built",
+    fail(where + ": megatron's tensor-parallel boxes and pipeline stages of a 4-bit base are not built (the "
+                 "data-parallel engines keep it whole, or sharded under fsdp, fsdp2 and ZeRO-3)",
          "use distributed = fsdp2, fsdp, ddp or deepspeed (any ZeRO stage) for QLoRA, or remove quantization_bit");
   if (run.model.moe.num_experts > 0)
     fail(where + ": quantizing a mixture of experts' experts (grouped weights, not linears) is not built",

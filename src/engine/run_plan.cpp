@@ -59,7 +59,12 @@ std::string plan_report(const RunPlan& p) {
            }() + "; base frozen" +
            (p.finetuning.quantization_bit == 4
                 ? ", quantized to 4-bit " + p.finetuning.quantization_type +
-                      (p.finetuning.double_quantization ? " (double quantization)" : "") + ", whole on every rank"
+                      (p.finetuning.double_quantization ? " (double quantization)" : "") +
+                      (p.parallel.sharded && p.parallel.sharded->shard_parameters
+                           ? ", each layer's 4-bit bytes sharded over " +
+                                 std::to_string(p.mesh[MeshDim::DPShard] * p.mesh[MeshDim::CP]) +
+                                 (p.mesh[MeshDim::DPShard] * p.mesh[MeshDim::CP] == 1 ? " rank" : " ranks")
+                           : ", whole on every rank")
                 : std::string());
   else if (p.finetuning.type == "freeze")
     out += "\n  finetuning freeze: " +

@@ -1,6 +1,7 @@
 #include "lft/engine/sharded.h"
 
 #include "lft/model/causal_lm.h"
+#include "lft/model/quantized_base.h"
 
 namespace lft::engine {
 
@@ -33,9 +34,15 @@ void ShardedEngine::take_parameters(model::CausalLM& model, const model::WeightS
     p.box.offset.assign(p.box.global_shape.size(), 0);
     params.push_back(std::move(p));
   }
+  // QLoRA's 4-bit base (no parameters): a share of each layer's bytes per rank where parameters
+  // are sharded (the same bytes on every rank: quantized together or read from one folder).
+  std::vector<DataParallelBytes> bytes;
+  if (dp_.plan().shard_parameters)
+    for (model::QuantizedTensor& q : model::quantized_base_tensors(model))
+      bytes.push_back({q.name, std::move(q.tensor), sharded_unit_of(model, q.name.substr(0, q.name.rfind('.')))});
   // Every rank starts from the same weights: equal by construction or read from the same files;
   // the broadcast makes constructed ones so.
-  dp_.prepare(model, std::move(params), weights, /*broadcast=*/true);
+  dp_.prepare(model, std::move(params), weights, /*broadcast=*/true, std::move(bytes));
 }
 
 at::Tensor ShardedEngine::grad_norm_squared() {

@@ -56,6 +56,11 @@ struct ShardedDataParallel::Unit {
   std::size_t dense = 0;    // gradients that reach the reduce-scatter in each backward pass
   std::size_t pending = 0;  // of those, still to arrive in this backward pass
   int passes_left = 0;      // backward passes of this step still to come, this one included
+  // Frozen bytes (shard_bytes): their tensors, this rank's share of their concatenation
+  // (ceil(total / ranks) bytes, zero-padded at the end), and the gather of every rank's share.
+  std::vector<at::Tensor> bytes;
+  at::Tensor bytes_shard, bytes_out;
+  WorkPtr bytes_gather;
 };
 
 class ShardedDataParallel::GradReadyHook final : public torch::autograd::PostAccumulateGradHook {
@@ -83,7 +88,8 @@ ShardedDataParallel::ShardedDataParallel(ShardingPlan plan, Communicator& shard,
 ShardedDataParallel::~ShardedDataParallel() = default;
 
 void ShardedDataParallel::prepare(model::CausalLM& model, std::vector<DataParallelParameter> params,
-                                  const model::WeightSource* weights, bool broadcast) {
+                                  const model::WeightSource* weights, bool broadcast,
+                                  std::vector<DataParallelBytes> bytes) {
   if (params.empty()) throw std::logic_error("ShardedDataParallel: no parameters to shard");
   weights_ = weights;
   build_units(model, params, broadcast);
@@ -95,6 +101,7 @@ void ShardedDataParallel::prepare(model::CausalLM& model, std::vector<DataParall
       const auto options = p.options().dtype(plan_.compute_dtype);
       p.set_data(model::storage_allocated(p) ? p.to(options) : model::unallocated_tensor(p.sizes().vec(), options));
     }
+    shard_bytes(bytes);
     for (auto& u : units_) free_parameters(*u);
   }
   split_embedding(model);
@@ -175,6 +182,36 @@ void ShardedDataParallel::build_units(model::CausalLM& model, const std::vector<
   }
 }
 
+void ShardedDataParallel::shard_bytes(const std::vector<DataParallelBytes>& bytes) {
+  for (const DataParallelBytes& b : bytes) {
+    const at::Tensor& t = b.tensor;
+    if (!t.is_contiguous() || t.storage_offset() != 0 ||
+        t.storage().nbytes() != static_cast<std::size_t>(t.numel()) * t.element_size())
+      throw std::logic_error("ShardedDataParallel: frozen bytes '" + b.name + "' are not the whole of their storage");
+    Unit& u = *units_.at(b.unit);
+    // Gathered and freed with the unit's parameters (QLoRA: its norms, frozen and sharded too).
+    if (u.params.empty()) throw std::logic_error("ShardedDataParallel: frozen bytes '" + b.name + "' in a unit without parameters");
+    u.bytes.push_back(t);
+  }
+  const std::int64_t ranks = shard_comm_.size(), me = shard_comm_.rank();
+  for (auto& u : units_) {
+    if (u->bytes.empty()) continue;
+    std::int64_t total = 0;
+    for (const at::Tensor& t : u->bytes) total += t.numel() * static_cast<std::int64_t>(t.element_size());
+    const std::int64_t share = (total + ranks - 1) / ranks, begin = std::min(total, me * share),
+                       end = std::min(total, begin + share);
+    u->bytes_shard = at::zeros({share}, u->bytes.front().options().dtype(at::kByte));
+    std::int64_t offset = 0;  // of each tensor in the concatenation
+    for (const at::Tensor& t : u->bytes) {
+      const std::int64_t n = t.numel() * static_cast<std::int64_t>(t.element_size());
+      const std::int64_t from = std::max(begin, offset), to = std::min(end, offset + n);
+      if (from < to)
+        u->bytes_shard.narrow(0, from - begin, to - from).copy_(t.reshape({-1}).view(at::kByte).narrow(0, from - offset, to - from));
+      offset += n;
+    }
+  }
+}
+
 // ---- gathering whole parameters ----
 //
 // A parameter keeps its tensor and its storage object for the whole run; freeing releases the
@@ -209,6 +246,10 @@ at::Tensor ShardedDataParallel::to_device(const at::Tensor& host, at::ScalarType
 }
 
 void ShardedDataParallel::launch_gather(Unit& u) {
+  if (!u.bytes.empty()) {
+    u.bytes_out = at::empty({u.bytes_shard.numel() * shard_comm_.size()}, u.bytes_shard.options());
+    u.bytes_gather = shard_comm_.all_gather_async(u.bytes_shard, u.bytes_out);
+  }
   const at::ScalarType dtype = plan_.shard_parameters ? plan_.compute_dtype : at::kFloat;
   if (u.f8.empty()) {
     // Allocated for the compute stream, which reads it after the gather.
@@ -256,9 +297,19 @@ void ShardedDataParallel::launch_gather(Unit& u) {
 void ShardedDataParallel::finish_gather(Unit& u) {
   u.gather->wait();
   if (u.gather8) u.gather8->wait();
+  if (u.bytes_gather) u.bytes_gather->wait();
   u.gather.reset();
   u.gather8.reset();
+  u.bytes_gather.reset();
   c10::NoGradGuard no_grad;
+  std::int64_t offset = 0;
+  for (const at::Tensor& t : u.bytes) {
+    model::allocate_storage(t);
+    const at::Tensor whole = storage_alias(t).reshape({-1}).view(at::kByte);
+    whole.copy_(u.bytes_out.narrow(0, offset, whole.numel()));
+    offset += whole.numel();
+  }
+  u.bytes_out.reset();
   const bool split = !u.f8.empty();
   const UnitLayout& layout = split ? u.rest_layout : u.layout;
   for (std::size_t j = 0; j < (split ? u.rest.size() : u.params.size()); ++j) {
@@ -298,6 +349,7 @@ void ShardedDataParallel::prefetch(std::size_t unit) {
 void ShardedDataParallel::free_parameters(Unit& u) {
   if (u.params.empty()) return;
   for (std::size_t k : u.params) model::release_storage(params_[k]);
+  for (const at::Tensor& t : u.bytes) model::release_storage(t);
   for (std::size_t i : u.f8) {
     model::LinearImpl* linear = float8_linear_[u.params[i]];
     linear->float8_weight.reset();
@@ -332,6 +384,7 @@ void ShardedDataParallel::after_layer(std::int64_t index, const at::Tensor& outp
   }
   std::int64_t held = 0;
   for (std::size_t k : units_[unit]->params) held += static_cast<std::int64_t>(params_[k].storage().nbytes());
+  for (const at::Tensor& t : units_[unit]->bytes) held += static_cast<std::int64_t>(t.storage().nbytes());
   after_forward_[static_cast<std::size_t>(index)] = held;
 }
 
@@ -575,6 +628,15 @@ void ShardedDataParallel::parameters_updated() {
 std::int64_t ShardedDataParallel::gathered_bytes() const {
   std::int64_t n = 0;
   for (const auto& p : params_) n += static_cast<std::int64_t>(p.storage().nbytes());
+  for (const auto& u : units_)
+    for (const at::Tensor& t : u->bytes) n += static_cast<std::int64_t>(t.storage().nbytes());
+  return n;
+}
+
+std::int64_t ShardedDataParallel::frozen_byte_shards() const {
+  std::int64_t n = 0;
+  for (const auto& u : units_)
+    if (u->bytes_shard.defined()) n += u->bytes_shard.numel();
   return n;
 }
 

@@ -75,6 +75,16 @@ Quantized4bit allocated_4bit(Quant4Type type, bool double_quant, const std::vect
   return q;
 }
 
+// `t` on `device` over a storage of its own: a sharding engine frees and refills each tensor's
+// storage (quantized_base_tensors), which must hold nothing else (a folder's tensors may be
+// views of what was read).
+at::Tensor owned_on(const at::Tensor& t, const c10::Device& device) {
+  at::Tensor out = t.to(device);
+  const bool owns = out.is_contiguous() && out.storage_offset() == 0 &&
+                    out.storage().nbytes() == static_cast<std::size_t>(out.numel()) * out.element_size();
+  return owns ? out : out.clone(at::MemoryFormat::Contiguous);
+}
+
 }  // namespace
 
 at::Tensor quantized_linear(const at::Tensor& x, const std::shared_ptr<const Quantized4bit>& q, const at::Tensor& bias) {
@@ -123,11 +133,27 @@ QuantizedBase quantize_base_linears(CausalLM& model, const WeightSource& source,
       together->broadcast(*m.q, static_cast<int>(i % static_cast<std::size_t>(size)));
     }
     for (at::Tensor* t : {&m.q->packed, &m.q->absmax, &m.q->quantized_absmax, &m.q->absmax_scale})
-      if (t->defined()) *t = t->to(device);
+      if (t->defined()) *t = owned_on(*t, device);
     out.linears += 1;
     out.elements += m.linear->out_features * m.linear->in_features;
     out.bytes += m.q->bytes();
     m.linear->use_quantized_weight(std::move(m.q));
+  }
+  return out;
+}
+
+std::vector<QuantizedTensor> quantized_base_tensors(const CausalLM& model) {
+  std::vector<QuantizedTensor> out;
+  for (const auto& item : model.named_modules()) {
+    const auto linear = std::dynamic_pointer_cast<const LinearImpl>(item.value());
+    if (!linear || !linear->quantized) continue;
+    const Quantized4bit& q = *linear->quantized;
+    const std::string weight = item.key() + ".weight.";
+    for (const auto& [part, tensor] : {std::pair<const char*, const at::Tensor*>{"packed", &q.packed},
+                                       {"absmax", &q.absmax},
+                                       {"quantized_absmax", &q.quantized_absmax},
+                                       {"absmax_scale", &q.absmax_scale}})
+      if (tensor->defined()) out.push_back({weight + part, *tensor});
   }
   return out;
 }
@@ -141,8 +167,12 @@ QuantizedBaseShape plan_quantized_base(CausalLM& model, const FinetuningSpec& sp
     const std::int64_t n = linear->out_features * linear->in_features, blocks = (n + 63) / 64;
     out.totals.linears += 1;
     out.totals.elements += n;
-    out.totals.bytes += (n + 1) / 2 + (spec.double_quantization ? blocks + 4 * ((blocks + 255) / 256) : 4 * blocks);
+    const std::int64_t bytes = (n + 1) / 2 + (spec.double_quantization ? blocks + 4 * ((blocks + 255) / 256) : 4 * blocks);
+    out.totals.bytes += bytes;
     out.largest = std::max(out.largest, n);
+    const auto layer = static_cast<std::size_t>(std::stoll(item.key().substr(std::string("model.layers.").size())));
+    if (out.layer_bytes.size() <= layer) out.layer_bytes.resize(layer + 1, 0);
+    out.layer_bytes[layer] += bytes;
     linear->use_quantized_weight(std::make_shared<Quantized4bit>());
   }
   return out;

@@ -127,7 +127,7 @@ TEST(MegatronPlan, MuonRefusedUnderMegatron) {
   EXPECT_NO_THROW(resolve_run_plan(muon("fsdp2"), mesh(1, 1)));
 }
 
-// QLoRA's 4-bit base is whole on every rank: megatron (boxes, stages) and fp8 are refused, naming
+// QLoRA's 4-bit base outside the engines' parameters: megatron (boxes, stages) and fp8 are refused, naming
 // quantization_bit; 8 bits (LLM.int8) are refused at the key.
 TEST(MegatronPlan, QuantizedBaseRefusedUnderMegatronAndFp8) {
   auto qlora = [](const std::string& engine, const std::string& extra) {
@@ -139,7 +139,7 @@ TEST(MegatronPlan, QuantizedBaseRefusedUnderMegatronAndFp8) {
   };
   const std::string megatron =
       test::message_of<config::ConfigError>([&] { resolve_run_plan(qlora("megatron", "quantization_bit = 4\n"), mesh(2, 1)); });
-  EXPECT_NE(megatron.find("qlora.toml:5:1: key 'quantization_bit' = 4: a 4-bit base is kept whole on every rank"),
+  EXPECT_NE(megatron.find("qlora.toml:5:1: key 'quantization_bit' = 4: megatron's tensor-parallel boxes and pipeline stages of a 4-bit base are not built"),
             std::string::npos) << megatron;
   const std::string fp8 = test::message_of<config::ConfigError>(
       [&] { resolve_run_plan(qlora("fsdp2", "quantization_bit = 4\nfp8 = true\n"), MeshShape{}); });

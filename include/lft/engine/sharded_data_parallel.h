@@ -22,6 +22,10 @@
 //     in the last one.
 // With a replicate group of more than one rank (HSDP) the shards are all-reduced over the
 // replicas after the last backward pass.
+//   frozen bytes (QLoRA's 4-bit base, which is no parameter): with shard_parameters each rank
+//     keeps an even share of each unit's bytes (FSDP-QLoRA's storage dtype: bytes split evenly
+//     whatever the blocks), all-gathered beside the unit's parameters and freed with them;
+//     otherwise (ZeRO-1/2) left whole where they are.
 //   offload (fsdp2 offload_params, DeepSpeed offload_optimizer / offload_param): the fp32 shards,
 //     their gradients and so the optimizer's state live in host memory (pinned with pin_memory
 //     on a GPU); each gather copies the shard to the compute device first, each reduced gradient
@@ -83,6 +87,14 @@ struct DataParallelParameter {
   TensorBox box;
 };
 
+// A frozen tensor handed to the component as raw bytes (a 4-bit weight's packed codes or block
+// scales): contiguous, the only tensor over its storage, and equal on every rank.
+struct DataParallelBytes {
+  std::string name;
+  at::Tensor tensor;
+  std::size_t unit = 0;
+};
+
 class ShardedDataParallel final : public model::LayerHooks {
  public:
   // Shards over `shard`, replicates over `replicate` (both outlive this object).
@@ -94,9 +106,11 @@ class ShardedDataParallel final : public model::LayerHooks {
   // Takes charge of `params` (at least one; trained ones, and with shard_parameters any frozen
   // ones to shard too) and sets `model`'s layer hooks. Each shard is read from `weights` (whole
   // parameters only) or else copied from the tensor, which is first broadcast from rank 0 of
-  // both groups when `broadcast` (parameters equal by construction made so). Collective.
+  // both groups when `broadcast` (parameters equal by construction made so). `bytes` are kept as
+  // a share of each unit's bytes with shard_parameters (their tensors then hold memory only while
+  // gathered), else left alone. Collective.
   void prepare(model::CausalLM& model, std::vector<DataParallelParameter> params,
-               const model::WeightSource* weights, bool broadcast);
+               const model::WeightSource* weights, bool broadcast, std::vector<DataParallelBytes> bytes = {});
 
   // Before the first forward of a step's micro-batches run one after another: `sync` is true for
   // the last, whose backward completes the step's gradients.
@@ -121,8 +135,10 @@ class ShardedDataParallel final : public model::LayerHooks {
   const std::vector<TensorBox>& boxes() const { return boxes_; }
   const std::vector<std::size_t>& piece_params() const { return piece_params_; }
   // Bytes of whole (gathered) parameter storage held now, and, per layer, right after that
-  // layer's forward (measured on the parameters' storage; for tests and the summary).
+  // layer's forward (measured on the parameters' and frozen bytes' storage; for tests and the summary).
   std::int64_t gathered_bytes() const;
+  // This rank's share of the frozen bytes, summed over the units (0 unless they are sharded).
+  std::int64_t frozen_byte_shards() const;
   const std::vector<std::int64_t>& bytes_after_layer_forward() const { return after_forward_; }
   // Unsharded bytes of the largest unit in the compute dtype.
   std::int64_t largest_unit_bytes() const;
@@ -135,6 +151,8 @@ class ShardedDataParallel final : public model::LayerHooks {
   void before_layer(std::int64_t index) override;
   void after_layer(std::int64_t index, const at::Tensor& output) override;
   void build_units(model::CausalLM& model, const std::vector<DataParallelParameter>& given, bool broadcast);
+  // shard_parameters: each unit's frozen bytes cut into this rank's share, their tensors freed.
+  void shard_bytes(const std::vector<DataParallelBytes>& bytes);
   // This rank's shard of the unit's parameter at position `i`, a view of its master.
   at::Tensor master_view(const Unit& u, std::size_t i) const;
   void launch_gather(Unit& u);

@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -48,12 +49,22 @@ QuantizedBase quantize_base_linears(CausalLM& model, const WeightSource& source,
                                     c10::ScalarType dtype, const c10::Device& device,
                                     const QuantizeTogether* together = nullptr);
 
+// Every 4-bit linear's tensors, named `<linear>.weight.<part>` (packed, absmax, quantized_absmax,
+// absmax_scale; those its quantization has), in module order: the frozen bytes a sharding engine
+// keeps a share of (each tensor owns its storage).
+struct QuantizedTensor {
+  std::string name;
+  at::Tensor tensor;
+};
+std::vector<QuantizedTensor> quantized_base_tensors(const CausalLM& model);
+
 // For the memory estimate on a meta-device model: takes the weights quantize_base_linears would
 // quantize out of the parameters and says what their 4-bit form would hold (`largest`: the
 // elements of the largest one, dequantized for its GEMMs one at a time).
 struct QuantizedBaseShape {
   QuantizedBase totals;
   std::int64_t largest = 0;
+  std::vector<std::int64_t> layer_bytes;  // per decoder layer: what a sharding engine cuts and gathers
 };
 QuantizedBaseShape plan_quantized_base(CausalLM& model, const FinetuningSpec& spec);
 
