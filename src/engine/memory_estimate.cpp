@@ -200,8 +200,15 @@ MemoryEstimate sharded_terms(const std::vector<std::vector<Shape>>& all_units,
   const Totals& kept = plan.shard_parameters ? all : trained;
   const double shard = kept.shard, whole = kept.whole, root = kept.root, largest_layer = kept.largest_layer;
   const double cb = element_bytes(plan.compute_dtype);
+  // Units that train nothing keep their shards in the compute dtype (a float8 layer's in fp32).
+  double frozen_shard = 0;
+  if (plan.shard_parameters)
+    for (std::size_t u = 0; u < all_units.size(); ++u)
+      if (trained_units[u].empty() && (u == 0 || !plan.float8_all_gather))
+        frozen_shard += static_cast<double>(
+            (plan.per_parameter_cut ? per_parameter_layout(all_units[u], n) : flat_layout(all_units[u], n)).shard_numel);
   MemoryEstimate e;
-  e.weights = 4 * shard;            // fp32 masters
+  e.weights = 4 * (shard - frozen_shard) + cb * frozen_shard;  // fp32 masters, frozen units' shards
   e.offload = plan.offload;
   e.offloaded_weights = plan.offload ? e.weights : 0.0;
   e.gradients = 4 * trained.shard;  // reduced gradient shards, summed over micro-batches

@@ -159,7 +159,10 @@ void ShardedDataParallel::build_units(model::CausalLM& model, const std::vector<
     for (std::size_t i = 0; i < u->params.size(); ++i) (float8_linear_[u->params[i]] ? u->f8 : u->rest).push_back(i);
     u->f8_layout = sub_layout(u->layout, u->f8, shapes);
     u->rest_layout = sub_layout(u->layout, u->rest, shapes);
-    u->master = at::zeros({u->layout.shard_numel}, master_options);
+    // A unit that trains nothing is only ever gathered in the compute dtype: its shard is kept in
+    // it (the same values, cast once; a frozen embedding's shard in half the bytes).
+    const bool frozen = plan_.shard_parameters && u->trained.empty() && u->f8.empty();
+    u->master = at::zeros({u->layout.shard_numel}, master_options.dtype(frozen ? plan_.compute_dtype : at::kFloat));
     u->grad = at::zeros({u->grad_layout.shard_numel}, master_options);
     for (std::size_t i = 0; i < u->params.size(); ++i) {
       const std::size_t k = u->params[i];
@@ -630,6 +633,12 @@ std::int64_t ShardedDataParallel::gathered_bytes() const {
   for (const auto& p : params_) n += static_cast<std::int64_t>(p.storage().nbytes());
   for (const auto& u : units_)
     for (const at::Tensor& t : u->bytes) n += static_cast<std::int64_t>(t.storage().nbytes());
+  return n;
+}
+
+std::int64_t ShardedDataParallel::shard_bytes_held() const {
+  std::int64_t n = 0;
+  for (const auto& u : units_) n += static_cast<std::int64_t>(u->master.nbytes());
   return n;
 }
 

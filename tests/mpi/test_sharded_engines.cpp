@@ -15,6 +15,7 @@
 #include "lft/config/config.h"
 #include "lft/engine/mesh_plan.h"
 #include "lft/engine/registry.h"
+#include "lft/engine/run_plan.h"
 #include "lft/engine/sharded.h"
 #include "lft/model/quantized_base.h"
 #include "lft/runtime/memory.h"
@@ -299,6 +300,34 @@ TEST(ShardedMemory, ReshardAfterForwardFreesGatheredLayers) {
       else EXPECT_GT(e->bytes_after_layer_forward()[i], 0) << "layer " << i;
     }
   }
+}
+
+// A unit that trains nothing (LoRA's root: the embedding and the final norm) keeps its shard in
+// the compute dtype, the only one it is gathered in: half the bytes in bf16 and the same losses
+// (FinetuningParity). The estimate's weights are the shards held, to the byte.
+TEST(ShardedMemory, FrozenUnitsKeepTheirShardsInTheComputeDtype) {
+  LFT_REQUIRE_RANKS(2);
+  at::set_num_threads(1);
+  std::int64_t held[2] = {0, 0};
+  for (const bool bf16 : {false, true}) {
+    const std::string toml =
+        tiny_run("fsdp2", 2, 1,
+                 std::string("finetuning_type = \"lora\"\nlora_rank = 4\n") +
+                     (bf16 ? "bf16 = true\n[dist_config]\nmixed_precision = \"bf16\"\n" : ""));
+    std::unique_ptr<DeviceMesh> mesh;
+    auto trainer = make_trainer(toml, world(), mesh);
+    trainer->step();
+    const engine::ShardedDataParallel* e = sharded(*trainer);
+    ASSERT_NE(e, nullptr);
+    held[bf16] = e->shard_bytes_held();
+    EXPECT_EQ(static_cast<double>(held[bf16]),
+              engine::resolve_run_plan(config::parse_config(toml, "test.toml"), mesh->shape()).memory.weights)
+        << (bf16 ? "bf16" : "fp32");
+  }
+  // The root's shard, 2 bytes an element less: ceil(259 / n) rows of the embedding and of the
+  // (untied) lm_head, 32 wide, and ceil(32 / n) of the final norm's elements.
+  const std::int64_t n = world().size();
+  EXPECT_EQ(held[0] - held[1], 2 * (2 * ((259 + n - 1) / n) * 32 + (32 + n - 1) / n));
 }
 
 // QLoRA's 4-bit base (no parameters) under fsdp2 and ZeRO-3: each rank keeps its share of every

@@ -6,7 +6,8 @@
 // The parameters it is given are grouped in units: one per decoder layer (the model's layer
 // units), and a root unit for the rest (embedding, final norm, head). Each rank keeps an fp32
 // shard of every unit (shard_layout.h) and updates only that; the optimizer's tensors are views of
-// it. A parameter it is given may itself be a box of a larger one (megatron's tensor-parallel
+// it. (A unit that trains nothing, with shard_parameters, keeps its shard in the compute dtype,
+// the only dtype it is gathered in.) A parameter it is given may itself be a box of a larger one (megatron's tensor-parallel
 // slice): the shards are cut from that box, and their checkpoint boxes say where they lie.
 //
 //   shard_parameters (fsdp, fsdp2, ZeRO-3): a unit's parameters exist whole only while it runs:
@@ -139,6 +140,8 @@ class ShardedDataParallel final : public model::LayerHooks {
   std::int64_t gathered_bytes() const;
   // This rank's share of the frozen bytes, summed over the units (0 unless they are sharded).
   std::int64_t frozen_byte_shards() const;
+  // Bytes of this rank's shards of the parameters (what the memory estimate's weights count).
+  std::int64_t shard_bytes_held() const;
   const std::vector<std::int64_t>& bytes_after_layer_forward() const { return after_forward_; }
   // Unsharded bytes of the largest unit in the compute dtype.
   std::int64_t largest_unit_bytes() const;
