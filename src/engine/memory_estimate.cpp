@@ -58,10 +58,11 @@ double element_bytes(at::ScalarType t) { return static_cast<double>(c10::element
 // Parameter shapes grouped as the sharded engine groups them, by unit: [0] the root unit
 // (everything that is not a decoder layer), then one per layer (empty when none of its
 // parameters is counted).
-std::vector<std::vector<Shape>> sharding_units(const model::CausalLM& m, bool trained_only) {
+enum class Counted { All, Trained, Frozen };
+std::vector<std::vector<Shape>> sharding_units(const model::CausalLM& m, Counted which) {
   std::vector<std::vector<Shape>> units(static_cast<std::size_t>(m.num_layers()) + 1);
   for (const auto& item : m.named_parameters())
-    if (!trained_only || item.value().requires_grad())
+    if (which == Counted::All || item.value().requires_grad() == (which == Counted::Trained))
       units[sharded_unit_of(m, item.key())].push_back(item.value().sizes().vec());
   return units;
 }
@@ -174,11 +175,13 @@ MemoryEstimate estimate_replicated(const RunPlan& run, bool buckets) {
 namespace {
 
 // What ShardedDataParallel keeps for units of parameter shapes `all` (every parameter it is given)
-// of which `trained` train, cut over `n` ranks: masters, gradient shards, AdamW's moments, the
-// gathered units or the whole parameters, and MPI's reduce-scatter receive buffer. Gathered
-// 16-bit parameters give 16-bit gradients, which MPI reduces as they are (`nccl`: as fp32).
+// of which `trained` train and `frozen` do not, cut over `n` ranks: masters, gradient shards,
+// AdamW's moments, the gathered units or the whole parameters, and MPI's reduce-scatter receive
+// buffer. Gathered 16-bit parameters give 16-bit gradients, which MPI reduces as they are (`nccl`:
+// as fp32).
 MemoryEstimate sharded_terms(const std::vector<std::vector<Shape>>& all_units,
-                             const std::vector<std::vector<Shape>>& trained_units, int n, const ShardingPlan& plan,
+                             const std::vector<std::vector<Shape>>& trained_units,
+                             const std::vector<std::vector<Shape>>& frozen_units, int n, const ShardingPlan& plan,
                              bool nccl) {
   // Sums over units of their shard and whole sizes, and the largest layer unit.
   struct Totals {
@@ -200,15 +203,19 @@ MemoryEstimate sharded_terms(const std::vector<std::vector<Shape>>& all_units,
   const Totals& kept = plan.shard_parameters ? all : trained;
   const double shard = kept.shard, whole = kept.whole, root = kept.root, largest_layer = kept.largest_layer;
   const double cb = element_bytes(plan.compute_dtype);
-  // Units that train nothing keep their shards in the compute dtype (a float8 layer's in fp32).
-  double frozen_shard = 0;
-  if (plan.shard_parameters)
+  // Frozen parameters' shards in a 16-bit compute dtype, apart from the fp32 masters (not with
+  // offload, nor in a unit with float8 weights: ShardedDataParallel's split units). Cut as their
+  // parameters are (exact for per-parameter cuts; a flat cut's pieces differ by at most a row).
+  auto cut = [&](const std::vector<Shape>& shapes) {
+    return static_cast<double>((plan.per_parameter_cut ? per_parameter_layout(shapes, n) : flat_layout(shapes, n)).shard_numel);
+  };
+  double weights = 4 * shard;
+  if (plan.shard_parameters && cb < 4 && !plan.offload)
     for (std::size_t u = 0; u < all_units.size(); ++u)
-      if (trained_units[u].empty() && (u == 0 || !plan.float8_all_gather))
-        frozen_shard += static_cast<double>(
-            (plan.per_parameter_cut ? per_parameter_layout(all_units[u], n) : flat_layout(all_units[u], n)).shard_numel);
+      if (!frozen_units[u].empty() && (u == 0 || !plan.float8_all_gather))
+        weights += 4 * (cut(trained_units[u]) - cut(all_units[u])) + cb * cut(frozen_units[u]);
   MemoryEstimate e;
-  e.weights = 4 * (shard - frozen_shard) + cb * frozen_shard;  // fp32 masters, frozen units' shards
+  e.weights = weights;  // fp32 masters (and frozen shards)
   e.offload = plan.offload;
   e.offloaded_weights = plan.offload ? e.weights : 0.0;
   e.gradients = 4 * trained.shard;  // reduced gradient shards, summed over micro-batches
@@ -236,8 +243,9 @@ MemoryEstimate sharded_terms(const std::vector<std::vector<Shape>>& all_units,
 // whole and reduced in buckets over edp, or sharded over edp by the engine's component and plan
 // (each MoE layer's experts a unit).
 MemoryEstimate expert_terms(const RunPlan& run, const std::vector<std::vector<Shape>>& all,
-                            const std::vector<std::vector<Shape>>& trained, int edp) {
-  if (run.parallel.sharded && edp > 1) return sharded_terms(all, trained, edp, *run.parallel.sharded, run.nccl);
+                            const std::vector<std::vector<Shape>>& trained, const std::vector<std::vector<Shape>>& frozen,
+                            int edp) {
+  if (run.parallel.sharded && edp > 1) return sharded_terms(all, trained, frozen, edp, *run.parallel.sharded, run.nccl);
   double held = 0, trains = 0;
   for (const auto& unit : all) held += numel(unit);
   for (const auto& unit : trained) trains += numel(unit);
@@ -264,7 +272,7 @@ void add_expert_parallel_memory(const RunPlan& run, MemoryEstimate& e) {
   const int stages = megatron ? megatron->pp : 1;
   std::vector<std::vector<std::vector<Shape>>> all(static_cast<std::size_t>(stages),
                                                    std::vector<std::vector<Shape>>(static_cast<std::size_t>(m->num_layers()) + 1));
-  auto trained = all;
+  auto trained = all, frozen = all;
   for (const auto& [name, t] : placed) {
     Shape box = t.sizes().vec();
     const model::ParameterPlacement placement = m->placement(name);
@@ -276,12 +284,12 @@ void add_expert_parallel_memory(const RunPlan& run, MemoryEstimate& e) {
       if (slice.dim >= 0) box[static_cast<std::size_t>(slice.dim)] = slice.count;
     }
     all[stage][unit].push_back(box);
-    if (t.requires_grad()) trained[stage][unit].push_back(box);
+    (t.requires_grad() ? trained : frozen)[stage][unit].push_back(box);
   }
   MemoryEstimate worst;
   for (int stage = 0; stage < stages; ++stage) {
     const auto g = static_cast<std::size_t>(stage);
-    const MemoryEstimate x = expert_terms(run, all[g], trained[g], edp);
+    const MemoryEstimate x = expert_terms(run, all[g], trained[g], frozen[g], edp);
     if (x.total() > worst.total()) worst = x;
   }
   e.weights += worst.weights;
@@ -295,7 +303,8 @@ void add_expert_parallel_memory(const RunPlan& run, MemoryEstimate& e) {
 MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
   const int n = run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP];  // shards over dp_shard x cp
   const auto model = meta_model(run);
-  MemoryEstimate e = sharded_terms(sharding_units(*model, false), sharding_units(*model, true), n, plan, run.nccl);
+  MemoryEstimate e = sharded_terms(sharding_units(*model, Counted::All), sharding_units(*model, Counted::Trained),
+                                   sharding_units(*model, Counted::Frozen), n, plan, run.nccl);
   e.activations = activation_bytes(run, static_cast<double>(run.model.num_hidden_layers),
                                    model_widths(*model, 1, false), true, true);
   return e;
@@ -342,7 +351,7 @@ MemoryEstimate estimate_megatron(const RunPlan& run) {
       // GradientBuckets' fp32 copy of every gradient, held through the step (as ddp's).
       if (dp > 1) e.gathered = 4 * trained;
     } else {
-      e = sharded_terms(units, units, shards, sharding, run.nccl);
+      e = sharded_terms(units, units, std::vector<std::vector<Shape>>(units.size()), shards, sharding, run.nccl);
       e.weights += 4 * (local - trained);  // frozen boxes stay whole
     }
     // Autocast's 16-bit copies of the fp32 weights it casts (gathered parameters are already in

@@ -61,6 +61,12 @@ struct ShardedDataParallel::Unit {
   std::vector<at::Tensor> bytes;
   at::Tensor bytes_shard, bytes_out;
   WorkPtr bytes_gather;
+  // split: the frozen parameters' shards kept apart in the compute dtype (frozen_master, cut as
+  // frozen_layout), `master` then holding the trained ones only (cut as grad_layout).
+  bool split = false;
+  std::vector<std::size_t> frozen;  // their positions in `params`
+  UnitLayout frozen_layout;
+  at::Tensor frozen_master;
 };
 
 class ShardedDataParallel::GradReadyHook final : public torch::autograd::PostAccumulateGradHook {
@@ -159,15 +165,23 @@ void ShardedDataParallel::build_units(model::CausalLM& model, const std::vector<
     for (std::size_t i = 0; i < u->params.size(); ++i) (float8_linear_[u->params[i]] ? u->f8 : u->rest).push_back(i);
     u->f8_layout = sub_layout(u->layout, u->f8, shapes);
     u->rest_layout = sub_layout(u->layout, u->rest, shapes);
-    // A unit that trains nothing is only ever gathered in the compute dtype: its shard is kept in
-    // it (the same values, cast once; a frozen embedding's shard in half the bytes).
-    const bool frozen = plan_.shard_parameters && u->trained.empty() && u->f8.empty();
-    u->master = at::zeros({u->layout.shard_numel}, master_options.dtype(frozen ? plan_.compute_dtype : at::kFloat));
+    // Frozen parameters are only ever gathered in the compute dtype: with a 16-bit one their
+    // shards are kept in it (the same values, cast once instead of at every gather; LoRA's frozen
+    // base in half the bytes), apart from the trained ones' fp32 master.
+    u->split = plan_.shard_parameters && plan_.compute_dtype != at::kFloat && !plan_.offload && u->f8.empty() &&
+               u->trained.size() < u->params.size();
+    if (u->split) {
+      for (std::size_t i = 0; i < u->params.size(); ++i)
+        if (!params_[u->params[i]].requires_grad()) u->frozen.push_back(i);
+      u->frozen_layout = sub_layout(u->layout, u->frozen, shapes);
+      u->frozen_master = at::zeros({u->frozen_layout.shard_numel}, f32.dtype(plan_.compute_dtype));
+    }
+    u->master = at::zeros({(u->split ? u->grad_layout : u->layout).shard_numel}, master_options);
     u->grad = at::zeros({u->grad_layout.shard_numel}, master_options);
     for (std::size_t i = 0; i < u->params.size(); ++i) {
       const std::size_t k = u->params[i];
       const ShardPiece& piece = u->layout.pieces[static_cast<std::size_t>(me)][i];
-      at::Tensor view = piece_in(u->master, 0, piece, shapes_[k]);
+      at::Tensor view = master_view(*u, i);
       if (weights_ != nullptr) weights_->read_rows(given[k].name, piece.row_begin, piece.rows, view);
       else view.copy_(params_[k].narrow(0, piece.row_begin, piece.rows));
       if (!params_[k].requires_grad()) continue;
@@ -235,7 +249,23 @@ at::Tensor storage_alias(const at::Tensor& param) {
 }  // namespace
 
 at::Tensor ShardedDataParallel::master_view(const Unit& u, std::size_t i) const {
-  return piece_in(u.master, 0, u.layout.pieces[static_cast<std::size_t>(shard_comm_.rank())][i], shapes_[u.params[i]]);
+  const auto me = static_cast<std::size_t>(shard_comm_.rank());
+  const Shape& shape = shapes_[u.params[i]];
+  if (!u.split) return piece_in(u.master, 0, u.layout.pieces[me][i], shape);
+  const auto trained = std::lower_bound(u.trained.begin(), u.trained.end(), i);
+  if (trained != u.trained.end() && *trained == i)
+    return piece_in(u.master, 0, u.grad_layout.pieces[me][static_cast<std::size_t>(trained - u.trained.begin())], shape);
+  const auto frozen = std::lower_bound(u.frozen.begin(), u.frozen.end(), i);
+  return piece_in(u.frozen_master, 0, u.frozen_layout.pieces[me][static_cast<std::size_t>(frozen - u.frozen.begin())], shape);
+}
+
+at::Tensor ShardedDataParallel::assembled_shard(const Unit& u, at::ScalarType dtype) const {
+  c10::NoGradGuard no_grad;
+  const auto me = static_cast<std::size_t>(shard_comm_.rank());
+  at::Tensor shard = at::zeros({u.layout.shard_numel}, u.master.options().dtype(dtype));
+  for (std::size_t i = 0; i < u.params.size(); ++i)
+    piece_in(shard, 0, u.layout.pieces[me][i], shapes_[u.params[i]]).copy_(master_view(u, i));
+  return shard;
 }
 
 at::Tensor ShardedDataParallel::to_device(const at::Tensor& host, at::ScalarType dtype) const {
@@ -261,7 +291,7 @@ void ShardedDataParallel::launch_gather(Unit& u) {
     // Offload on a GPU: the shard's copy to the device overlaps compute, and the all-gather
     // waits for it (it is posted from the side stream).
     const SideStreamScope side(plan_.offload ? shard_comm_.device() : at::Device(at::kCPU));
-    u.gather_in = to_device(u.master, dtype);
+    u.gather_in = u.split ? assembled_shard(u, dtype) : to_device(u.master, dtype);
     u.gather = shard_comm_.all_gather_async(u.gather_in, u.gather_out);
     return;
   }
@@ -638,7 +668,8 @@ std::int64_t ShardedDataParallel::gathered_bytes() const {
 
 std::int64_t ShardedDataParallel::shard_bytes_held() const {
   std::int64_t n = 0;
-  for (const auto& u : units_) n += static_cast<std::int64_t>(u->master.nbytes());
+  for (const auto& u : units_)
+    n += static_cast<std::int64_t>(u->master.nbytes() + (u->split ? u->frozen_master.nbytes() : 0));
   return n;
 }
 

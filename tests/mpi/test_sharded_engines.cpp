@@ -302,13 +302,14 @@ TEST(ShardedMemory, ReshardAfterForwardFreesGatheredLayers) {
   }
 }
 
-// A unit that trains nothing (LoRA's root: the embedding and the final norm) keeps its shard in
-// the compute dtype, the only one it is gathered in: half the bytes in bf16 and the same losses
-// (FinetuningParity). The estimate's weights are the shards held, to the byte.
-TEST(ShardedMemory, FrozenUnitsKeepTheirShardsInTheComputeDtype) {
+// Frozen parameters (LoRA's base) keep their shards in the compute dtype, the only one they are
+// gathered in: 2 bytes an element fewer in bf16, and bitwise the losses of the run that keeps them
+// in fp32 (offload). The estimate's weights are the shards held, to the byte.
+TEST(ShardedMemory, FrozenParametersKeepTheirShardsInTheComputeDtype) {
   LFT_REQUIRE_RANKS(2);
   at::set_num_threads(1);
-  std::int64_t held[2] = {0, 0};
+  const std::int64_t n = world().size();
+  std::int64_t held[2] = {0, 0}, frozen_shard = 0;
   for (const bool bf16 : {false, true}) {
     const std::string toml =
         tiny_run("fsdp2", 2, 1,
@@ -323,11 +324,20 @@ TEST(ShardedMemory, FrozenUnitsKeepTheirShardsInTheComputeDtype) {
     EXPECT_EQ(static_cast<double>(held[bf16]),
               engine::resolve_run_plan(config::parse_config(toml, "test.toml"), mesh->shape()).memory.weights)
         << (bf16 ? "bf16" : "fp32");
+    frozen_shard = 0;  // fsdp2's cut: ceil(rows / n) rows of each frozen parameter
+    for (const auto& item : trainer->model().named_parameters()) {
+      if (item.value().requires_grad()) continue;
+      const std::int64_t rows = item.value().size(0);
+      frozen_shard += (rows + n - 1) / n * (item.value().numel() / rows);
+    }
   }
-  // The root's shard, 2 bytes an element less: ceil(259 / n) rows of the embedding and of the
-  // (untied) lm_head, 32 wide, and ceil(32 / n) of the final norm's elements.
-  const std::int64_t n = world().size();
-  EXPECT_EQ(held[0] - held[1], 2 * (2 * ((259 + n - 1) / n) * 32 + (32 + n - 1) / n));
+  EXPECT_GT(frozen_shard, 0);
+  EXPECT_EQ(held[0] - held[1], 2 * frozen_shard);
+  // The same values: offload keeps fp32 shards of the frozen parameters (cast at every gather).
+  const std::string bf16_lora =
+      "finetuning_type = \"lora\"\nlora_rank = 4\nbf16 = true\n[dist_config]\nmixed_precision = \"bf16\"\n";
+  EXPECT_EQ(test::train_losses(tiny_run("fsdp2", 2, 1, bf16_lora), world(), 4),
+            test::train_losses(tiny_run("fsdp2", 2, 1, bf16_lora + "offload_params = true\n"), world(), 4));
 }
 
 // QLoRA's 4-bit base (no parameters) under fsdp2 and ZeRO-3: each rank keeps its share of every

@@ -6,8 +6,8 @@
 // The parameters it is given are grouped in units: one per decoder layer (the model's layer
 // units), and a root unit for the rest (embedding, final norm, head). Each rank keeps an fp32
 // shard of every unit (shard_layout.h) and updates only that; the optimizer's tensors are views of
-// it. (A unit that trains nothing, with shard_parameters, keeps its shard in the compute dtype,
-// the only dtype it is gathered in.) A parameter it is given may itself be a box of a larger one (megatron's tensor-parallel
+// it. (With shard_parameters and a 16-bit compute dtype, the frozen parameters' shards are kept
+// in that dtype, the only one they are gathered in; not with offload.) A parameter it is given may itself be a box of a larger one (megatron's tensor-parallel
 // slice): the shards are cut from that box, and their checkpoint boxes say where they lie.
 //
 //   shard_parameters (fsdp, fsdp2, ZeRO-3): a unit's parameters exist whole only while it runs:
@@ -156,8 +156,11 @@ class ShardedDataParallel final : public model::LayerHooks {
   void build_units(model::CausalLM& model, const std::vector<DataParallelParameter>& given, bool broadcast);
   // shard_parameters: each unit's frozen bytes cut into this rank's share, their tensors freed.
   void shard_bytes(const std::vector<DataParallelBytes>& bytes);
-  // This rank's shard of the unit's parameter at position `i`, a view of its master.
+  // This rank's shard of the unit's parameter at position `i`, a view of its master (or of its
+  // frozen master).
   at::Tensor master_view(const Unit& u, std::size_t i) const;
+  // This rank's shard of the whole unit in `dtype`, cut as its layout (a split unit's two masters).
+  at::Tensor assembled_shard(const Unit& u, at::ScalarType dtype) const;
   void launch_gather(Unit& u);
   void finish_gather(Unit& u);
   void ensure_gathered(Unit& u);
