@@ -60,9 +60,9 @@ void read_names(const json& entry, const char* group, const std::vector<std::pai
   if (it == entry.end() || it->is_null()) return;
   if (!it->is_object()) throw UsageError(where + ": \"" + group + "\" must be an object");
   for (auto f = it->begin(); f != it->end(); ++f) {
-    for (const char* unsupported : {"tools", "images", "videos", "audios"})
+    for (const char* unsupported : {"images", "videos", "audios"})
       if (f.key() == unsupported)
-        throw UsageError(where + ": " + group + " \"" + f.key() + "\" (tool calls and media) is not supported by lftrain");
+        throw UsageError(where + ": " + group + " \"" + f.key() + "\" (media) is not supported by lftrain");
     if (std::none_of(fields.begin(), fields.end(), [&](const auto& field) { return f.key() == field.first; }))
       throw UsageError(where + ": unknown " + group + " key \"" + f.key() + "\"");
   }
@@ -112,12 +112,14 @@ DatasetSource source_of(const std::string& name, const json& entry, const std::s
     throw UsageError(where + ": formatting \"" + formatting + "\" is not supported; use alpaca or sharegpt");
 
   SftColumns& c = s.options.columns;
-  c.history = "";  // LlamaFactory reads history and system only when `columns` names them
+  c.history = "";  // LlamaFactory reads history, system and tools only when `columns` names them
   c.system = "";
+  c.tools = "";
   c.ranking = pairs;
   read_names(entry, "columns",
              {{"prompt", &c.prompt}, {"query", &c.query}, {"response", &c.response}, {"history", &c.history},
-              {"system", &c.system}, {"messages", &c.messages}, {"chosen", &c.chosen}, {"rejected", &c.rejected}},
+              {"system", &c.system}, {"tools", &c.tools}, {"messages", &c.messages}, {"chosen", &c.chosen},
+              {"rejected", &c.rejected}},
              where, &s.named_columns);
   if (pairs && c.chosen.empty()) c.chosen = "chosen";  // LlamaFactory's default column names
   if (pairs && c.rejected.empty()) c.rejected = "rejected";

@@ -209,4 +209,10 @@ std::string to_python_json(const Value& value, const JsonOptions& options) {
   return out;
 }
 
+std::string python_json_dumps(const nlohmann::ordered_json& value) {
+  JsonOptions options;
+  options.ensure_ascii = true;
+  return to_python_json(Value::from_json(value), options);
+}
+
 }  // namespace lft::data::jinja

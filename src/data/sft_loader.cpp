@@ -19,7 +19,7 @@
 namespace lft::data {
 namespace {
 
-constexpr const char* kCacheVersion = "lftrain tokenized data 3";  // 2: per-file formats, max_samples; 3: special tokens escaped in the model template's text
+constexpr const char* kCacheVersion = "lftrain tokenized data 4";  // 2: per-file formats, max_samples; 3: special tokens escaped in the model template's text; 4: tool calls and definitions read
 
 void say(const SftOptions& o, const std::string& line) {
   if (o.log) o.log(line);
@@ -178,10 +178,12 @@ PackedSequences build(const std::vector<DatasetSource>& sources, const SftOption
       const Conversation& conv = items[i];
       if (!own)
         for (const Message& m : conv.messages)
-          if (!m.reasoning.empty())
-            throw UsageError("conversation " + std::to_string(i + 1) + " has an answer with reasoning, which template " +
-                             o.template_name + " has no place for\n  hint: leave template unset in a v1 file (or "
-                             "set template = \"model\") to render it with the model's own chat template");
+          if (!m.reasoning.empty() || !m.tool_calls.empty() || !conv.tools.empty())
+            throw UsageError("conversation " + std::to_string(i + 1) + " has " +
+                             (m.reasoning.empty() ? "tool calls or tool definitions" : "an answer with reasoning") +
+                             ", which template " + o.template_name + " has no place for (lftrain's built-in templates "
+                             "render text turns only)\n  hint: leave template unset in a v1 file (or set template = "
+                             "\"model\") to render it with the model's own chat template");
       if (!pairs && conv.is_pair)
         throw UsageError("conversation " + std::to_string(i + 1) + " is a preference pair (chosen and rejected "
                          "answers), which trains with stage = \"dpo\", not " + o.stage);

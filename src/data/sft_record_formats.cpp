@@ -10,6 +10,7 @@ namespace lft::data::detail {
 namespace {
 
 using nlohmann::json;
+using ojson = nlohmann::ordered_json;  // tool calls and definitions: their key order is rendered
 
 std::string quoted(const std::string& s) { return "\"" + s + "\""; }
 
@@ -61,7 +62,7 @@ std::string check_turns(const std::vector<Message>& turns) {
              " where " + (prompt_turn ? "user or observation" : "assistant") +
              " is expected (turns must alternate user, assistant, ...)";
     }
-    if (m.text.empty() && m.role != Role::Observation) {
+    if (m.text.empty() && m.role != Role::Observation && m.tool_calls.empty()) {
       return std::string(m.role == Role::Assistant ? "empty response" : "empty prompt") +
              " (message " + std::to_string(i + 1) + ", " + role_name(m.role) + ")";
     }
@@ -84,8 +85,48 @@ Message turn(Role role, std::string text) {
   return {role, std::move(text), role == Role::Assistant ? 1.0f : 0.0f};
 }
 
-// The text of a v1 message's content: a string, or a list of {"type":"text", "value"|"text"}.
-std::string content_text(const json& content, std::string& out, std::string* reasoning = nullptr) {
+// The tool calls of a function_call turn's value (`list`: one object or a list of them) or of a
+// tool_call part's value (one object), as LlamaFactory main's converters and renderer take them:
+// each a JSON object with "name" and "arguments", kept as its JSON text.
+std::string read_tool_calls(const std::string& text, bool list, std::vector<std::string>& out) {
+  ojson value;
+  try {
+    value = ojson::parse(text);
+  } catch (const ojson::parse_error&) {
+    return "its tool call is not valid JSON";
+  }
+  ojson calls = ojson::array();
+  if (list && value.is_array()) calls = std::move(value);
+  else calls.push_back(std::move(value));
+  for (const ojson& call : calls) {
+    if (!call.is_object() || !call.contains("name") || !call.contains("arguments"))
+      return "a tool call is a JSON object with \"name\" and \"arguments\"";
+    out.push_back(call.dump());
+  }
+  return "";
+}
+
+// A record's tool definitions: a JSON string (LlamaFactory's datasets hold them as text), kept as
+// the text of the JSON it holds; missing, null or "" give none.
+std::string read_tools(const json& record, const std::string& key, std::string& out) {
+  out.clear();
+  if (key.empty()) return "";  // a dataset_info entry whose columns name no tools
+  const auto it = record.find(key);
+  if (it == record.end() || it->is_null()) return "";
+  if (!it->is_string()) return "field " + quoted(key) + " is " + type_name(*it) + ", not a JSON string of tool definitions";
+  if (it->get_ref<const std::string&>().empty()) return "";
+  try {
+    out = ojson::parse(it->get_ref<const std::string&>()).dump();
+  } catch (const ojson::parse_error&) {
+    return "field " + quoted(key) + " is not valid JSON";
+  }
+  return "";
+}
+
+// The text of a v1 message's content: a string, or a list of {"type":"text", "value"|"text"} (and
+// with `reasoning` and `tool_calls` given, "reasoning" and "tool_call" parts).
+std::string content_text(const json& content, std::string& out, std::string* reasoning = nullptr,
+                         std::vector<std::string>* tool_calls = nullptr) {
   if (content.is_string()) {
     out = content.get<std::string>();
     return "";
@@ -98,15 +139,19 @@ std::string content_text(const json& content, std::string& out, std::string* rea
     if (!part.is_object()) return "a content part is not an object";
     const auto type = part.find("type");
     if (type == part.end() || !type->is_string()) return "a content part has no string \"type\"";
-    const bool thought = type->get<std::string>() == "reasoning" && reasoning != nullptr;
-    if (type->get<std::string>() != "text" && !thought) {
-      return "content of type " + quoted(type->get<std::string>()) +
-             " is not supported (text only)";
+    const std::string& kind = type->get_ref<const std::string&>();
+    const bool thought = kind == "reasoning" && reasoning != nullptr;
+    const bool call = kind == "tool_call" && tool_calls != nullptr;
+    if (kind != "text" && !thought && !call) {
+      return "content of type " + quoted(kind) + " is not supported (text, reasoning and tool_call only)";
     }
     auto value = part.find("value");
     if (value == part.end()) value = part.find("text");
-    if (value == part.end() || !value->is_string()) {
-      return std::string("a ") + (thought ? "reasoning" : "text") + " part has no string \"value\"";
+    if (value == part.end() || !value->is_string()) return "a " + kind + " part has no string \"value\"";
+    if (call) {
+      const std::string bad = read_tool_calls(value->get<std::string>(), false, *tool_calls);
+      if (!bad.empty()) return "a tool_call part: " + bad;
+      continue;
     }
     (thought ? *reasoning : out) += value->get<std::string>();
   }
@@ -171,6 +216,7 @@ std::string parse_sharegpt(const json& record, const SftColumns& c, Conversation
   }
   std::string system, bad;
   if (!(bad = optional_string(record, c.system, system)).empty()) return bad;
+  if (!(bad = read_tools(record, c.tools, out.tools)).empty()) return bad;
   std::vector<Message> turns;
   for (std::size_t i = 0; i < list->size(); ++i) {
     const json& m = (*list)[i];
@@ -194,7 +240,10 @@ std::string parse_sharegpt(const json& record, const SftColumns& c, Conversation
     } else if (tag == c.observation_tag) {
       turns.push_back(turn(Role::Observation, std::move(text)));
     } else if (tag == c.function_tag) {
-      return where + " is a " + quoted(tag) + " turn: tool calls are not supported";
+      Message call = turn(Role::Assistant, "");
+      const std::string bad = read_tool_calls(text, true, call.tool_calls);
+      if (!bad.empty()) return where + " is a " + quoted(tag) + " turn: " + bad;
+      turns.push_back(std::move(call));
     } else if (tag == c.system_tag) {
       return where + " is a system message after the first turn";
     } else {
@@ -232,6 +281,7 @@ std::string parse_messages(const json& record, Conversation& out) {
   const auto list = record.find("messages");
   if (list == record.end() || !list->is_array()) return "no \"messages\" list";
   std::string system;
+  if (std::string bad = read_tools(record, "tools", out.tools); !bad.empty()) return bad;
   std::vector<Message> turns;
   for (std::size_t i = 0; i < list->size(); ++i) {
     const json& m = (*list)[i];
@@ -242,7 +292,8 @@ std::string parse_messages(const json& record, Conversation& out) {
     if (role == m.end() || !role->is_string()) return where + " has no string \"role\"";
     if (content == m.end()) return where + " has no \"content\"";
     std::string text, reasoning;
-    std::string bad = content_text(*content, text, &reasoning);
+    std::vector<std::string> tool_calls;
+    std::string bad = content_text(*content, text, &reasoning, &tool_calls);
     if (!bad.empty()) return where + ": " + bad;
     const auto reasoning_key = m.find("reasoning_content");
     if (reasoning_key != m.end() && reasoning_key->is_string()) reasoning += reasoning_key->get<std::string>();
@@ -260,7 +311,9 @@ std::string parse_messages(const json& record, Conversation& out) {
       return where + " has role " + quoted(r) + "; expected system, user, assistant or tool";
     }
     if (!reasoning.empty() && msg.role != Role::Assistant) return where + " has reasoning, which only answers hold";
+    if (!tool_calls.empty() && msg.role != Role::Assistant) return where + " has tool calls, which only answers make";
     msg.reasoning = std::move(reasoning);
+    msg.tool_calls = std::move(tool_calls);
     const auto weight = m.find("loss_weight");
     if (weight != m.end() && !weight->is_null()) {
       if (!weight->is_number() || !std::isfinite(weight->get<double>()) ||
@@ -294,11 +347,12 @@ std::string parse_pair(const json& record, Conversation& out) {
     const std::string bad = parse_messages(json{{"messages", *list}}, sides[k]);
     if (!bad.empty()) return std::string(keys[k]) + ": " + bad;
   }
+  if (std::string bad = read_tools(record, "tools", sides[0].tools); !bad.empty()) return bad;
   const std::vector<Message>& c = sides[0].messages;
   const std::vector<Message>& r = sides[1].messages;
   bool same_prompt = c.size() == r.size();
   for (std::size_t i = 0; same_prompt && i + 1 < c.size(); ++i)
-    same_prompt = c[i].role == r[i].role && c[i].text == r[i].text;
+    same_prompt = c[i].role == r[i].role && c[i].text == r[i].text && c[i].tool_calls == r[i].tool_calls;
   if (!same_prompt) return "chosen and rejected differ before their last message (a pair shares its prompt)";
   out = std::move(sides[0]);
   out.is_pair = true;

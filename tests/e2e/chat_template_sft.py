@@ -5,12 +5,14 @@ template (template = "model") equal LlamaFactory main's v1 rule computed with tr
 For each of several real templates (tests/fixtures/chat_templates) a model folder is made of a
 fixture tokenizer and the template (chat_template.jinja), and seeded conversations in v1's messages
 format (system prompts, several turns, answers with reasoning parts, answers with loss_weight 0,
-unicode, newlines) are written to a JSONL file. The reference, in Python, is LlamaFactory main's
+unicode, newlines; tool definitions, answers that call tools (one or two calls, arguments as an
+object or as a JSON string) and the tools' results) are written to a JSONL file. The reference, in Python, is LlamaFactory main's
 rendering (v1/core/rendering): one example per answer with a loss_weight above 1e-6 (the messages
 up to it), tokens = tokenizer(apply_chat_template(messages, add_generation_prompt=False,
 enable_thinking=<the answer has reasoning>), add_special_tokens=False), prompt = the same of the
 messages before it with add_generation_prompt=True, every token after the prompt trained with the
-answer's weight, cut to cutoff_len. lft_chat_encode makes lftrain's examples of the same file; the
+answer's weight, cut to cutoff_len; tool_call parts become tool_calls [{"type": "function",
+"function": {"name", "arguments"}}] and the record's tools (a JSON string) the `tools` argument. lft_chat_encode makes lftrain's examples of the same file; the
 ids and weights must be equal. Conversations a template rejects (it raises) are left out of the
 file, and counted. Exit 1 on any difference.
 """
@@ -48,7 +50,7 @@ TEMPLATES = {  # template file -> fixture tokenizer
 CHATML_FALLBACK = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
                    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
                    "{% endif %}")
-CUTOFF = 96
+CUTOFF = 640  # whole examples: a tools system prompt alone is ~150 tokens
 WORDS = ["hello", "Paris", "2+2=4", "naïve café", "日本語", "it's", '"quoted"', "new\nline", "  spaced  ",
          "<b>tag</b>", "x" * 30, "emoji 🙂", "tab\tsep"]
 
@@ -57,7 +59,48 @@ def text(rng, n=None):
     return " ".join(rng.choice(WORDS) for _ in range(n or rng.randint(1, 8)))
 
 
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                      "parameters": {"type": "object", "properties": {
+                                          "city": {"type": "string", "description": "the city's name"},
+                                          "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                                          "required": ["city"]}}},
+    {"type": "function", "function": {"name": "add", "description": "Adds two numbers",
+                                      "parameters": {"type": "object", "properties": {
+                                          "a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}}},
+]
+
+
+def tool_call(rng):
+    if rng.random() < 0.5:
+        call = {"name": "get_weather", "arguments": {"city": text(rng, 1), "unit": rng.choice(["celsius", "fahrenheit"])}}
+    else:
+        call = {"name": "add", "arguments": {"a": rng.choice([1, 2.5, -3, 1e-3]), "b": rng.randint(0, 99)}}
+    if rng.random() < 0.25:  # OpenAI's form: the arguments as a JSON string
+        call["arguments"] = json.dumps(call["arguments"])
+    return {"type": "tool_call", "value": json.dumps(call, ensure_ascii=False)}
+
+
+def tool_turns(rng):
+    """A question, an answer that calls one or two tools, their result, and the final answer."""
+    calls = [tool_call(rng) for _ in range(rng.choice([1, 1, 1, 2]))]
+    before = [{"type": "text", "value": text(rng)}] if rng.random() < 0.3 else []
+    return [{"role": "user", "content": [{"type": "text", "value": text(rng)}], "loss_weight": 0.0},
+            {"role": "assistant", "content": before + calls, "loss_weight": rng.choice([1.0, 1.0, 0.0])},
+            {"role": "tool", "content": [{"type": "text", "value": json.dumps({"result": text(rng, 2)})}],
+             "loss_weight": 0.0},
+            {"role": "assistant", "content": [{"type": "text", "value": text(rng, rng.randint(1, 12))}],
+             "loss_weight": 1.0}]
+
+
 def conversation(rng):
+    if rng.random() < 0.35:
+        messages = []
+        if rng.random() < 0.4:
+            messages.append({"role": "system", "content": [{"type": "text", "value": text(rng)}], "loss_weight": 0.0})
+        messages += tool_turns(rng)
+        tools = TOOLS if rng.random() < 0.7 else TOOLS[:1]
+        return {"messages": messages, "tools": json.dumps(tools, ensure_ascii=False)}
     messages = []
     if rng.random() < 0.4:
         messages.append({"role": "system", "content": [{"type": "text", "value": text(rng)}], "loss_weight": 0.0})
@@ -73,6 +116,10 @@ def conversation(rng):
 
 def hf_message(m):
     out = {"role": m["role"], "content": "".join(p["value"] for p in m["content"] if p["type"] == "text")}
+    calls = [json.loads(p["value"]) for p in m["content"] if p["type"] == "tool_call"]
+    if calls:
+        out["tool_calls"] = [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                             for c in calls]
     reasoning = "".join(p["value"] for p in m["content"] if p["type"] == "reasoning")
     if reasoning:
         out["reasoning_content"] = reasoning
@@ -82,11 +129,14 @@ def hf_message(m):
 def reference(tok, record):
     """LlamaFactory main's examples of one record: [(ids, weights)]."""
     messages = [hf_message(m) for m in record["messages"]]
+    tools = json.loads(json.dumps(json.loads(record["tools"]))) if record.get("tools") else None
+    if tools is not None and not isinstance(tools, list):
+        tools = [tools]
     out = []
     for i, m in enumerate(record["messages"]):
         if m["role"] != "assistant" or m["loss_weight"] <= 1e-6:
             continue
-        kwargs = {"enable_thinking": bool(messages[i].get("reasoning_content"))}
+        kwargs = {"enable_thinking": bool(messages[i].get("reasoning_content")), "tools": tools}
         full = tok.apply_chat_template(messages[:i + 1], tokenize=False, add_generation_prompt=False, **kwargs)
         prompt = tok.apply_chat_template(messages[:i], tokenize=False, add_generation_prompt=True, **kwargs)
         ids = tok(full, add_special_tokens=False)["input_ids"]
@@ -148,7 +198,9 @@ def main():
             same = sum(1 for a, b in zip(expected, got) if a == b)
             total += len(expected)
             status = "ok" if same == len(expected) == len(got) else "FAIL"
-            print(f"chat_template_sft: {name:52} {len(kept):3} conversations ({rejected:2} rejected by the template), "
+            with_tools = sum(1 for r in kept if r.get("tools"))
+            print(f"chat_template_sft: {name:52} {len(kept):3} conversations ({with_tools:2} with tool calls; "
+                  f"{rejected:2} rejected by the template), "
                   f"{len(expected):3} examples, {same:3} equal {status}" +
                   (" (not prefix-stable refused)" if unstable is not None else ""))
             if status != "ok":

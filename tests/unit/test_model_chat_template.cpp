@@ -126,5 +126,32 @@ TEST(JinjaChatEncoder, BuiltInTemplatesRefuseReasoning) {
   EXPECT_EQ(d.train.num_sequences(), 1);
 }
 
+// Tool calls and definitions have a place only in a model's own template, which renders them as
+// transformers' apply_chat_template does (tests/e2e/chat_template_sft.py compares real templates).
+TEST(JinjaChatEncoder, ToolCallsAndToolsReachTheModelsTemplateOnly) {
+  test::TempDir dir;
+  const std::string path = dir.write(
+      "t.jsonl", R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": )"
+                 R"([{"type": "tool_call", "value": "{\"name\": \"f\", \"arguments\": {\"x\": \"<s>\", \"n\": 1}}"}]},)"
+                 R"( {"role": "tool", "content": "r"}, {"role": "assistant", "content": "a"}],)"
+                 R"( "tools": "[{\"name\": \"f\", \"description\": \"é\"}]"})"
+                 "\n");
+  SftOptions o;
+  o.template_name = "qwen";
+  const ByteTokenizer tok;
+  const SpecialTokens special{ByteTokenizer::kBos, ByteTokenizer::kEos, ByteTokenizer::kPad};
+  EXPECT_CONTAINS(test::message_of<UsageError>([&] { load_sft_data({path}, o, tok, special); }),
+                  "has tool calls or tool definitions, which template qwen has no place for");
+  ModelChatTemplate t;
+  t.source = "tools.jinja";
+  t.text = "{{ tools | tojson }}{% for m in messages %}[{{ m.role }}:{{ m.content }}{% for c in m.tool_calls %}"
+           "<{{ c.type }} {{ c.function.name }} {{ c.function.arguments | tojson }}>{% endfor %}]{% endfor %}";
+  const Conversation conv = read_sft_records({path}, RecordOptions{}).conversations[0];
+  const std::vector<Conversation> prefixes = JinjaChatEncoder::supervised_prefixes(conv);
+  ASSERT_EQ(prefixes.size(), 2u);
+  EXPECT_EQ(text_of(tok, JinjaChatEncoder(t).encode(prefixes[1], tok, 1024).ids),
+            R"([{"name": "f", "description": "é"}][user:q][assistant:<function f {"x": "<s>", "n": 1}>][tool:r][assistant:a])");
+}
+
 }  // namespace
 }  // namespace lft::data

@@ -211,7 +211,7 @@ TEST(SftRecordsTest, ShareGptBadRecordsNamedByLine) {
   EXPECT_EQ(f.first_bad[0], path + ":3: the conversation does not end with an assistant response");
   EXPECT_CONTAINS(f.first_bad[1], path + ":4: roles out of order: message 1 is assistant");
   EXPECT_EQ(f.first_bad[2],
-            path + ":5: message 2 is a \"function_call\" turn: tool calls are not supported");
+            path + ":5: message 2 is a \"function_call\" turn: a tool call is a JSON object with \"name\" and \"arguments\"");
   EXPECT_CONTAINS(f.first_bad[3], path + ":6: message 2 has role \"robot\"");
   EXPECT_EQ(f.first_bad[4], path + ":7: message 2 has no string \"value\"");
   EXPECT_EQ(f.first_bad[5], path + ":8: invalid JSON");
@@ -244,13 +244,66 @@ TEST(SftRecordsTest, MessagesContentPartsWeightsAndTools) {
   ASSERT_EQ(f.bad, 5);
   EXPECT_EQ(f.first_bad[0], path +
                                 ":2: message 1: content of type \"image\" is not supported "
-                                "(text only)");
+                                "(text, reasoning and tool_call only)");
   EXPECT_EQ(f.first_bad[1], path + ":3: message 2 has a \"loss_weight\" that is not a number >= 0");
   EXPECT_EQ(f.first_bad[2], path + ":4: message 2 is a system message after the first turn");
   EXPECT_EQ(f.first_bad[3],
             path + ":5: message 2: \"content\" is a number, not a string or a list");
   // Issue 50, case 3: a weight a 32-bit float cannot hold would be inf, the loss NaN.
   EXPECT_EQ(f.first_bad[4], path + ":6: message 2 has a \"loss_weight\" of 1e+300, more than a 32-bit float holds (3.4e38)");
+}
+
+// Tool calls and definitions as LlamaFactory main's converters read them: a sharegpt function_call
+// turn (one call or a list) and the record's tools string; v1 messages' tool_call parts. Each call
+// and the tools keep their JSON's key order; what main's renderer would reject is skipped, named.
+TEST(SftRecordsTest, ToolCallsAndDefinitions) {
+  TempDir tmp;
+  const std::string glaive = tmp.write(
+      "g.jsonl",
+      R"({"conversations": [{"from": "human", "value": "q"}, {"from": "function_call", "value": )"
+      R"("{\"name\": \"f\", \"arguments\": {\"z\": 1, \"a\": \"x\"}}"}, {"from": "observation", "value": "r"},)"
+      R"( {"from": "gpt", "value": "a"}], "tools": "[{\"name\": \"f\", \"parameters\": {\"z\": {}, \"a\": {}}}]"}
+{"conversations": [{"from": "human", "value": "q"}, {"from": "function_call", "value": )"
+      R"("[{\"name\": \"f\", \"arguments\": {}}, {\"name\": \"g\", \"arguments\": \"{}\"}]"},)"
+      R"( {"from": "observation", "value": "r"}, {"from": "gpt", "value": "a"}]}
+{"conversations": [{"from": "human", "value": "q"}, {"from": "function_call", "value": "call f with 1"}]}
+{"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}], "tools": [1]}
+{"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}], "tools": "[{"}
+)");
+  const SftRecords g = read(glaive);
+  ASSERT_EQ(g.conversations.size(), 2u);
+  const Conversation& one = g.conversations[0];
+  ASSERT_EQ(one.messages.size(), 4u);
+  expect_message(one.messages[1], Role::Assistant, "", 1.0f);
+  EXPECT_EQ(one.messages[1].tool_calls, std::vector<std::string>{R"({"name":"f","arguments":{"z":1,"a":"x"}})"});
+  expect_message(one.messages[2], Role::Observation, "r", 0.0f);
+  EXPECT_EQ(one.tools, R"([{"name":"f","parameters":{"z":{},"a":{}}}])");
+  EXPECT_EQ(g.conversations[1].messages[1].tool_calls,
+            (std::vector<std::string>{R"({"name":"f","arguments":{}})", R"({"name":"g","arguments":"{}"})"}));
+  EXPECT_EQ(g.conversations[1].tools, "");
+  ASSERT_EQ(g.files[0].bad, 3);
+  EXPECT_EQ(g.files[0].first_bad[0], glaive + ":3: message 2 is a \"function_call\" turn: its tool call is not valid JSON");
+  EXPECT_EQ(g.files[0].first_bad[1], glaive + ":4: field \"tools\" is an array, not a JSON string of tool definitions");
+  EXPECT_EQ(g.files[0].first_bad[2], glaive + ":5: field \"tools\" is not valid JSON");
+
+  const std::string v1 = tmp.write(
+      "m.jsonl",
+      R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": [{"type": "text", "value": "t"},)"
+      R"( {"type": "tool_call", "value": "{\"name\": \"f\", \"arguments\": {\"b\": 2}}"}]},)"
+      R"( {"role": "tool", "content": "r"}, {"role": "assistant", "content": "a"}], "tools": "{\"name\": \"f\"}"}
+{"messages": [{"role": "user", "content": [{"type": "tool_call", "value": "{\"name\": \"f\", \"arguments\": {}}"}]},)"
+      R"( {"role": "assistant", "content": "a"}]}
+{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": [{"type": "tool_call", "value": "[]"}]}]}
+)");
+  const SftRecords m = read(v1);
+  ASSERT_EQ(m.conversations.size(), 1u);
+  expect_message(m.conversations[0].messages[1], Role::Assistant, "t", 1.0f);
+  EXPECT_EQ(m.conversations[0].messages[1].tool_calls, std::vector<std::string>{R"({"name":"f","arguments":{"b":2}})"});
+  EXPECT_EQ(m.conversations[0].tools, R"({"name":"f"})");
+  ASSERT_EQ(m.files[0].bad, 2);
+  EXPECT_EQ(m.files[0].first_bad[0], v1 + ":2: message 1 has tool calls, which only answers make");
+  EXPECT_EQ(m.files[0].first_bad[1],
+            v1 + ":3: message 2: a tool_call part: a tool call is a JSON object with \"name\" and \"arguments\"");
 }
 
 TEST(SftRecordsTest, FileLevelErrors) {

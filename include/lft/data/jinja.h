@@ -85,4 +85,8 @@ class Template {
   std::shared_ptr<const Program> program_;
 };
 
+// Python's json.dumps(value) with its defaults (ensure_ascii, ", " and ": " separators): the text
+// LlamaFactory main's converters keep of a record's tools, on which its special-token escaping works.
+std::string python_json_dumps(const nlohmann::ordered_json& value);
+
 }  // namespace lft::data::jinja

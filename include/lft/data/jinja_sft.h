@@ -7,8 +7,10 @@
 //    token after the prompt's tokens is trained with the answer's loss_weight (its end-of-turn
 //    tokens and what the template writes after them included); a template whose prompt is not a
 //    prefix of the whole is refused, as v1 refuses it;
-//  - each message's text and reasoning with their special tokens' texts escaped first, as main
-//    does (special_escape.h);
+//  - an answer's tool calls as tool_calls, the conversation's tool definitions as tools;
+//  - each message's text and reasoning, the string values of each tool call's arguments and the
+//    text of the tools with their special tokens' texts escaped first, as main does
+//    (special_escape.h);
 //  - enable_thinking is true exactly when the answer carries reasoning (`reasoning_content`);
 //  - each text encoded whole (Tokenizer::encode: special tokens as single ids, no BOS added: the
 //    template writes what it wants), then cut to its first cutoff_len tokens (an example left with
@@ -50,8 +52,8 @@ class JinjaChatEncoder {
   const std::string& text() const { return model_.text; }
 
  private:
-  std::string render_messages(const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                              bool enable_thinking) const;
+  std::string render_messages(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                              bool add_generation_prompt, bool enable_thinking) const;
 
   ModelChatTemplate model_;
   jinja::Template template_;

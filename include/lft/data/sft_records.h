@@ -2,11 +2,14 @@
 //
 // Formats (`RecordOptions::format`):
 //   alpaca    {instruction, input, output, system?, history? [[query, response], ...]}
-//   sharegpt  {conversations: [{from, value}, ...], system?}; keys and role values configurable
-//             (SftColumns), defaults as LlamaFactory's dataset_info
-//   messages  {messages: [{role, content, loss_weight?}, ...]}: LlamaFactory v1 chat records;
-//             content is a string or a list of parts {"type": "text", "value" (or "text"): ...};
-//             roles system / user / assistant / tool (tool = observation)
+//   sharegpt  {conversations: [{from, value}, ...], system?, tools?}; keys and role values
+//             configurable (SftColumns), defaults as LlamaFactory's dataset_info; a function_call
+//             turn's value is a tool call (a JSON object {name, arguments}, or a list of them)
+//   messages  {messages: [{role, content, loss_weight?}, ...], tools?}: LlamaFactory v1 chat
+//             records; content is a string or a list of parts {"type": "text" | "reasoning" |
+//             "tool_call", "value" (or "text"): ...}; roles system / user / assistant / tool
+//             (tool = observation)
+// `tools` is the JSON text of the tool definitions (LlamaFactory's datasets hold it as a string).
 //   text      {text} objects, or the lines of a .txt file: pre-training documents
 //   auto      decided per file from its first record (.txt files are text)
 // Files: .json (one array of records, or JSON lines), .jsonl (one record per line), .txt (text
@@ -39,6 +42,9 @@ struct Message {
   // An answer's reasoning (v1's "reasoning" content parts, or a "reasoning_content" string), which
   // only a model's own Jinja template renders (jinja_sft.h); the other templates refuse it.
   std::string reasoning = {};
+  // An answer's tool calls (sharegpt function_call turns, v1's "tool_call" parts), each the JSON
+  // text of one object with "name" and "arguments" (key order kept); the model's own template only.
+  std::vector<std::string> tool_calls = {};
 };
 
 // An optional leading System message, then pairs (User or Observation, Assistant), at least one
@@ -47,6 +53,7 @@ struct Message {
 // it: the same prompt and history, another last answer.
 struct Conversation {
   std::vector<Message> messages;
+  std::string tools;  // the JSON text of the tool definitions ("" without); the model's own template only
   bool is_pair = false;
   Message rejected;  // is_pair: the rejected last answer (Assistant)
 };
@@ -68,8 +75,9 @@ struct SftColumns {
   std::string user_tag = "human";
   std::string assistant_tag = "gpt";
   std::string observation_tag = "observation";
-  std::string function_tag = "function_call";  // recognised, rejected: tool calls are unsupported
+  std::string function_tag = "function_call";  // an assistant turn whose value is its tool calls
   std::string system_tag = "system";
+  std::string tools = "tools";  // the tool definitions, a JSON string (sharegpt; messages records' "tools")
   // text: the document of a pre-training record (LlamaFactory's `prompt` column for stage pt)
   std::string text = "text";
   // Ranking data (dataset_info "ranking": true, or any file with stage dpo): each record is a
