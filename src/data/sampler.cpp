@@ -1,5 +1,6 @@
 #include "lft/data/sampler.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -69,17 +70,30 @@ std::vector<std::int64_t> GlobalSampler::torch_permutation(std::int64_t num_samp
 
 std::vector<std::int64_t> GlobalSampler::per_rank_order(std::int64_t num_samples, std::uint64_t seed,
                                                         std::int64_t epoch, int dp_size,
-                                                        std::int64_t global_batch) {
+                                                        std::int64_t global_batch, const std::vector<bool>& skipped) {
   if (dp_size < 1 || global_batch % dp_size != 0)
     throw std::invalid_argument("GlobalSampler: the per-rank order needs dp_size >= 1 dividing the global batch");
-  const std::vector<std::int64_t> p = torch_permutation(num_samples, seed, epoch);
+  std::vector<std::int64_t> p = torch_permutation(num_samples, seed, epoch);
   const std::int64_t per_rank_batch = global_batch / dp_size;
-  const std::int64_t steps = num_samples / global_batch;
+  // Each rank's stream: every dp_size-th of the permutation padded with its start (DistributedSampler).
+  const std::int64_t padded = (num_samples + dp_size - 1) / dp_size * dp_size;
+  for (std::int64_t i = num_samples; i < padded && num_samples > 0; ++i) p.push_back(p[static_cast<std::size_t>(i - num_samples)]);
+  std::vector<std::vector<std::int64_t>> streams(static_cast<std::size_t>(dp_size));
+  for (std::int64_t i = 0; i < padded; ++i) {
+    const std::int64_t sample = p[static_cast<std::size_t>(i)];
+    if (!skipped.empty() && skipped[static_cast<std::size_t>(sample)]) continue;
+    streams[static_cast<std::size_t>(i % dp_size)].push_back(sample);
+  }
+  // Without skipping, only whole global batches of the unpadded permutation (as before padding
+  // mattered): num_samples / global_batch steps.
+  std::int64_t steps = skipped.empty() ? num_samples / global_batch : padded;
+  for (const auto& stream : streams) steps = std::min(steps, static_cast<std::int64_t>(stream.size()) / per_rank_batch);
   std::vector<std::int64_t> order;
   order.reserve(static_cast<std::size_t>(steps * global_batch));
   for (std::int64_t k = 0; k < steps; ++k)
     for (int r = 0; r < dp_size; ++r)
-      for (std::int64_t j = 0; j < per_rank_batch; ++j) order.push_back(p[(k * per_rank_batch + j) * dp_size + r]);
+      for (std::int64_t j = 0; j < per_rank_batch; ++j)
+        order.push_back(streams[static_cast<std::size_t>(r)][static_cast<std::size_t>(k * per_rank_batch + j)]);
   return order;
 }
 
@@ -108,8 +122,23 @@ GlobalSampler::GlobalSampler(std::int64_t num_samples, std::int64_t global_batch
 
 void GlobalSampler::set_epoch(std::int64_t epoch) {
   epoch_ = epoch;
-  order_ = per_rank_dp_ > 0 ? per_rank_order(num_samples_, seed_, epoch, per_rank_dp_, global_batch_)
+  order_ = per_rank_dp_ > 0 ? per_rank_order(num_samples_, seed_, epoch, per_rank_dp_, global_batch_, skipped_)
                            : epoch_permutation(num_samples_, seed_, epoch);
+  if (per_rank_dp_ > 0) steps_per_epoch_ = static_cast<std::int64_t>(order_.size()) / global_batch_;
+  if (steps_per_epoch_ == 0)
+    throw UsageError("epoch " + std::to_string(epoch) + " of the training data has no whole global batch of " +
+                     std::to_string(global_batch_) + " sequences once the sequences with nothing to train within "
+                     "cutoff_len are left out (as LlamaFactory main leaves them out); use a larger cutoff_len or a "
+                     "smaller global batch");
+}
+
+void GlobalSampler::skip_samples(std::vector<bool> skipped) {
+  if (per_rank_dp_ == 0) throw std::logic_error("GlobalSampler::skip_samples: the global order skips nothing");
+  if (static_cast<std::int64_t>(skipped.size()) != num_samples_)
+    throw std::invalid_argument("GlobalSampler::skip_samples: one flag per sample");
+  skipped_ = std::move(skipped);
+  step_ = 0;
+  set_epoch(epoch_);
 }
 
 std::vector<std::int64_t> GlobalSampler::global_batch_indices() const {

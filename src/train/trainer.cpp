@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -177,6 +178,15 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
       s.options.sample_per_rank || dynamic
           ? static_cast<int>(plan.global_batch / (plan.micro_batch * plan.accumulation))
           : 0);
+  if (s.options.sample_per_rank && !dynamic) {
+    std::vector<bool> left_out = s.data->samples_main_leaves_out();
+    const auto n = std::count(left_out.begin(), left_out.end(), true);
+    if (n > 0) {
+      s.sampler->skip_samples(std::move(left_out));
+      log0("data       " + std::to_string(n) + " sequence(s) with nothing to train within cutoff_len left out of the "
+           "sample streams, as LlamaFactory main leaves them out");
+    }
+  }
   if (dynamic) {
     std::vector<std::int64_t> lengths;
     for (std::int64_t i = 0; i < s.data->num_samples(); ++i) lengths.push_back(s.data->real_tokens({i}));

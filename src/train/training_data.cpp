@@ -176,6 +176,7 @@ TrainingData::TrainingData(const DataOptions& d, MPI_Comm world) {
     loaded.summary += "\neval: " + names_of(eval_from) + ": " + eval.summary;
   }
   join_ = d.join_micro_batches;
+  own_template_ = own;
   segments_ = options.neat_packing || join_;
   pairs_ = trains_on_pairs(options.stage);
   summary_ = loaded.summary + " (" + tokenizer_->name() + " tokenizer, template " +
@@ -202,6 +203,14 @@ std::int64_t TrainingData::seq_len() const { return packed_ ? packed_->seq_len()
 double TrainingData::weight_sum(const std::vector<std::int64_t>& indices) const {
   if (!packed_) return train_->weight_sum(indices);
   return static_cast<double>(indices.size()) * static_cast<double>(packed_->seq_len() - 1);
+}
+
+std::vector<bool> TrainingData::samples_main_leaves_out() const {
+  if (!own_template_ || pairs_ || !train_) return {};
+  std::vector<bool> out(static_cast<std::size_t>(train_->num_sequences()));
+  for (std::int64_t i = 0; i < train_->num_sequences(); ++i)
+    out[static_cast<std::size_t>(i)] = train_->length(i) >= train_->seq_len() && train_->weight_sum({i}) == 0;
+  return out;
 }
 
 std::int64_t TrainingData::real_tokens(const std::vector<std::int64_t>& indices) const {

@@ -3,7 +3,8 @@
 # against the losses main produced (tests/fixtures/llamafactory_main: recorded from main installed
 # from its source; it cannot run in CI). Two v1 YAMLs on a tiny Qwen3 whose folder holds Qwen3's
 # Jinja chat template: sft.yaml (no `template`: the model's own template, LlamaFactory main's
-# labelling) and muon.yaml (`optim_config: {name: muon}`). Per step the loss within 1e-5 relative
+# labelling), muon.yaml (`optim_config: {name: muon}`) and tools.yaml (tool calls and tool
+# definitions: LlamaFactory's glaive_toolcall_en_demo through v1's sharegpt converter). Per step the loss within 1e-5 relative
 # (measured 9.5e-8 and 1.8e-6). The model is remade by tools/make-v1-fixture.py (seeded); when its
 # bytes differ from the recorded model's (another torch or CPU), that is printed and the comparison
 # still runs. Run from anywhere.
@@ -23,9 +24,14 @@ cp tests/fixtures/chat_templates/Qwen-Qwen3-0.6B.jinja "$work/model/chat_templat
 sha256sum "$work/model/model.safetensors" | grep -q '^f7cd71545bc8d8b3ce32eea8b42ff47e08b64dd589501c78f7698810b0806dee' ||
   echo "lf_main_parity: note: the remade model's bytes differ from the recorded one's (another torch or CPU)"
 failed=()
-for job in sft muon; do
-  sed "s|MODEL|$work/model|; s|DATA|$(cd "$(dirname "$data")" && pwd)/$(basename "$data")|; s|OUTPUT|$work/$job|" \
-    "$fixtures/$job.yaml" > "$work/$job.yaml"
+# tools: LlamaFactory's glaive_toolcall_en_demo (its first 120 records) through v1's sharegpt
+# converter: function_call turns, tool results and each record's tools.
+printf 'glaive:\n  path: %s\n  source: local\n  converter: sharegpt\n' "$PWD/$fixtures/glaive_toolcall_en_demo.json" \
+  > "$work/glaive.yaml"
+for job in sft muon tools; do
+  job_data="$(cd "$(dirname "$data")" && pwd)/$(basename "$data")"
+  [ "$job" = tools ] && job_data="$work/glaive.yaml"
+  sed "s|MODEL|$work/model|; s|DATA|$job_data|; s|OUTPUT|$work/$job|" "$fixtures/$job.yaml" > "$work/$job.yaml"
   if ! mpirun --oversubscribe --bind-to none -np 1 "$build/lftrain" "$work/$job.yaml" </dev/null >"$work/$job.log" 2>&1; then
     tail -20 "$work/$job.log"; failed+=("$job (lftrain failed)"); continue
   fi

@@ -90,6 +90,31 @@ TEST(GlobalSampler, PerRankOrderIsTorchsDistributedSampler) {
   EXPECT_THROW(GlobalSampler(10, 4, 42, 2).restore(other), UsageError);
 }
 
+// LlamaFactory main's BatchGenerator drops samples from each rank's stream after the shuffle
+// (those cut at cutoff_len with nothing left to train): the streams of torch's DistributedSampler
+// (checked with torch: 9 samples over 2 ranks pad rank 1's stream with the permutation's first,
+// [6, 0, 5, 3, 1] and [4, 7, 8, 2, 6]) pass over them, and an epoch has the steps its emptiest
+// rank fills.
+TEST(GlobalSampler, SkippedSamplesLeaveEachRanksStream) {
+  // randperm(10) = [2, 6, 1, 8, 4, 5, 0, 9, 3, 7]: rank 0 2 1 4 0 3, rank 1 6 8 5 9 7.
+  EXPECT_EQ(GlobalSampler::per_rank_order(10, 42, 0, 2, 4, {false, true, false, false, false, false, false, false, false, true}),
+            (std::vector<std::int64_t>{2, 4, 6, 8, 0, 3, 5, 7}));
+  // Skipping 1 and 4 leaves rank 0 one step's samples.
+  EXPECT_EQ(GlobalSampler::per_rank_order(10, 42, 0, 2, 4, {false, true, false, false, true, false, false, false, false, false}),
+            (std::vector<std::int64_t>{2, 0, 6, 8}));
+  EXPECT_EQ(GlobalSampler::per_rank_order(10, 42, 0, 1, 4, {false, false, false, false, false, false, true, false, false, false}),
+            (std::vector<std::int64_t>{2, 1, 8, 4, 5, 0, 9, 3}));
+  // randperm(9) = [6, 4, 0, 7, 5, 8, 3, 2, 1]; skipping 0: rank 0 6 5 3 1, rank 1 4 7 8 2 6 (padded).
+  EXPECT_EQ(GlobalSampler::per_rank_order(9, 42, 0, 2, 4, {true, false, false, false, false, false, false, false, false}),
+            (std::vector<std::int64_t>{6, 5, 4, 7, 3, 1, 8, 2}));
+  GlobalSampler s(10, 4, 42, 2);
+  s.skip_samples({false, true, false, false, true, false, false, false, false, false});
+  EXPECT_EQ(s.steps_per_epoch(), 1);
+  EXPECT_EQ(s.global_batch_indices(), (std::vector<std::int64_t>{2, 0, 6, 8}));
+  EXPECT_THROW(s.skip_samples(std::vector<bool>(10, true)), UsageError);
+  EXPECT_THROW(GlobalSampler(10, 4, 42).skip_samples(std::vector<bool>(10, false)), std::logic_error);
+}
+
 TEST(V1DatasetFile, EntriesBecomeSources) {
   const std::string dir = ::testing::TempDir();
   std::ofstream(dir + "v1_a.json") << "[]";

@@ -14,7 +14,8 @@
 //  - enable_thinking is true exactly when the answer carries reasoning (`reasoning_content`);
 //  - each text encoded whole (Tokenizer::encode: special tokens as single ids, no BOS added: the
 //    template writes what it wants), then cut to its first cutoff_len tokens (an example left with
-//    nothing to train is kept: it holds its place in v1's sample order).
+//    nothing to train is kept: main drops it from each rank's stream after the shuffle, which the
+//    sampler does: data::GlobalSampler::skip_samples).
 #pragma once
 
 #include <cstdint>

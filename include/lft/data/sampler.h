@@ -10,6 +10,9 @@
 // LlamaFactory v1 draws its batches: torch.randperm(num_samples) from a generator seeded
 // seed + e, cut to a multiple of dp_size, rank r taking every dp_size-th sample from r; global
 // batch k is then the k-th run of global_batch / dp_size samples of each rank, rank after rank.
+// LlamaFactory main's v1 leaves samples out of each rank's stream after the shuffle (those whose
+// trained tokens all lie beyond cutoff_len): skip_samples() does the same, and an epoch then has
+// the steps its emptiest rank fills.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +44,10 @@ class GlobalSampler {
   std::vector<std::int64_t> global_batch_indices() const;
   // Moves to the next step; after the last step of an epoch, to step 0 of the next epoch.
   void advance();
+  // The per-rank order only: each rank's stream passes over the samples marked true (one flag per
+  // sample), as LlamaFactory main's BatchGenerator drops them. Call before the first step.
+  // Throws lft::UsageError when an epoch is left without a step.
+  void skip_samples(std::vector<bool> skipped);
 
   std::int64_t epoch() const { return epoch_; }
   std::int64_t step_in_epoch() const { return step_; }
@@ -67,10 +74,13 @@ class GlobalSampler {
   static std::vector<std::int64_t> torch_permutation(std::int64_t num_samples, std::uint64_t seed,
                                                      std::int64_t epoch);
   // The per-rank order of epoch `epoch`, arranged so that global batch k is positions
-  // [k * global_batch, (k + 1) * global_batch) (steps_per_epoch batches; the rest is dropped).
+  // [k * global_batch, (k + 1) * global_batch) (as many batches as every rank fills; the rest is
+  // dropped). With `skipped`, each rank's stream (DistributedSampler's: the permutation padded
+  // with its start to a multiple of dp_size, every dp_size-th from the rank) passes over them.
   static std::vector<std::int64_t> per_rank_order(std::int64_t num_samples, std::uint64_t seed,
                                                   std::int64_t epoch, int dp_size,
-                                                  std::int64_t global_batch);
+                                                  std::int64_t global_batch,
+                                                  const std::vector<bool>& skipped = {});
 
  private:
   void set_epoch(std::int64_t epoch);
@@ -80,6 +90,7 @@ class GlobalSampler {
   std::uint64_t seed_;
   std::int64_t steps_per_epoch_;
   int per_rank_dp_ = 0;
+  std::vector<bool> skipped_;  // skip_samples(): empty, or a flag per sample
   std::int64_t epoch_ = 0;
   std::int64_t step_ = 0;
   std::vector<std::int64_t> order_;  // epoch_permutation(num_samples_, seed_, epoch_)

@@ -64,6 +64,10 @@ class TrainingData {
   std::int64_t attention_pairs(const std::vector<std::int64_t>& indices) const;
   // The sum of batch(indices).weights, without building the batch.
   double weight_sum(const std::vector<std::int64_t>& indices) const;
+  // The samples LlamaFactory main's v1 leaves out of each rank's stream (its BatchGenerator drops
+  // an example cut at cutoff_len with nothing left to train): a flag per sample for the model's own
+  // template's SFT examples (data::GlobalSampler::skip_samples), else empty.
+  std::vector<bool> samples_main_leaves_out() const;
   bool has_eval() const { return eval_ && eval_->num_sequences() > 0; }
   const data::SftDataset& eval() const { return *eval_; }
   bool segments() const { return segments_; }
@@ -80,6 +84,7 @@ class TrainingData {
   bool segments_ = false;
   bool join_ = false;  // batching_strategy padding_free / dynamic_padding_free
   bool pairs_ = false;
+  bool own_template_ = false;  // examples of the model's own Jinja template (LlamaFactory main's)
   std::int64_t pad_multiple_ = 0;
   std::string summary_;
 };
