@@ -343,10 +343,10 @@ void ShardedDataParallel::finish_gather(Unit& u) {
     offset += whole.numel();
   }
   u.bytes_out.reset();
-  const bool split = !u.f8.empty();
-  const UnitLayout& layout = split ? u.rest_layout : u.layout;
-  for (std::size_t j = 0; j < (split ? u.rest.size() : u.params.size()); ++j) {
-    const std::size_t i = split ? u.rest[j] : j;
+  const bool float8 = !u.f8.empty();  // the float8 weights came apart (below)
+  const UnitLayout& layout = float8 ? u.rest_layout : u.layout;
+  for (std::size_t j = 0; j < (float8 ? u.rest.size() : u.params.size()); ++j) {
+    const std::size_t i = float8 ? u.rest[j] : j;
     at::Tensor& param = params_[u.params[i]];
     if (plan_.shard_parameters) model::allocate_storage(param);
     gather_rows(layout, j, shapes_[u.params[i]], u.gather_out, storage_alias(param));

@@ -31,6 +31,9 @@ const char kDatasetInfo[] = R"json({
            "tags": {"role_tag": "role", "content_tag": "content",
                     "user_tag": "user", "assistant_tag": "assistant"}},
   "chat_default": {"file_name": "chat_default.jsonl", "formatting": "sharegpt"},
+  "glaive": {"file_name": "tools.jsonl", "formatting": "sharegpt",
+             "columns": {"messages": "conversations", "tools": "tools"}},
+  "glaive_no_tools": {"file_name": "tools.jsonl", "formatting": "sharegpt"},
   "docs": {"file_name": "docs.jsonl", "columns": {"prompt": "text"}},
   "docs_body": {"file_name": "body.jsonl", "columns": {"prompt": "body"}},
   "remote": {"hf_hub_url": "org/some-data"},
@@ -53,6 +56,12 @@ const char kPlain[] = R"json([
   {"instruction": "Say hi", "input": "", "output": "hi"},
   {"instruction": "Count", "output": "1 2 3"}
 ])json";
+
+// LlamaFactory's glaive_toolcall shape: a function_call turn, its result, and a tools string.
+const char kTools[] =
+    R"({"conversations": [{"from": "human", "value": "q"}, {"from": "function_call", "value": "{\"name\": \"f\", )"
+    R"(\"arguments\": {}}"}, {"from": "observation", "value": "r"}, {"from": "gpt", "value": "a"}], "tools": "[{\"name\": \"f\"}]"})"
+    "\n";
 
 const char kQa[] =
     "{\"q\": \"What is 1+1?\", \"a\": \"2\", \"instruction\": \"not read\", \"input\": \"no\"}\n"
@@ -92,6 +101,7 @@ class DatasetRegistry : public ::testing::Test {
     folder_.write("qa.jsonl", kQa);
     folder_.write("chat.json", kChat);
     folder_.write("chat_default.jsonl", kChatDefault);
+    folder_.write("tools.jsonl", kTools);
     folder_.write("docs.jsonl", kDocs);
     folder_.write("body.jsonl", kBody);
     std::filesystem::create_directory(dir() + "/sub");
@@ -232,6 +242,19 @@ TEST_F(DatasetRegistry, SharegptWithDefaultTags) {
   expect_message(r.conversations[1].messages[0], Role::User, "c", 0.0f);
 }
 
+// The tools column is read only when columns names it (as LlamaFactory's classic loader reads it);
+// function_call turns are tool calls either way.
+TEST_F(DatasetRegistry, ToolsColumnWhenColumnsNameIt) {
+  const SftRecords with = read({"glaive"});
+  ASSERT_EQ(with.conversations.size(), 1u);
+  EXPECT_EQ(with.conversations[0].tools, R"([{"name":"f"}])");
+  EXPECT_EQ(with.conversations[0].messages[1].tool_calls, std::vector<std::string>{R"({"name":"f","arguments":{}})"});
+  const SftRecords without = read({"glaive_no_tools"});
+  ASSERT_EQ(without.conversations.size(), 1u);
+  EXPECT_EQ(without.conversations[0].tools, "");
+  EXPECT_EQ(without.conversations[0].messages[1].tool_calls.size(), 1u);
+}
+
 TEST_F(DatasetRegistry, StagePtReadsThePromptColumnAsDocuments) {
   const std::vector<DatasetSource> sources = resolve({"docs", "docs_body"}, "pt");
   ASSERT_EQ(sources.size(), 2u);
@@ -323,7 +346,7 @@ TEST_F(DatasetRegistry, RefusedEntries) {
   EXPECT_CONTAINS(error_of({"folder"}), at + "\"folder\": " + dir() + "/sub is a folder");
   EXPECT_CONTAINS(error_of({"no_file"}), at + "\"no_file\" has no file_name");
   EXPECT_CONTAINS(error_of({"media"}),
-                  "columns \"images\" (tool calls and media) is not supported by lftrain");
+                  "columns \"images\" (media) is not supported by lftrain");
   EXPECT_CONTAINS(error_of({"typo_column"}), at + "\"typo_column\": unknown columns key \"promt\"");
 }
 

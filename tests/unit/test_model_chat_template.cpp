@@ -104,6 +104,15 @@ TEST(JinjaChatEncoder, ThinkingFollowsTheReasoningAndAnUnstablePromptIsRefused) 
   EXPECT_CONTAINS(test::message_of<UsageError>([&] { JinjaChatEncoder(t).encode(conv, tok, 1024); }), "no user");
 }
 
+// What loading `path` with the built-in template qwen refuses it with.
+std::string refusal_of_builtin_template(const std::string& path) {
+  SftOptions o;
+  o.template_name = "qwen";
+  const ByteTokenizer tok;
+  const SpecialTokens special{ByteTokenizer::kBos, ByteTokenizer::kEos, ByteTokenizer::kPad};
+  return test::message_of<UsageError>([&] { load_sft_data({path}, o, tok, special); });
+}
+
 // Reasoning has a place only in a model's own template: a built-in one refuses it by name.
 TEST(JinjaChatEncoder, BuiltInTemplatesRefuseReasoning) {
   test::TempDir dir;
@@ -111,12 +120,10 @@ TEST(JinjaChatEncoder, BuiltInTemplatesRefuseReasoning) {
       "r.jsonl", R"({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": )"
                  R"([{"type": "reasoning", "value": "think"}, {"type": "text", "value": "a"}]}]})"
                  "\n");
+  EXPECT_CONTAINS(refusal_of_builtin_template(path), "has an answer with reasoning, which template qwen has no place for");
   SftOptions o;
-  o.template_name = "qwen";
   const ByteTokenizer tok;
   const SpecialTokens special{ByteTokenizer::kBos, ByteTokenizer::kEos, ByteTokenizer::kPad};
-  EXPECT_CONTAINS(test::message_of<UsageError>([&] { load_sft_data({path}, o, tok, special); }),
-                  "has an answer with reasoning, which template qwen has no place for");
   ModelChatTemplate chatml;
   chatml.text = chatml_fallback_template();
   chatml.source = "chatml";
@@ -136,12 +143,9 @@ TEST(JinjaChatEncoder, ToolCallsAndToolsReachTheModelsTemplateOnly) {
                  R"( {"role": "tool", "content": "r"}, {"role": "assistant", "content": "a"}],)"
                  R"( "tools": "[{\"name\": \"f\", \"description\": \"é\"}]"})"
                  "\n");
-  SftOptions o;
-  o.template_name = "qwen";
-  const ByteTokenizer tok;
-  const SpecialTokens special{ByteTokenizer::kBos, ByteTokenizer::kEos, ByteTokenizer::kPad};
-  EXPECT_CONTAINS(test::message_of<UsageError>([&] { load_sft_data({path}, o, tok, special); }),
+  EXPECT_CONTAINS(refusal_of_builtin_template(path),
                   "has tool calls or tool definitions, which template qwen has no place for");
+  const ByteTokenizer tok;
   ModelChatTemplate t;
   t.source = "tools.jinja";
   t.text = "{{ tools | tojson }}{% for m in messages %}[{{ m.role }}:{{ m.content }}{% for c in m.tool_calls %}"
