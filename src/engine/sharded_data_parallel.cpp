@@ -173,7 +173,8 @@ void ShardedDataParallel::build_units(model::CausalLM& model, const std::vector<
     if (u->split) {
       for (std::size_t i = 0; i < u->params.size(); ++i)
         if (!params_[u->params[i]].requires_grad()) u->frozen.push_back(i);
-      u->frozen_layout = sub_layout(u->layout, u->frozen, shapes);
+      // A unit that trains nothing keeps its frozen shard cut as the unit (what the gather sends).
+      u->frozen_layout = u->trained.empty() ? u->layout : sub_layout(u->layout, u->frozen, shapes);
       u->frozen_master = at::zeros({u->frozen_layout.shard_numel}, f32.dtype(plan_.compute_dtype));
     }
     u->master = at::zeros({(u->split ? u->grad_layout : u->layout).shard_numel}, master_options);
@@ -261,6 +262,7 @@ at::Tensor ShardedDataParallel::master_view(const Unit& u, std::size_t i) const 
 
 at::Tensor ShardedDataParallel::assembled_shard(const Unit& u, at::ScalarType dtype) const {
   c10::NoGradGuard no_grad;
+  if (u.trained.empty()) return u.frozen_master.to(dtype);  // cut as the unit already: no copy
   const auto me = static_cast<std::size_t>(shard_comm_.rank());
   at::Tensor shard = at::zeros({u.layout.shard_numel}, u.master.options().dtype(dtype));
   for (std::size_t i = 0; i < u.params.size(); ++i)
