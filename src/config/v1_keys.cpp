@@ -158,8 +158,11 @@ class V1Mapper {
     put("template", Value{std::string("model")});
     if (auto c = take("model_class"))
       if (string_of(*c) != "llm")
-        refuse(*c, "lftrain trains causal language models (model_class: llm) only",
-               "remove model_class (v1's cls and other classes have no lftrain counterpart)");
+        refuse(*c, "lftrain trains causal language models (model_class: llm) only; v1's reward-model trainer "
+                   "(model_class: cls) is not built: main joins chosen and rejected in one row whose rejected half "
+                   "attends to the chosen one, and draws its score head from torch's generator",
+               "for a reward model, train LlamaFactory's classic stage rm (a classic YAML or TOML with stage: rm and "
+               "pair data); else remove model_class");
     for (const char* k : {"trust_remote_code", "flash_attn"})
       if (auto item = take(k)) note(*item, "no effect: lftrain's model families and attention are its own");
     if (auto item = take("init_config.name"))
