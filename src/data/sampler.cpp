@@ -84,8 +84,8 @@ std::vector<std::int64_t> GlobalSampler::per_rank_order(std::int64_t num_samples
     if (!skipped.empty() && skipped[static_cast<std::size_t>(sample)]) continue;
     streams[static_cast<std::size_t>(i % dp_size)].push_back(sample);
   }
-  // Without skipping, only whole global batches of the unpadded permutation (as before padding
-  // mattered): num_samples / global_batch steps.
+  // Without skipping, num_samples / global_batch steps (the padded tail is not reached, as v1
+  // 0.9.5's parity has it); with skipping, as many as every rank's stream fills.
   std::int64_t steps = skipped.empty() ? num_samples / global_batch : padded;
   for (const auto& stream : streams) steps = std::min(steps, static_cast<std::int64_t>(stream.size()) / per_rank_batch);
   std::vector<std::int64_t> order;

@@ -30,6 +30,12 @@ void check_fits_in_memory(const RunPlan& p, int ranks_on_node, double node_bytes
       "per_device_train_batch_size or cutoff_len");
 }
 
+namespace {
+
+std::string ranks(std::int64_t n) { return std::to_string(n) + (n == 1 ? " rank" : " ranks"); }
+
+}  // namespace
+
 std::string plan_report(const RunPlan& p) {
   std::string out = "plan:\n";
   if (p.dynamic_batching) {
@@ -61,9 +67,7 @@ std::string plan_report(const RunPlan& p) {
                 ? ", quantized to 4-bit " + p.finetuning.quantization_type +
                       (p.finetuning.double_quantization ? " (double quantization)" : "") +
                       (p.parallel.sharded && p.parallel.sharded->shard_parameters
-                           ? ", each layer's 4-bit bytes sharded over " +
-                                 std::to_string(p.mesh[MeshDim::DPShard] * p.mesh[MeshDim::CP]) +
-                                 (p.mesh[MeshDim::DPShard] * p.mesh[MeshDim::CP] == 1 ? " rank" : " ranks")
+                           ? ", each layer's 4-bit bytes sharded over " + ranks(p.mesh[MeshDim::DPShard] * p.mesh[MeshDim::CP])
                            : ", whole on every rank")
                 : std::string());
   else if (p.finetuning.type == "freeze")

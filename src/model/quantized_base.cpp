@@ -170,7 +170,8 @@ QuantizedBaseShape plan_quantized_base(CausalLM& model, const FinetuningSpec& sp
     const std::int64_t bytes = (n + 1) / 2 + (spec.double_quantization ? blocks + 4 * ((blocks + 255) / 256) : 4 * blocks);
     out.totals.bytes += bytes;
     out.largest = std::max(out.largest, n);
-    const auto layer = static_cast<std::size_t>(std::stoll(item.key().substr(std::string("model.layers.").size())));
+    const auto layer = static_cast<std::size_t>(model.placement(item.key() + ".weight").units.front() -
+                                                CausalLM::layer_unit(0));
     if (out.layer_bytes.size() <= layer) out.layer_bytes.resize(layer + 1, 0);
     out.layer_bytes[layer] += bytes;
     linear->use_quantized_weight(std::make_shared<Quantized4bit>());

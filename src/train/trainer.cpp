@@ -178,7 +178,8 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
       s.options.sample_per_rank || dynamic
           ? static_cast<int>(plan.global_batch / (plan.micro_batch * plan.accumulation))
           : 0);
-  // (main's normal batching only: its padding_free and dynamic strategies keep them.)
+  // LlamaFactory main's v1 leaves examples with nothing to train within cutoff_len out of each
+  // rank's stream with its normal batching (its padding_free and dynamic strategies keep them).
   if (s.options.sample_per_rank && !dynamic && !s.data->joins_micro_batches()) {
     std::vector<bool> left_out = s.data->samples_main_leaves_out();
     const auto n = std::count(left_out.begin(), left_out.end(), true);

@@ -348,41 +348,41 @@ TEST(ShardedMemory, QuantizedBaseBytesAreShardedWithTheParameters) {
   if (n == 1 || n > 4) GTEST_SKIP() << "runs at 2, 3 and 4 ranks";
   at::set_num_threads(1);
   const std::string qlora = "finetuning_type = \"lora\"\nlora_rank = 4\nquantization_bit = 4\n";
-  const std::string zero = "/tmp/lft_qlora_z_rank" + std::to_string(world().rank()) + ".json";
-  for (const int stage : {2, 3}) {
-    std::ofstream(zero) << R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
-    "gradient_accumulation_steps": "auto", "zero_optimization": {"stage": )" << stage << "}}";
-    for (const std::string& engine : stage == 3 ? std::vector<std::string>{"fsdp2", "deepspeed"} : std::vector<std::string>{"deepspeed"}) {
-      SCOPED_TRACE(engine + " ZeRO-" + std::to_string(stage));
-      std::unique_ptr<DeviceMesh> mesh;
-      auto trainer = make_trainer(tiny_run(engine, 2, 1, qlora + (engine == "deepspeed" ? "deepspeed = \"" + zero + "\"\n" : "")), world(), mesh);
-      trainer->step();
-      const engine::ShardedDataParallel* e = sharded(*trainer);
-      ASSERT_NE(e, nullptr);
-      std::map<std::string, std::int64_t> layer_bytes;  // whole, by layer
-      std::int64_t held = 0;
-      const auto tensors = model::quantized_base_tensors(trainer->model());
-      ASSERT_FALSE(tensors.empty());
-      for (const model::QuantizedTensor& q : tensors) {
-        layer_bytes[q.name.substr(0, q.name.find('.', std::string("model.layers.").size()))] +=
-            q.tensor.numel() * static_cast<std::int64_t>(q.tensor.element_size());
-        held += static_cast<std::int64_t>(q.tensor.storage().nbytes());
-      }
-      std::int64_t shares = 0, whole = 0;
-      for (const auto& [layer, bytes] : layer_bytes) {
-        shares += (bytes + n - 1) / n;
-        whole += bytes;
-      }
-      if (stage == 3) {
-        EXPECT_EQ(e->frozen_byte_shards(), shares) << "of " << whole << " bytes";
-        EXPECT_EQ(held, 0) << "whole 4-bit tensors held between steps";
-        EXPECT_EQ(e->gathered_bytes(), 0);
-        for (std::size_t i = 0; i < e->bytes_after_layer_forward().size(); ++i)
-          EXPECT_EQ(e->bytes_after_layer_forward()[i], 0) << "layer " << i;
-      } else {
-        EXPECT_EQ(e->frozen_byte_shards(), 0);
-        EXPECT_EQ(held, whole);
-      }
+  const std::vector<std::pair<Case, bool>> cases = {  // and whether it shards the base
+      {{"fsdp2", "fsdp2", ""}, true},
+      {{"ZeRO-3", "deepspeed", "deepspeed = \"inputs/ds_z3_config.json\"\n"}, true},
+      {{"ZeRO-2", "deepspeed", "deepspeed = \"inputs/ds_z2_config.json\"\n"}, false},
+  };
+  for (const auto& [c, shards] : cases) {
+    SCOPED_TRACE(c.label);
+    std::unique_ptr<DeviceMesh> mesh;
+    auto trainer = make_trainer(tiny_run(c.engine, 2, 1, qlora + c.extra), world(), mesh);
+    trainer->step();
+    const engine::ShardedDataParallel* e = sharded(*trainer);
+    ASSERT_NE(e, nullptr);
+    std::map<std::string, std::int64_t> layer_bytes;  // whole, by layer
+    std::int64_t held = 0;
+    const auto tensors = model::quantized_base_tensors(trainer->model());
+    ASSERT_FALSE(tensors.empty());
+    for (const model::QuantizedTensor& q : tensors) {
+      layer_bytes[q.name.substr(0, q.name.find('.', std::string("model.layers.").size()))] +=
+          q.tensor.numel() * static_cast<std::int64_t>(q.tensor.element_size());
+      held += static_cast<std::int64_t>(q.tensor.storage().nbytes());
+    }
+    std::int64_t shares = 0, whole = 0;
+    for (const auto& [layer, bytes] : layer_bytes) {
+      shares += (bytes + n - 1) / n;
+      whole += bytes;
+    }
+    if (shards) {
+      EXPECT_EQ(e->frozen_byte_shards(), shares) << "of " << whole << " bytes";
+      EXPECT_EQ(held, 0) << "whole 4-bit tensors held between steps";
+      EXPECT_EQ(e->gathered_bytes(), 0);
+      for (std::size_t i = 0; i < e->bytes_after_layer_forward().size(); ++i)
+        EXPECT_EQ(e->bytes_after_layer_forward()[i], 0) << "layer " << i;
+    } else {
+      EXPECT_EQ(e->frozen_byte_shards(), 0);
+      EXPECT_EQ(held, whole);
     }
   }
 }

@@ -7,8 +7,9 @@
 // units), and a root unit for the rest (embedding, final norm, head). Each rank keeps an fp32
 // shard of every unit (shard_layout.h) and updates only that; the optimizer's tensors are views of
 // it. (With shard_parameters and a 16-bit compute dtype, the frozen parameters' shards are kept
-// in that dtype, the only one they are gathered in; not with offload.) A parameter it is given may itself be a box of a larger one (megatron's tensor-parallel
-// slice): the shards are cut from that box, and their checkpoint boxes say where they lie.
+// in that dtype, the only one they are gathered in; not with offload.) A parameter it is given
+// may itself be a box of a larger one (megatron's tensor-parallel slice): the shards are cut from
+// that box, and their checkpoint boxes say where they lie.
 //
 //   shard_parameters (fsdp, fsdp2, ZeRO-3): a unit's parameters exist whole only while it runs:
 //     all-gathered (in the compute dtype) before its forward, the next unit's gather launched
