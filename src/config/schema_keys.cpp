@@ -286,7 +286,7 @@ std::vector<KeySpec> build() {
       K("use_muon", B,
         "Muon (LlamaFactory's use_muon, Moonlight's): the decoder's matrices take Newton-Schulz-orthogonalised "
         "momentum, the rest (embedding, head, norms, biases, experts) Moonlight's AdamW with adam_beta1/2 and "
-        "adam_epsilon; weight_decay on every parameter; not under megatron")
+        "adam_epsilon; weight_decay on every parameter; every engine")
           .def(false),
       K("muon_momentum", F, "Muon: the SGD momentum of its matrices").def(0.95).min(0).max(1),
       K("muon_nesterov", B, "Muon: Nesterov momentum").def(true),

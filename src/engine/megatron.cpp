@@ -30,7 +30,13 @@ MegatronEngine::MegatronEngine(const EngineContext& ctx)
       // Checked when the run plan was resolved, before the model is built or loaded.
       plan_(*ctx.plan.parallel.megatron),
       sharding_(ctx.plan.parallel.sharded),
-      bucket_bytes_(ctx.plan.parallel.bucket_bytes) {}
+      bucket_bytes_(ctx.plan.parallel.bucket_bytes) {
+  if (ctx.plan.muon && plan_.tp > 1 && sharding_) {
+    std::vector<MeshDim> dims = {MeshDim::TP, MeshDim::DPShard, MeshDim::CP};
+    if (plan_.distributed_optimizer) dims.push_back(MeshDim::DPReplicate);
+    tp_shard_ = ctx.mesh.make_device_group(dims, "tp_shard");
+  }
+}
 
 MegatronEngine::~MegatronEngine() = default;
 
@@ -303,9 +309,19 @@ std::vector<TensorBox> MegatronEngine::parameter_boxes() {
   return out;
 }
 
+Communicator* MegatronEngine::piece_group() {
+  if (plan_.tp == 1) return sharded_ ? &shard_ : nullptr;
+  if (!sharding_) return &tp_;
+  if (!tp_shard_) throw std::logic_error("megatron: the tp x shard group is made for Muon runs only");
+  return tp_shard_.get();
+}
+
 std::vector<Communicator*> MegatronEngine::communicators() const {
-  if (sharded_) return {&tp_, &pp_, &shard_, &replicate_};
-  return {&tp_, &pp_, &dp_};
+  std::vector<Communicator*> out = {&tp_, &pp_};
+  if (sharded_) out.insert(out.end(), {&shard_, &replicate_});
+  else out.push_back(&dp_);
+  if (tp_shard_) out.push_back(tp_shard_.get());
+  return out;
 }
 
 }  // namespace lft::engine

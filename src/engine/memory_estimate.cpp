@@ -149,9 +149,9 @@ void add_quantized_base_memory(const RunPlan& run, MemoryEstimate& e) {
 }
 
 void add_muon_memory(const RunPlan& run, MemoryEstimate& e) {
-  if (!run.muon) return;
+  if (!run.muon || run.parallel.megatron) return;  // estimate_megatron counts its boxes'
   const auto m = create_run_model(run, at::TensorOptions().device(at::kMeta));
-  // The matrices' state is cut as their shards under a sharding engine (megatron refuses Muon).
+  // The matrices' state is cut as their shards under a sharding engine.
   const double shards = run.parallel.sharded ? run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP] : 1;
   e.optimizer -= 4 * model::muon_matrix_elements(*m, run.muon_adapters) / shards;
 }
@@ -326,7 +326,7 @@ MemoryEstimate estimate_megatron(const RunPlan& run) {
   MemoryEstimate worst;
   for (int stage = 0; stage < plan.pp; ++stage) {
     auto runs_unit = [&](std::int64_t unit) { return stage_of_unit(plan, *m, unit) == stage; };
-    double local = 0, trained = 0, layers = 0;
+    double local = 0, trained = 0, layers = 0, muon = 0;
     // The trained boxes by unit, as the sharded component groups them.
     std::vector<std::vector<Shape>> units(static_cast<std::size_t>(m->num_layers()) + 1);
     for (const auto& item : m->named_parameters()) {
@@ -339,6 +339,7 @@ MemoryEstimate estimate_megatron(const RunPlan& run) {
       local += elements;
       if (!item.value().requires_grad()) continue;
       trained += elements;
+      if (run.muon && model::muon_matrix(item.key(), item.value().sizes().vec(), run.muon_adapters)) muon += elements;
       units[sharded_unit_of(*m, item.key())].push_back(box);
     }
     for (std::int64_t layer = 0; layer < run.model.num_hidden_layers; ++layer)
@@ -354,6 +355,8 @@ MemoryEstimate estimate_megatron(const RunPlan& run) {
       e = sharded_terms(units, units, std::vector<std::vector<Shape>>(units.size()), shards, sharding, run.nccl);
       e.weights += 4 * (local - trained);  // frozen boxes stay whole
     }
+    // Muon keeps one fp32 tensor (its momentum) of a matrix where AdamW keeps two.
+    e.optimizer -= 4 * muon / (plan.dp_sharding == DpSharding::NoShard ? 1 : shards);
     // Autocast's 16-bit copies of the fp32 weights it casts (gathered parameters are already in
     // the compute dtype).
     if (run.compute != at::kFloat) e.gathered += 2 * (sharding.shard_parameters ? local - trained : local);

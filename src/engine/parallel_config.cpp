@@ -227,16 +227,6 @@ static void check_quantization(const config::Config& cfg, const RunPlan& run, En
          "remove fp8, or remove quantization_bit");
 }
 
-// Muon orthogonalises each whole matrix; megatron cuts matrices into tensor-parallel boxes and its
-// data-parallel shards, which the gathering of whole matrices (the sharding engines' row pieces)
-// does not take yet.
-static void check_muon(const config::Config& cfg, EnginePreset preset) {
-  if (!cfg.boolean("use_muon") || preset != EnginePreset::Megatron) return;
-  fail(cfg.where("use_muon") + " = true: Muon's Newton-Schulz step needs each whole matrix, and gathering "
-           "megatron's tensor-parallel boxes and data-parallel shards of them is not built",
-       "use distributed = fsdp2, fsdp, ddp or deepspeed (any ZeRO stage) with use_muon, or remove use_muon");
-}
-
 ParallelPlan resolve_parallel_plan(const config::Config& cfg, const RunPlan& run, const model::CausalLM& meta) {
   ParallelPlan p;
   p.preset = engine_for(cfg).preset;
@@ -246,7 +236,6 @@ ParallelPlan resolve_parallel_plan(const config::Config& cfg, const RunPlan& run
   check_expert_parallel(cfg, run.model, run.mesh.ep);
   check_dora(cfg, run);
   check_quantization(cfg, run, p.preset);
-  check_muon(cfg, p.preset);
   if (p.preset == EnginePreset::Megatron) {
     p.megatron = make_megatron_plan(cfg, meta, run.mesh, run.nccl);
     if (p.megatron->dp_sharding != DpSharding::NoShard) p.sharded = megatron_sharding_plan(*p.megatron, run.compute);

@@ -130,6 +130,16 @@ std::unique_ptr<Communicator> DeviceMesh::device_communicator(const MpiCommunica
 
 DeviceMesh::~DeviceMesh() = default;
 
+std::unique_ptr<Communicator> DeviceMesh::make_device_group(const std::vector<MeshDim>& dims,
+                                                           const std::string& name) const {
+  MeshCoord color = coord_;
+  for (MeshDim d : dims) color[static_cast<int>(d)] = 0;
+  const MpiCommunicator world(world_, "world", /*owned=*/false);
+  std::unique_ptr<MpiCommunicator> host = world.split(mesh_rank(shape_, color), mesh_rank(shape_, coord_), name);
+  if (comms_ == DeviceComms::Host) return host;
+  return device_communicator(*host, device_, comms_);  // needs the host group only while it is made
+}
+
 Communicator& DeviceMesh::device_comm(MeshDim d) {
   const int i = static_cast<int>(d);
   return device_dims_[i] ? *device_dims_[i] : static_cast<Communicator&>(*dims_[i]);

@@ -13,7 +13,6 @@
 namespace lft::optim {
 namespace {
 
-std::int64_t cols_of(const std::vector<std::int64_t>& shape) { return shape[1]; }
 
 // The matrices of one exchange: whole ones of at most this many bytes together (one at least).
 constexpr std::int64_t kChunkBytes = 64LL << 20;
@@ -36,16 +35,17 @@ at::Tensor newton_schulz5(const at::Tensor& g, std::int64_t steps) {
 }
 
 Muon::Muon(std::vector<at::Tensor> params, std::vector<std::string> names,
-           std::vector<std::vector<std::int64_t>> global_shapes, std::vector<std::int64_t> row_offsets,
-           const std::vector<bool>& matrix, MuonOptions options, std::unique_ptr<RowGroup> rows)
-    : params_(std::move(params)), names_(std::move(names)), options_(options), rows_(std::move(rows)) {
+           std::vector<std::vector<std::int64_t>> global_shapes, const std::vector<std::vector<std::int64_t>>& offsets,
+           const std::vector<bool>& matrix, MuonOptions options, std::unique_ptr<PieceGroup> group)
+    : params_(std::move(params)), names_(std::move(names)), options_(options), group_(std::move(group)) {
   if (params_.size() != names_.size() || params_.size() != global_shapes.size() ||
-      params_.size() != row_offsets.size() || params_.size() != matrix.size())
-    throw std::invalid_argument("Muon: one name, global shape, row offset and choice per parameter is required");
-  const int ranks = rows_ ? rows_->size() : 1;
+      params_.size() != offsets.size() || params_.size() != matrix.size())
+    throw std::invalid_argument("Muon: one name, global shape, offset and choice per parameter is required");
+  const int ranks = group_ ? group_->size() : 1;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (matrix[i]) {
-      if (global_shapes[i].size() != 2) throw std::invalid_argument("Muon: " + names_[i] + " is no matrix");
+      if (global_shapes[i].size() != 2 || params_[i].dim() != 2)
+        throw std::invalid_argument("Muon: " + names_[i] + " is no matrix");
       Matrix m;
       m.param = i;
       m.shape = global_shapes[i];
@@ -60,26 +60,50 @@ Muon::Muon(std::vector<at::Tensor> params, std::vector<std::string> names,
     }
   }
   adamw_steps_.assign(params_.size(), 0);
-  // Every rank's rows of every matrix (the same matrices in the same order on every rank of the
-  // group: the engine cuts every parameter over all of them).
-  at::Tensor mine = at::empty({static_cast<std::int64_t>(matrices_.size())}, at::kLong);
-  for (std::size_t k = 0; k < matrices_.size(); ++k) mine[static_cast<std::int64_t>(k)] = params_[matrices_[k].param].size(0);
-  at::Tensor all = mine;
-  if (rows_ && rows_->size() > 1) {
-    all = at::empty({ranks * mine.numel()}, at::kLong);
-    rows_->all_gather(mine, all, std::vector<std::int64_t>(static_cast<std::size_t>(ranks), mine.numel()));
+  exchange_boxes(offsets);
+}
+
+void Muon::exchange_boxes(const std::vector<std::vector<std::int64_t>>& offsets) {
+  // Every rank's box of every matrix (the same matrices in the same order on every rank of the
+  // group: the engine cuts every parameter over all of them): row, column, rows, columns.
+  const int ranks = group_ ? group_->size() : 1;
+  const auto count = static_cast<std::int64_t>(matrices_.size());
+  at::Tensor mine = at::empty({count, 4}, at::kLong);
+  for (std::int64_t k = 0; k < count; ++k) {
+    const std::size_t i = matrices_[static_cast<std::size_t>(k)].param;
+    const std::vector<std::int64_t>& at = offsets[i];
+    mine[k][0] = at.empty() ? 0 : at[0];
+    mine[k][1] = at.size() < 2 ? 0 : at[1];
+    mine[k][2] = params_[i].size(0);
+    mine[k][3] = params_[i].size(1);
   }
-  all = all.view({ranks, mine.numel()});
-  for (std::size_t k = 0; k < matrices_.size(); ++k) {
-    Matrix& m = matrices_[k];
-    std::int64_t total = 0;
+  at::Tensor all = mine.reshape({-1});
+  if (ranks > 1) {
+    all = at::empty({ranks * mine.numel()}, at::kLong);
+    group_->all_gather(mine.reshape({-1}), all, std::vector<std::int64_t>(static_cast<std::size_t>(ranks), mine.numel()));
+  }
+  const at::Tensor table = all.view({ranks, count, 4});
+  const auto values = table.accessor<std::int64_t, 3>();
+  for (std::int64_t k = 0; k < count; ++k) {
+    Matrix& m = matrices_[static_cast<std::size_t>(k)];
+    // The distinct boxes must tile the matrix: inside it, and their areas adding up to it.
+    std::vector<std::vector<std::int64_t>> distinct;
+    std::int64_t area = 0;
     for (int r = 0; r < ranks; ++r) {
-      m.rank_rows.push_back(all[r][static_cast<std::int64_t>(k)].item<std::int64_t>());
-      total += m.rank_rows.back();
+      const Box b{values[r][k][0], values[r][k][1], values[r][k][2], values[r][k][3]};
+      m.rank_boxes.push_back(b);
+      const bool inside = b.row >= 0 && b.col >= 0 && b.row + b.rows <= m.shape[0] && b.col + b.cols <= m.shape[1];
+      const std::vector<std::int64_t> key = {b.row, b.col, b.rows, b.cols};
+      if (!inside) area = -1;
+      if (inside && b.numel() > 0 && std::find(distinct.begin(), distinct.end(), key) == distinct.end()) {
+        distinct.push_back(key);
+        area += b.numel();
+      }
     }
-    if (total != m.shape[0] || (rows_ == nullptr && row_offsets[m.param] != 0))
-      throw std::logic_error("Muon: the pieces of " + names_[m.param] + " do not make its " +
-                             std::to_string(m.shape[0]) + " rows");
+    if (area != m.shape[0] * m.shape[1])
+      throw std::logic_error("Muon: the pieces of " + names_[m.param] + " over " + std::to_string(ranks) +
+                             " ranks do not make its " + std::to_string(m.shape[0]) + " x " + std::to_string(m.shape[1]) +
+                             " elements");
   }
 }
 
@@ -106,7 +130,7 @@ void Muon::step_muon(double lr) {
       const Matrix& m = matrices_[k];
       const at::Tensor& g = params_[m.param].grad();
       if (!g.defined()) {
-        if (rows_ && rows_->size() > 1)
+        if (group_ && group_->size() > 1)
           throw std::logic_error("Muon: " + names_[m.param] + " has no gradient on this rank of its group");
         continue;  // as torch's optimizers: a parameter without a gradient keeps its value
       }
@@ -130,46 +154,45 @@ void Muon::step_muon(double lr) {
 
 std::vector<at::Tensor> Muon::updates(std::size_t first, std::size_t last, const std::vector<at::Tensor>& momenta) {
   std::vector<at::Tensor> out(last - first);
-  if (rows_ == nullptr || rows_->size() == 1) {
+  if (group_ == nullptr || group_->size() == 1) {
     for (std::size_t k = first; k < last; ++k)
       if (momenta[k].defined()) out[k - first] = newton_schulz5(momenta[k], options_.ns_steps);
     return out;
   }
-  const int ranks = rows_->size(), me = rows_->rank();
-  // 1. Every rank's momentum rows of the chunk's matrices, back to back in rank order.
+  const int ranks = group_->size(), me = group_->rank();
+  // 1. Every rank's momentum pieces of the chunk's matrices, back to back in rank order.
   std::vector<std::int64_t> counts(static_cast<std::size_t>(ranks), 0);
   for (int r = 0; r < ranks; ++r)
-    for (std::size_t k = first; k < last; ++k) counts[r] += matrices_[k].rank_rows[r] * cols_of(matrices_[k].shape);
+    for (std::size_t k = first; k < last; ++k) counts[r] += matrices_[k].rank_boxes[r].numel();
   std::vector<at::Tensor> mine;
   for (std::size_t k = first; k < last; ++k) mine.push_back(momenta[k].reshape({-1}));
-  std::int64_t all_rows = 0;
-  for (std::int64_t c : counts) all_rows += c;
-  at::Tensor gathered = at::empty({all_rows}, at::kFloat);
-  rows_->all_gather(at::cat(mine), gathered, counts);
-  // 2. The matrices this rank is dealt, whole, orthogonalised.
-  std::vector<std::int64_t> rank_start(static_cast<std::size_t>(ranks), 0);
-  for (int r = 1; r < ranks; ++r) rank_start[r] = rank_start[r - 1] + counts[r - 1];
+  std::int64_t all_elements = 0;
+  for (std::int64_t c : counts) all_elements += c;
+  at::Tensor gathered = at::empty({all_elements}, at::kFloat);
+  group_->all_gather(at::cat(mine), gathered, counts);
+  // 2. The matrices this rank is dealt, each piece placed in its box, orthogonalised.
+  std::vector<std::int64_t> cursor(static_cast<std::size_t>(ranks), 0);
+  for (int r = 1; r < ranks; ++r) cursor[r] = cursor[r - 1] + counts[r - 1];
   std::vector<at::Tensor> dealt;
   std::vector<std::int64_t> dealt_counts(static_cast<std::size_t>(ranks), 0);
-  std::vector<std::int64_t> cursor = rank_start;
   for (std::size_t k = first; k < last; ++k) {
     const Matrix& m = matrices_[k];
-    const std::int64_t cols = cols_of(m.shape);
-    std::vector<at::Tensor> parts;
+    at::Tensor whole = m.owner == me ? at::empty(m.shape, at::kFloat) : at::Tensor();
     for (int r = 0; r < ranks; ++r) {
-      const std::int64_t n = m.rank_rows[r] * cols;
-      if (m.owner == me) parts.push_back(gathered.narrow(0, cursor[r], n));
-      cursor[r] += n;
+      const Box& b = m.rank_boxes[r];
+      if (m.owner == me && b.numel() > 0)
+        box_of(whole, b).copy_(gathered.narrow(0, cursor[r], b.numel()).view({b.rows, b.cols}));
+      cursor[r] += b.numel();
     }
-    dealt_counts[m.owner] += m.shape[0] * cols;
-    if (m.owner == me) dealt.push_back(newton_schulz5(at::cat(parts).view(m.shape), options_.ns_steps).reshape({-1}));
+    dealt_counts[m.owner] += m.shape[0] * m.shape[1];
+    if (m.owner == me) dealt.push_back(newton_schulz5(whole, options_.ns_steps).reshape({-1}));
   }
-  // 3. Every rank's updates, and this rank's rows of each.
+  // 3. Every rank's updates, and this rank's box of each.
   std::int64_t total = 0;
   for (std::int64_t c : dealt_counts) total += c;
   at::Tensor updates = at::empty({total}, at::kBFloat16);
   const at::Tensor sent = dealt.empty() ? at::empty({0}, at::kBFloat16) : at::cat(dealt);
-  rows_->all_gather(sent, updates, dealt_counts);
+  group_->all_gather(sent, updates, dealt_counts);
   std::vector<std::int64_t> owner_start(static_cast<std::size_t>(ranks), 0);
   for (int r = 1; r < ranks; ++r) owner_start[r] = owner_start[r - 1] + dealt_counts[r - 1];
   for (std::size_t k = first; k < last; ++k) {
@@ -177,9 +200,7 @@ std::vector<at::Tensor> Muon::updates(std::size_t first, std::size_t last, const
     const std::int64_t numel = m.shape[0] * m.shape[1];
     at::Tensor whole = updates.narrow(0, owner_start[m.owner], numel).view(m.shape);
     owner_start[m.owner] += numel;
-    std::int64_t row = 0;
-    for (int r = 0; r < me; ++r) row += m.rank_rows[r];
-    out[k - first] = whole.narrow(0, row, m.rank_rows[me]);
+    out[k - first] = box_of(whole, m.rank_boxes[me]);
   }
   return out;
 }
@@ -228,7 +249,7 @@ std::vector<std::pair<std::string, double>> Muon::hyperparameters() const {
 }
 
 std::string Muon::describe() const {
-  const int ranks = rows_ ? rows_->size() : 1;
+  const int ranks = group_ ? group_->size() : 1;
   return "muon: " + std::to_string(matrices_.size()) + " matrices (momentum " +
          std::to_string(options_.momentum).substr(0, 5) + (options_.nesterov ? " Nesterov, " : ", ") +
          std::to_string(options_.ns_steps) + " Newton-Schulz steps in bf16" +

@@ -8,11 +8,11 @@
 namespace lft::train {
 namespace {
 
-// Muon's row group over a communicator; the exchanged tensors live on the CPU for Muon's
+// Muon's piece group over a communicator; the exchanged tensors live on the CPU for Muon's
 // bookkeeping and on the communicator's device otherwise.
-class CommRowGroup final : public optim::RowGroup {
+class CommPieceGroup final : public optim::PieceGroup {
  public:
-  explicit CommRowGroup(Communicator& comm) : comm_(comm) {}
+  explicit CommPieceGroup(Communicator& comm) : comm_(comm) {}
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
   void all_gather(const at::Tensor& in, const at::Tensor& out, const std::vector<std::int64_t>& counts) override {
@@ -29,20 +29,20 @@ class CommRowGroup final : public optim::RowGroup {
   Communicator& comm_;
 };
 
-// Muon over the engine's pieces, gathering whole matrices over its row-piece group.
+// Muon over the engine's pieces, gathering whole matrices over its piece group.
 std::unique_ptr<optim::Muon> make_muon(engine::Engine& engine, const optim::MuonOptions& options, bool adapters) {
-  Communicator* comm = engine.row_piece_group();
+  Communicator* comm = engine.piece_group();
   std::vector<std::vector<std::int64_t>> shapes;
-  std::vector<std::int64_t> offsets;
+  std::vector<std::vector<std::int64_t>> offsets;
   std::vector<bool> matrix;
   const std::vector<std::string> names = engine.parameter_names();
   for (const TensorBox& box : engine.parameter_boxes()) {
     matrix.push_back(model::muon_matrix(names[shapes.size()], box.global_shape, adapters));
     shapes.push_back(box.global_shape);
-    offsets.push_back(box.offset.empty() ? 0 : box.offset[0]);
+    offsets.push_back(box.offset);
   }
   return std::make_unique<optim::Muon>(engine.parameters(), names, std::move(shapes), std::move(offsets), matrix,
-                                       options, comm ? std::make_unique<CommRowGroup>(*comm) : nullptr);
+                                       options, comm ? std::make_unique<CommPieceGroup>(*comm) : nullptr);
 }
 
 }  // namespace

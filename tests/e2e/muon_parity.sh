@@ -8,14 +8,17 @@
 #     LlamaFactory's run is recalled from tests/fixtures/peer_runs for inputs run before
 #     (tools/peer-runs; LFT_PEER_RUNS=live runs it always), and run live where lftrain differs.
 #  2. lftrain's engines at 2 and 4 ranks (ddp; fsdp2 and HSDP 2 x 2: FSDP2's per-parameter cut;
-#     ZeRO-3: the flat cut of fsdp and ZeRO, uneven pieces; LoRA on fsdp2; the
-#     matrices gathered whole over the shard group and dealt to its ranks) against its one-rank run:
+#     ZeRO-3: the flat cut of fsdp and ZeRO, uneven pieces; LoRA on fsdp2; megatron tp 2, tp 2 x
+#     dp 2 with optim_grads_params or the distributed optimizer, pp 2 x tp 2: tp's boxes, rows of
+#     them over the shard ranks; the matrices gathered whole over the group of their pieces and
+#     dealt to its ranks) against its one-rank run:
 #     step 1 within 1e-8, every step within 1e-5. Not bitwise: the gradients of two layouts differ
 #     in their last bits (summation order), and Newton-Schulz runs in bf16, where such a difference
 #     now and then rounds an element to the neighbouring bf16 value (Muon's mpi test shows the
 #     gathering itself exact: the same gradients give the same weights bit for bit).
 #  3. A checkpoint of a 2-rank fsdp2 Muon run (step 5, momentum buffers and AdamW moments) resumed on
-#     one rank under ddp continues the uninterrupted one-rank losses (1e-5).
+#     one rank under ddp, and one of megatron tp 2 resumed under fsdp2 x 2, continue the
+#     uninterrupted one-rank losses (1e-5).
 # Part 1 skips without tools/install-v1-env's .venv-v1 (parts 2 and 3 still run). Run from anywhere.
 #   MUON_PARITY_KEEP=1  keep the work folder (printed)
 set -u
@@ -118,6 +121,10 @@ done <<EOF
 4 fsdp2-4 distributed=fsdp2
 4 zero3-4 distributed=deepspeed deepspeed=inputs/ds_z3_config.json
 4 hsdp-4 distributed=fsdp2 mesh.dp_replicate=2
+2 megatron-tp2 distributed=megatron mesh.tp=2 dist_config.sequence_parallel=true per_device_train_batch_size=8
+4 megatron-tp2-zero3 distributed=megatron mesh.tp=2 dist_config.data_parallel_sharding_strategy=optim_grads_params per_device_train_batch_size=4
+4 megatron-tp2-distopt distributed=megatron mesh.tp=2 dist_config.use_distributed_optimizer=true per_device_train_batch_size=4
+4 megatron-pp2-tp2 distributed=megatron mesh.pp=2 mesh.tp=2 per_device_train_batch_size=4 gradient_accumulation_steps=2
 EOF
 lftrain 2 "$work/lora-fsdp2-2" "$work/lora.yaml" distributed=fsdp2 || failed+=("LoRA fsdp2 (lftrain failed)")
 compare "LoRA fsdp2-2" "$work/lora-1" "$work/lora-fsdp2-2" 1 10 1e-5
@@ -128,6 +135,13 @@ if lftrain 2 "$work/saved" "$work/job.yaml" distributed=fsdp2 save_strategy=step
   compare "resumed at step 5 (fsdp2 x 2 -> ddp x 1)" "$work/job-1" "$work/resumed" 6 10 1e-5
 else
   failed+=("save or resume")
+fi
+if lftrain 2 "$work/saved-tp" "$work/job.yaml" distributed=megatron mesh.tp=2 per_device_train_batch_size=8 \
+     save_strategy=steps save_steps=5 &&
+   lftrain 2 "$work/resumed-tp" "$work/job.yaml" distributed=fsdp2 resume_from_checkpoint="$work/saved-tp/checkpoint-5"; then
+  compare "resumed at step 5 (megatron tp 2 -> fsdp2 x 2)" "$work/job-1" "$work/resumed-tp" 6 10 1e-5
+else
+  failed+=("save (megatron) or resume")
 fi
 mpirun --oversubscribe --bind-to none -np 1 "$build/lftrain" "$work/job.yaml" output_dir="$work/adamw" use_muon=false \
   resume_from_checkpoint="$work/saved/checkpoint-5" >"$work/adamw.log" 2>&1 && failed+=("a Muon checkpoint resumed under AdamW")

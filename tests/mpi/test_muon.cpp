@@ -1,7 +1,8 @@
-// Muon over row pieces (optim/muon.h): the ranks of a group, each holding rows of every matrix as
-// the sharding engines cut them (FSDP2's even cut, and an uneven one with empty pieces), update
-// their rows exactly as one rank updates the whole matrices (bit for bit, every step), from the
-// same gradients; and LlamaFactory's rule (model/muon_matrices.h) picks the matrices.
+// Muon over pieces (optim/muon.h): the ranks of a group, each holding a box of every matrix as the
+// engines cut them (FSDP2's even cut of rows, an uneven one with empty pieces, megatron's
+// tensor-parallel boxes cut again over shard ranks), update their boxes exactly as one rank
+// updates the whole matrices (bit for bit, every step), from the same gradients; and
+// LlamaFactory's rule (model/muon_matrices.h) picks the matrices.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -16,7 +17,7 @@ namespace {
 
 using test::world;
 
-class WorldRows final : public optim::RowGroup {
+class WorldPieces final : public optim::PieceGroup {
  public:
   int rank() const override { return world().rank(); }
   int size() const override { return world().size(); }
@@ -42,61 +43,102 @@ at::Tensor seeded(const std::vector<std::int64_t>& shape, std::uint64_t seed) {
   return at::randn(shape, g, at::kFloat);
 }
 
-// Rank r's rows [begin, begin + rows) of a parameter of d0 rows: FSDP2's ceil cut, or (uneven) all
-// rows on the last rank but one row on rank 0.
-std::pair<std::int64_t, std::int64_t> rows_of(std::int64_t d0, int rank, int ranks, bool uneven) {
-  if (uneven && ranks > 1) {
-    if (rank == 0) return {0, std::min<std::int64_t>(1, d0)};
-    if (rank == ranks - 1) return {std::min<std::int64_t>(1, d0), d0 - std::min<std::int64_t>(1, d0)};
-    return {std::min<std::int64_t>(1, d0), 0};
-  }
-  const std::int64_t per = (d0 + ranks - 1) / ranks, begin = std::min(d0, per * rank);
-  return {begin, std::min(d0, begin + per) - begin};
+// How the ranks cut the parameters: FSDP2's even cut of dim 0; an uneven one (all rows on the last
+// rank but one row on rank 0); megatron's boxes, tp = 2 where the world is even: down_proj cut by
+// columns (row-parallel), q_proj by rows (column-parallel), k_proj replicated over tp (fewer kv
+// heads than tp ranks), each box cut again by rows over the world / tp shard ranks.
+enum class Cut { EvenRows, UnevenRows, MegatronBoxes };
+
+// An even cut of n over `parts`: part p's [begin, begin + count).
+std::pair<std::int64_t, std::int64_t> even(std::int64_t n, int p, int parts) {
+  const std::int64_t per = (n + parts - 1) / parts, begin = std::min(n, per * p);
+  return {begin, std::min(n, begin + per) - begin};
 }
 
-void expect_pieces_equal_one_rank(bool uneven) {
+// Rank `me`'s piece of parameter i: a view of `whole`, and its box's offset.
+std::pair<at::Tensor, std::vector<std::int64_t>> piece_of(const at::Tensor& whole, std::size_t i, int me, int ranks,
+                                                           Cut cut) {
+  const std::int64_t d0 = whole.size(0);
+  if (cut == Cut::UnevenRows && ranks > 1) {
+    const std::int64_t first = std::min<std::int64_t>(1, d0);
+    const std::int64_t begin = me == 0 ? 0 : first, rows = me == 0 ? first : me == ranks - 1 ? d0 - first : 0;
+    return {whole.narrow(0, begin, rows), {begin}};
+  }
+  if (cut != Cut::MegatronBoxes || whole.dim() != 2) {
+    const auto [begin, rows] = even(d0, me, ranks);
+    return {whole.narrow(0, begin, rows), {begin}};
+  }
+  const int tp = ranks % 2 == 0 ? 2 : 1, t = me % tp, shards = ranks / tp, s = me / tp;
+  at::Tensor box = whole;
+  std::vector<std::int64_t> offset = {0, 0};
+  if (i == 0) {  // row-parallel: columns
+    const auto [begin, cols] = even(whole.size(1), t, tp);
+    box = box.narrow(1, begin, cols);
+    offset[1] = begin;
+  } else if (i == 1) {  // column-parallel: rows
+    const auto [begin, rows] = even(d0, t, tp);
+    box = box.narrow(0, begin, rows);
+    offset[0] = begin;
+  }
+  const auto [begin, rows] = even(box.size(0), s, shards);
+  offset[0] += begin;
+  return {box.narrow(0, begin, rows), offset};
+}
+
+void expect_pieces_equal_one_rank(Cut cut) {
   const int ranks = world().size(), me = world().rank();
   optim::MuonOptions options;
   options.weight_decay = 0.1;
   std::vector<at::Tensor> whole, pieces;
   std::vector<std::string> names;
-  std::vector<std::vector<std::int64_t>> shapes;
-  std::vector<std::int64_t> zeros, offsets;
+  std::vector<std::vector<std::int64_t>> shapes, origins, offsets;
   std::vector<bool> matrix;
   for (std::size_t i = 0; i < kParams.size(); ++i) {
     whole.push_back(seeded(kParams[i].shape, 100 + i));
-    const auto [begin, rows] = rows_of(kParams[i].shape[0], me, ranks, uneven);
-    pieces.push_back(whole.back().narrow(0, begin, rows).clone());
+    auto [piece, offset] = piece_of(whole.back(), i, me, ranks, cut);
+    pieces.push_back(piece.clone());
     names.push_back(kParams[i].name);
     shapes.push_back(kParams[i].shape);
     matrix.push_back(model::muon_matrix(kParams[i].name, kParams[i].shape));
-    zeros.push_back(0);
-    offsets.push_back(begin);
+    origins.emplace_back();
+    offsets.push_back(offset);
   }
-  optim::Muon one(whole, names, shapes, zeros, matrix, options, nullptr);
-  optim::Muon cut(pieces, names, shapes, offsets, matrix, options, std::make_unique<WorldRows>());
+  optim::Muon one(whole, names, shapes, origins, matrix, options, nullptr);
+  optim::Muon cut_up(pieces, names, shapes, offsets, matrix, options, std::make_unique<WorldPieces>());
   EXPECT_EQ(one.muon_matrices(), 3u);
   for (int step = 1; step <= 3; ++step) {
     for (std::size_t i = 0; i < kParams.size(); ++i) {
       const at::Tensor g = seeded(kParams[i].shape, 1000 * step + i);
       whole[i].mutable_grad() = g;
-      const auto [begin, rows] = rows_of(kParams[i].shape[0], me, ranks, uneven);
-      pieces[i].mutable_grad() = g.narrow(0, begin, rows).clone();
+      pieces[i].mutable_grad() = piece_of(g, i, me, ranks, cut).first.clone();
     }
     one.step(1e-2);
-    cut.step(1e-2);
+    cut_up.step(1e-2);
     for (std::size_t i = 0; i < kParams.size(); ++i) {
-      const auto [begin, rows] = rows_of(kParams[i].shape[0], me, ranks, uneven);
-      EXPECT_TRUE(at::equal(pieces[i], whole[i].narrow(0, begin, rows)))
-          << kParams[i].name << " step " << step << " rank " << me << (uneven ? " (uneven cut)" : "");
-      EXPECT_TRUE(at::equal(cut.state(i, 0), one.state(i, 0).narrow(0, begin, rows))) << kParams[i].name;
+      EXPECT_TRUE(at::equal(pieces[i], piece_of(whole[i], i, me, ranks, cut).first))
+          << kParams[i].name << " step " << step << " rank " << me << " cut " << static_cast<int>(cut);
+      EXPECT_TRUE(at::equal(cut_up.state(i, 0), piece_of(one.state(i, 0), i, me, ranks, cut).first)) << kParams[i].name;
     }
   }
 }
 
-TEST(Muon, RowPiecesOverRanksUpdateAsOneRankBitwise) { expect_pieces_equal_one_rank(false); }
+TEST(Muon, RowPiecesOverRanksUpdateAsOneRankBitwise) { expect_pieces_equal_one_rank(Cut::EvenRows); }
 
-TEST(Muon, UnevenAndEmptyRowPiecesUpdateAsOneRankBitwise) { expect_pieces_equal_one_rank(true); }
+TEST(Muon, UnevenAndEmptyRowPiecesUpdateAsOneRankBitwise) { expect_pieces_equal_one_rank(Cut::UnevenRows); }
+
+// Megatron's tensor-parallel boxes (columns, rows, replicas) cut again by rows over shard ranks.
+TEST(Muon, MegatronBoxesAndTheirShardsUpdateAsOneRankBitwise) { expect_pieces_equal_one_rank(Cut::MegatronBoxes); }
+
+// Pieces that do not make the whole matrix are refused when the optimizer is made.
+TEST(Muon, PiecesThatDoNotTileAMatrixAreRefused) {
+  if (world().size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const at::Tensor w = at::zeros({4, 6});
+  // Every rank claims the first column pair: the other columns are nobody's.
+  std::vector<at::Tensor> params = {w.narrow(1, 0, 2).clone()};
+  EXPECT_THROW(optim::Muon(params, {"model.layers.0.self_attn.o_proj.weight"}, {{4, 6}}, {{0, 0}}, {true},
+                           optim::MuonOptions(), std::make_unique<WorldPieces>()),
+               std::logic_error);
+}
 
 TEST(Muon, LlamaFactoryRuleChoosesTheMatrices) {
   EXPECT_TRUE(model::muon_matrix("model.layers.3.self_attn.o_proj.weight", {8, 8}));

@@ -92,11 +92,11 @@ class Engine {
   virtual std::vector<std::string> parameter_names() = 0;
   // One box per tensor of parameters(), in the same order (checkpoints).
   virtual std::vector<TensorBox> parameter_boxes() = 0;
-  // The group over which parameters() are row pieces of whole parameters: every trained
-  // parameter cut by dim-0 rows over its ranks (rank r's range before rank r + 1's), the same
-  // parameters in the same order on each. Null: each tensor of parameters() is whole, or an
-  // engine whose pieces are cut otherwise (megatron's tensor-parallel slices). Muon needs it.
-  virtual Communicator* row_piece_group() { return nullptr; }
+  // The group over which parameters() are pieces of whole parameters: every trained parameter cut
+  // into boxes over its ranks (each piece's box in parameter_boxes()), the same parameters in the
+  // same order on each; ranks may hold the same box. Null: each tensor of parameters() is whole.
+  // Muon needs it.
+  virtual Communicator* piece_group() { return nullptr; }
   // After the optimizer has updated parameters() (each step, and after a checkpoint load).
   // Collective for engines that rebuild whole parameters from updated shards.
   virtual void parameters_updated() {}

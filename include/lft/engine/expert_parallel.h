@@ -71,7 +71,7 @@ class ExpertParallelEngine final : public Engine {
   std::vector<std::string> parameter_names() override;
   std::vector<TensorBox> parameter_boxes() override;
   // The wrapped engine's: the experts (after its pieces) are no matrices of Muon's.
-  Communicator* row_piece_group() override { return inner_->row_piece_group(); }
+  Communicator* piece_group() override { return inner_->piece_group(); }
   void parameters_updated() override;
   at::Tensor grad_norm_squared() override;
   std::vector<Communicator*> communicators() const override;

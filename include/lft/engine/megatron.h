@@ -51,6 +51,8 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   std::vector<at::Tensor> parameters() override;
   std::vector<std::string> parameter_names() override;
   std::vector<TensorBox> parameter_boxes() override;
+  // tp's boxes (or without tp, the shard group's rows), over tp x the shard group with sharding.
+  Communicator* piece_group() override;
   at::Tensor grad_norm_squared() override;
   std::vector<Communicator*> communicators() const override;
   // The pipeline's bubble: the time stages waited for activations and gradients, as a fraction
@@ -96,6 +98,9 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   Communicator& shard_;             // sharding strategies: dp_shard x cp (or every dp rank: use_distributed_optimizer)
   Communicator& replicate_;         // and dp_replicate (or no one)
   Communicator& pp_host_;  // host values along the pipeline (the summary's wait times)
+  // A Muon run's group of the ranks holding pieces of this stage's parameters, when they are cut
+  // over tp and again over the shard group (else piece_group() is one of those).
+  std::unique_ptr<Communicator> tp_shard_;
   int stage_ = 0;
   MegatronPlan plan_;
   // The sharded component's policy when a sharding strategy is set (the parallel plan's: the

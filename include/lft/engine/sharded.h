@@ -27,7 +27,7 @@ class ShardedEngine final : public Engine {
   std::vector<at::Tensor> parameters() override { return dp_.pieces(); }
   std::vector<std::string> parameter_names() override { return dp_.names(); }
   std::vector<TensorBox> parameter_boxes() override { return dp_.boxes(); }
-  Communicator* row_piece_group() override { return &shard_comm_; }
+  Communicator* piece_group() override { return &shard_comm_; }
   at::Tensor grad_norm_squared() override;
   std::vector<Communicator*> communicators() const override;
 

@@ -20,6 +20,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "lft/comm/mpi_communicator.h"
 
@@ -93,6 +94,10 @@ class DeviceMesh {
     return (c[static_cast<int>(MeshDim::DPReplicate)] * shape[MeshDim::DPShard] + c[static_cast<int>(MeshDim::DPShard)]) *
                shape[MeshDim::CP] + c[static_cast<int>(MeshDim::CP)];
   }
+  // A group made on request: the ranks that differ from this one only in the coordinates `dims`,
+  // in mesh order, for the tensors the model lives in (as device_comm()). Collective over every
+  // rank of the mesh, each asking for the same dims.
+  std::unique_ptr<Communicator> make_device_group(const std::vector<MeshDim>& dims, const std::string& name) const;
   // Where the model's tensors live.
   const at::Device& device() const { return device_; }
   bool on_cuda() const { return device_.is_cuda(); }

@@ -6,10 +6,13 @@
 // AdamW. Weight decay lr * wd on both.
 //
 // The Newton-Schulz step needs each matrix whole. Where an engine cuts the tensors a rank updates
-// into row pieces over a group (fsdp, fsdp2, ZeRO), the matrices are dealt to the group's ranks in
-// turn: each rank receives the momentum rows of the matrices it is dealt (one all-gather), computes
-// their orthogonalised updates, and every rank takes its rows of every update (a second
-// all-gather). The arithmetic on each matrix is the one-rank run's.
+// into pieces over a group (fsdp, fsdp2 and ZeRO: rows; megatron: its tensor-parallel boxes, rows or
+// columns, and the rows of those its sharded data parallelism keeps), the matrices are dealt to the
+// group's ranks in turn: each rank receives every piece of the matrices it is dealt (one
+// all-gather) and places each in its box, computes their orthogonalised updates, and every rank
+// takes its box of every update (a second all-gather). Pieces held by several ranks (megatron's
+// replicated kv heads, a router replicated over tp) are the same values, placed twice. The
+// arithmetic on each matrix is the one-rank run's.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -34,11 +37,11 @@ struct MuonOptions {
   double adamw_eps = 1e-8;
 };
 
-// The group over which an engine cuts each parameter's rows (rank r holds the r-th range, in rank
-// order): what Muon needs of a communicator.
-class RowGroup {
+// The group over which an engine cuts each parameter into boxes (every rank the same parameters in
+// the same order; their boxes together make each whole): what Muon needs of a communicator.
+class PieceGroup {
  public:
-  virtual ~RowGroup() = default;
+  virtual ~PieceGroup() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // `out` gets every rank's `in` back to back; counts[r] elements come from rank r. Collective.
@@ -50,13 +53,13 @@ at::Tensor newton_schulz5(const at::Tensor& g, std::int64_t steps);
 
 class Muon final : public Optimizer {
  public:
-  // params[i] (this rank's piece of parameter names[i], at box offset row_offsets[i] of a tensor of
-  // global_shapes[i]) is updated from its gradient, by Muon where matrix[i] (a 2-d global shape),
-  // else by AdamW. `rows` null: every piece is its whole parameter. Collective over `rows` (the
-  // pieces' row ranges are exchanged once).
+  // params[i] (this rank's piece of parameter names[i]: a box of a tensor of global_shapes[i] at
+  // offsets[i], empty for the origin) is updated from its gradient, by Muon where matrix[i] (a 2-d
+  // global shape), else by AdamW. `group` null: every piece is its whole parameter. Collective over
+  // `group` (the pieces' boxes are exchanged once).
   Muon(std::vector<at::Tensor> params, std::vector<std::string> names,
-       std::vector<std::vector<std::int64_t>> global_shapes, std::vector<std::int64_t> row_offsets,
-       const std::vector<bool>& matrix, MuonOptions options, std::unique_ptr<RowGroup> rows);
+       std::vector<std::vector<std::int64_t>> global_shapes, const std::vector<std::vector<std::int64_t>>& offsets,
+       const std::vector<bool>& matrix, MuonOptions options, std::unique_ptr<PieceGroup> group);
 
   void step(double lr) override;
   std::int64_t steps() const override { return steps_; }
@@ -75,21 +78,30 @@ class Muon final : public Optimizer {
   std::size_t muon_matrices() const { return matrices_.size(); }
 
  private:
-  struct Matrix {
-    std::size_t param;                    // index into params_
-    std::vector<std::int64_t> shape;      // global
-    std::vector<std::int64_t> rank_rows;  // rows each rank of the group holds (rank order)
-    int owner = 0;                        // the rank that orthogonalises it
+  struct Box {
+    std::int64_t row = 0, col = 0, rows = 0, cols = 0;
+    std::int64_t numel() const { return rows * cols; }
   };
+  static at::Tensor box_of(const at::Tensor& whole, const Box& b) {  // a view
+    return whole.narrow(0, b.row, b.rows).narrow(1, b.col, b.cols);
+  }
+  struct Matrix {
+    std::size_t param;                // index into params_
+    std::vector<std::int64_t> shape;  // global
+    std::vector<Box> rank_boxes;      // the box each rank of the group holds (rank order)
+    int owner = 0;                    // the rank that orthogonalises it
+  };
+  // Every rank's box of every matrix (one all-gather), checked to make each matrix whole.
+  void exchange_boxes(const std::vector<std::vector<std::int64_t>>& offsets);
   void step_adamw(double lr);
   void step_muon(double lr);
-  // The orthogonalised, scaled-by-nothing updates of matrices [first, last) on this rank's rows.
+  // The orthogonalised, scaled-by-nothing updates of matrices [first, last) on this rank's boxes.
   std::vector<at::Tensor> updates(std::size_t first, std::size_t last, const std::vector<at::Tensor>& momenta);
 
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
   MuonOptions options_;
-  std::unique_ptr<RowGroup> rows_;
+  std::unique_ptr<PieceGroup> group_;
   std::vector<Matrix> matrices_;
   std::vector<std::size_t> adamw_;  // params_ AdamW updates
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
