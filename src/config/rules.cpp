@@ -171,7 +171,8 @@ void pair_stage_keys(const Input& in, const std::string& stage) {
 void preference_keys(const Input& in) {
   const std::string stage = std::get<std::string>(value(in, "stage"));
   const Checked* st = get(in, "stage");
-  const char* const keys[] = {"pref_beta", "pref_loss", "pref_ftx", "simpo_gamma", "dpo_label_smoothing", "ld_alpha", "ref_model"};
+  const char* const keys[] = {"pref_beta",           "pref_loss", "pref_ftx", "simpo_gamma", "dpo_label_smoothing",
+                              "pref_loss_weighting", "ld_alpha",  "ref_model"};
   if (stage != "dpo") {
     for (const char* key : keys)
       if (const Checked* c = get(in, key)) {

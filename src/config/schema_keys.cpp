@@ -238,6 +238,12 @@ std::vector<KeySpec> build() {
         "dpo: LD-DPO (LlamaFactory's ld_alpha): the policy's tokens of an answer beyond the length of the shorter "
         "answer of its pair weigh ld_alpha in its log-probability (the reference's all weigh 1); unset: off")
           .min(1e-6),
+      K("pref_loss_weighting", S,
+        "dpo: how a step's pairs weigh in its loss: \"pairs\" (its mean over the global batch's pairs: TRL, "
+        "LlamaFactory 0.9.5), or \"tokens\" (each micro-batch's mean pair loss weighs the micro-batch's trained "
+        "tokens over the step's: LlamaFactory main's v1 trainer; set by its v1 files)")
+          .def("pairs")
+          .allowed({"pairs", "tokens"}),
       K("ref_model", S,
         "dpo: the reference model's Hugging Face folder (default: the policy's starting weights; with LoRA, "
         "the base model without the adapters)")

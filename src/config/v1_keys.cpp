@@ -152,6 +152,10 @@ class V1Mapper {
         put("stage", Value{std::string("dpo")}, pref);
         break;
       }
+    // main's BaseTrainer weighs each micro-batch's loss by its trained tokens, DPO's too (v1 0.9.5
+    // had no DPO trainer).
+    if (const Item* stage = find_item(in_, "stage"); stage != nullptr && string_of(*stage) == "dpo")
+      put("pref_loss_weighting", Value{std::string("tokens")}, stage);
     put("stage", Value{std::string("sft")});
     // 0.9.5's files name a built-in template (qwen3_nothink, ...); main's have none and render the
     // model's own Jinja template.

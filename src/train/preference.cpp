@@ -66,7 +66,8 @@ engine::SequenceObjective preference_objective(const PreferenceOptions& o) {
   return [o](const at::Tensor& token_losses, const engine::MicroBatch& batch) {
     const at::Tensor logps = o.sequence_values(token_losses.sum(1));
     const at::Tensor lengths = batch.weights.gt(0).sum(1);
-    return pair_terms(o, logps, lengths, batch.reference_logps).losses.sum();
+    const at::Tensor sum = pair_terms(o, logps, lengths, batch.reference_logps).losses.sum();
+    return batch.pair_loss_weight == 1.0 ? sum : sum * batch.pair_loss_weight;
   };
 }
 

@@ -25,11 +25,11 @@ void Trainer::prepare_preference() {
   const std::int64_t sequences = s.data->num_sequences();
   s.answer_lengths.resize(static_cast<std::size_t>(sequences));
   for (std::int64_t i = 0; i < sequences; ++i) s.answer_lengths[static_cast<std::size_t>(i)] = s.data->weight_sum({i});
-  // A loss over per-token means (ipo, orpo, simpo) or with pref_ftx divides by an answer's
-  // trained tokens: an answer that cutoff_len cuts to nothing would make its step NaN (0 / 0).
-  // sigmoid and hinge take its log-probability as 0, as LlamaFactory does.
-  if (s.preference->averages() || s.preference->ftx > 0)
-    for (std::int64_t i = 0; i < sequences; ++i)
+  // A loss over per-token means (ipo, orpo, simpo) divides by each answer's trained tokens, and
+  // pref_ftx by the chosen one's: an answer that cutoff_len cuts to nothing would make its step NaN
+  // (0 / 0). sigmoid and hinge take its log-probability as 0, as LlamaFactory does.
+  for (std::int64_t i = 0; i < sequences; ++i)
+    if (s.preference->averages() || (s.preference->ftx > 0 && i % 2 == 0))
       if (s.answer_lengths[static_cast<std::size_t>(i)] <= 0)
         throw UsageError("stage dpo: pair " + std::to_string(i / 2 + 1) + " of the training data (in the dataset files' order) "
                          "keeps no token of its " + (i % 2 == 0 ? "chosen" : "rejected") + " answer at cutoff_len = " +

@@ -73,6 +73,7 @@ PreferenceOptions PreferenceOptions::from(const config::Config& cfg) {
   o.label_smoothing = cfg.real("dpo_label_smoothing");
   if (cfg.is_set("ld_alpha")) o.ld_alpha = cfg.real("ld_alpha");
   o.reward_model = cfg.string("stage") == "rm";
+  o.token_weighted = cfg.string("pref_loss_weighting") == "tokens";
   return o;
 }
 

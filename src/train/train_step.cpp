@@ -83,20 +83,35 @@ StepResult Trainer::step() {
   }
   // The loss is the weighted sum over every target of the global batch divided by the sum of the
   // weights (the count of trained tokens unless messages carry loss weights): each rank knows it.
-  // With stage dpo it is the mean over the global batch's pairs of their losses.
+  // With stage dpo it is the mean over the global batch's pairs of their losses (or weighted by
+  // tokens: pref_loss_weighting, below).
   const std::vector<std::int64_t> batch_sequences = s.data->sequences(indices);
   const double targets = s.data->weight_sum(batch_sequences);
 
+  // pref_loss_weighting = "tokens": each micro-batch's pairs weigh its trained tokens over its pairs,
+  // the step's sum over the step's trained tokens (LlamaFactory main's v1 trainer).
+  const bool token_weighted = s.preference && s.preference->token_weighted;
+  std::vector<double> pair_weights(sequences.size(), 1.0);
+  double pair_weight_sum = static_cast<double>(global);
+  if (token_weighted) {
+    pair_weight_sum = 0;
+    for (std::size_t k = 0; k < sequences.size(); ++k) {
+      const double trained = s.lengths_of(sequences[k]).sum().item<double>();
+      pair_weights[k] = trained / static_cast<double>(sequences[k].size() / 2);
+      pair_weight_sum += trained;
+    }
+  }
   std::vector<engine::MicroBatch> batches;
   for (std::int64_t m = 0; m < accum; ++m) {
-    const auto& mine = sequences[static_cast<std::size_t>(dp_rank * accum + m)];
-    batches.push_back(s.device_batch(s.data->batch(mine), mine));
+    const std::size_t k = static_cast<std::size_t>(dp_rank * accum + m);
+    batches.push_back(s.device_batch(s.data->batch(sequences[k]), sequences[k]));
+    batches.back().pair_loss_weight = pair_weights[k];
   }
   std::int64_t padded = 0;  // every rank's micro-batches, known here without communication
   for (const auto& seqs : sequences) padded += s.data->padded_tokens(seqs);
   engine::MicroBatchOptions options;
   options.compute = s.plan.compute;
-  options.loss_factor = (s.scaler ? s.scaler->scale() : 1.0) / (s.preference ? static_cast<double>(global) : targets);
+  options.loss_factor = (s.scaler ? s.scaler->scale() : 1.0) / (s.preference ? pair_weight_sum : targets);
   if (s.preference) options.objective = preference_objective(*s.preference);
   const bool lora_dropout = s.plan.finetuning.type == "lora" && s.plan.finetuning.lora_dropout > 0;
   const bool value_head_dropout = s.plan.model.score_head == model::ScoreHead::ValueHead && s.plan.model.summary_dropout_prob > 0;
@@ -133,7 +148,13 @@ StepResult Trainer::step() {
     for (const auto& seqs : sequences) order.insert(order.end(), seqs.begin(), seqs.end());
     const PairTerms terms = pair_terms(*s.preference, s.preference->sequence_values(host.narrow(0, 0, count)), s.lengths_of(order),
                                        s.preference->uses_reference() ? s.reference_of(order) : at::Tensor());
-    r.loss = terms.losses.mean().item<double>();
+    if (token_weighted) {  // each pair's loss times its micro-batch's pair weight, over their sum
+      std::vector<double> each;
+      for (std::size_t k = 0; k < sequences.size(); ++k) each.insert(each.end(), sequences[k].size() / 2, pair_weights[k]);
+      r.loss = (terms.losses * at::tensor(each, at::kDouble)).sum().item<double>() / pair_weight_sum;
+    } else {
+      r.loss = terms.losses.mean().item<double>();
+    }
     s.preference_metrics.add(terms);
   } else {
     // Per-sequence sums in one fixed global order, so every layout adds them the same way.

@@ -3,9 +3,16 @@
 # against the losses main produced (tests/fixtures/llamafactory_main: recorded from main installed
 # from its source; it cannot run in CI). Two v1 YAMLs on a tiny Qwen3 whose folder holds Qwen3's
 # Jinja chat template: sft.yaml (no `template`: the model's own template, LlamaFactory main's
-# labelling), muon.yaml (`optim_config: {name: muon}`) and tools.yaml (tool calls and tool
-# definitions: LlamaFactory's glaive_toolcall_en_demo through v1's sharegpt converter). Per step the loss within 1e-5 relative
-# (measured 9.5e-8 and 1.8e-6). The model is remade by tools/make-v1-fixture.py (seeded); when its
+# labelling), muon.yaml (`optim_config: {name: muon}`), tools.yaml (tool calls and tool
+# definitions: LlamaFactory's glaive_toolcall_en_demo through v1's sharegpt converter), and main's
+# `llamafactory-cli dpo` on its v1_dpo_demo pairs: dpo.yaml (sigmoid with ld_alpha, micro-batches
+# of one pair) and dpo_mb2.yaml (sigmoid with pref_ftx, two pairs a micro-batch), recorded with
+# main's joined pair row kept as two sequences (README.md: main's mask lets the rejected answer
+# attend to the chosen one; lftrain keeps them apart). Per step the loss within 1e-5 of
+# max(|loss|, 1) (a DPO loss near 0 is a difference of log-probabilities in the thousands).
+# dpo_mb2 runs at 2 ranks too, against main at 2 ranks: main weighs each micro-batch's loss by
+# its trained tokens, so its DPO loss depends on which pairs share a micro-batch, which its
+# per-rank sampler changes with the world size (lftrain follows it: pref_loss_weighting). The model is remade by tools/make-v1-fixture.py (seeded); when its
 # bytes differ from the recorded model's (another torch or CPU), that is printed and the comparison
 # still runs. Run from anywhere.
 set -u
@@ -28,24 +35,30 @@ failed=()
 # converter: function_call turns, tool results and each record's tools.
 printf 'glaive:\n  path: %s\n  source: local\n  converter: sharegpt\n' "$PWD/$fixtures/glaive_toolcall_en_demo.json" \
   > "$work/glaive.yaml"
-for job in sft muon tools; do
-  job_data="$(cd "$(dirname "$data")" && pwd)/$(basename "$data")"
-  [ "$job" = tools ] && job_data="$work/glaive.yaml"
-  sed "s|MODEL|$work/model|; s|DATA|$job_data|; s|OUTPUT|$work/$job|" "$fixtures/$job.yaml" > "$work/$job.yaml"
-  if ! mpirun --oversubscribe --bind-to none -np 1 "$build/lftrain" "$work/$job.yaml" </dev/null >"$work/$job.log" 2>&1; then
-    tail -20 "$work/$job.log"; failed+=("$job (lftrain failed)"); continue
+# JOB:RANKS; a run at more ranks is compared with main's at as many (its losses file NAME_npN).
+for spec in sft:1 muon:1 tools:1 dpo:1 dpo_mb2:1 dpo_mb2:2; do
+  job=${spec%:*} np=${spec#*:} name=${spec%:*}
+  [ "$np" -gt 1 ] && name=${job}_np$np
+  case $job in
+    tools) job_data="$work/glaive.yaml" ;;
+    dpo*) job_data="$PWD/$fixtures/v1_dpo_demo.jsonl" ;;
+    *) job_data="$(cd "$(dirname "$data")" && pwd)/$(basename "$data")" ;;
+  esac
+  sed "s|MODEL|$work/model|; s|DATA|$job_data|; s|OUTPUT|$work/$name|" "$fixtures/$job.yaml" > "$work/$name.yaml"
+  if ! mpirun --oversubscribe --bind-to none -np "$np" "$build/lftrain" "$work/$name.yaml" </dev/null >"$work/$name.log" 2>&1; then
+    tail -20 "$work/$name.log"; failed+=("$name (lftrain failed)"); continue
   fi
-  grep -q "template model: $work/model/chat_template.jinja" "$work/$job.log" || failed+=("$job: not rendered with the model's template")
-  out=$(python3 - "$fixtures/${job}_losses.json" "$work/$job/trainer_log.jsonl" <<'PY'
+  grep -q "template model: $work/model/chat_template.jinja" "$work/$name.log" || failed+=("$name: not rendered with the model's template")
+  out=$(python3 - "$fixtures/${name}_losses.json" "$work/$name/trainer_log.jsonl" <<'PY'
 import json, sys
 want = {r["step"]: r["loss"] for r in json.load(open(sys.argv[1]))}
 got = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2])) if "loss" in r}
-worst = max(abs(got[s] - want[s]) / abs(want[s]) for s in want)
-print(f"loss of steps 1-{len(want)}, worst relative difference {worst:.2e}")
+worst = max(abs(got[s] - want[s]) / max(abs(want[s]), 1.0) for s in want)
+print(f"loss of steps 1-{len(want)}, worst difference {worst:.2e} of max(|loss|, 1)")
 sys.exit(0 if worst <= 1e-5 else 1)
 PY
-) || { echo "lf_main_parity: $job: $out"; failed+=("$job"); continue; }
-  echo "lf_main_parity: $job: LlamaFactory main vs lftrain: $out"
+) || { echo "lf_main_parity: $name: $out"; failed+=("$name"); continue; }
+  echo "lf_main_parity: $name: LlamaFactory main vs lftrain: $out"
 done
 [ ${#failed[@]} -eq 0 ] || { IFS=';'; fail "${failed[*]}"; }
 echo "lf_main_parity: PASS"

@@ -288,6 +288,12 @@ TEST(ConfigV1, DpoKeysMakeADpoRun) {
   EXPECT_DOUBLE_EQ(c.real("ld_alpha"), 0.5);
   EXPECT_TRUE(noted(c, "a DPO key: this v1 file trains as `llamafactory-cli dpo` does"));
   EXPECT_EQ(parse_yaml(v1_head()).string("stage"), "sft");
+  // main's BaseTrainer weighs each micro-batch's loss by its trained tokens, DPO's too: the file with
+  // DPO keys, or one given stage=dpo on the command line (main's train_lora_dpo.yaml has none).
+  EXPECT_EQ(c.string("pref_loss_weighting"), "tokens");
+  EXPECT_EQ(parse_config(v1_head(), "job.yaml", {"stage=dpo"}).string("pref_loss_weighting"), "tokens");
+  EXPECT_EQ(parse_config(v1_head(), "job.yaml", {"stage=dpo", "pref_loss_weighting=pairs"}).string("pref_loss_weighting"),
+            "pairs");
 }
 
 TEST(ConfigV1, RefusedWithWhy) {

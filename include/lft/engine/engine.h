@@ -36,6 +36,9 @@ struct MicroBatch {
   // Preference training: each sequence's log-probability under the reference model ([B] float),
   // read by the objective; undefined otherwise.
   at::Tensor reference_logps;
+  // Preference training: the weight of each of its pairs' losses in the objective (1, or with
+  // pref_loss_weighting = "tokens" its trained tokens over its pairs).
+  double pair_loss_weight = 1.0;
 };
 
 // A loss over whole sequences (preference training): from a micro-batch's weighted token losses

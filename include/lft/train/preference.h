@@ -31,6 +31,9 @@ struct PreferenceOptions {
   // stage rm: the sequences' values are scores (the head's, at each sequence's last token); the
   // loss ranks them (the fields above do not apply).
   bool reward_model = false;
+  // pref_loss_weighting = "tokens": each micro-batch's mean pair loss weighs its trained tokens
+  // over the step's (LlamaFactory main's v1 BaseTrainer); else every pair of the step alike.
+  bool token_weighted = false;
 
   static PreferenceOptions from(const config::Config& cfg);  // the decoder (train_config.cpp)
   // sigmoid, hinge and ipo compare with a reference model; orpo and simpo do not.
