@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "lft/ckpt/checkpoint_files.h"
+#include "lft/model/families.h"
 #include "lft/model/score_head.h"
 #include "lft/runtime/error.h"
 #include "merge_internal.h"
@@ -103,6 +104,19 @@ std::string hf_config_json(const RunModel& run, at::ScalarType dtype) {
     j = nlohmann::ordered_json::parse(read_text(path), nullptr, false);
     if (j.is_discarded() || !j.is_object())
       throw UsageError(path + " (the run's model_name_or_path) is not a JSON object");
+  }
+  if (run.config.score_head == model::ScoreHead::TokenClassification) {
+    // transformers' ...ForTokenClassification with one label, as LlamaFactory main saves its reward model.
+    std::string arch = j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty()
+                           ? j["architectures"][0].get<std::string>()
+                           : model::find_family(run.config.model_type)->architecture;
+    const std::string causal = "ForCausalLM";
+    if (arch.size() > causal.size() && arch.compare(arch.size() - causal.size(), causal.size(), causal) == 0)
+      arch = arch.substr(0, arch.size() - causal.size());
+    j["architectures"] = {arch + "ForTokenClassification"};
+    j["id2label"] = {{"0", "LABEL_0"}};
+    j["label2id"] = {{"LABEL_0", 0}};
+    j["tie_word_embeddings"] = false;
   }
   j["dtype"] = dtype_name(dtype);
   j["torch_dtype"] = dtype_name(dtype);
@@ -203,10 +217,10 @@ ExportPlan checkpoint_plan(const MergeOptions& o) {
   p.exported.load = exported.load;
   p.exported.origin = exported.origin;
   for (const TensorInfo& t : exported.tensors)
-    if (o.format == ExportFormat::Hdf5 || !model::is_score_head_parameter(t.name)) p.exported.tensors.push_back(t);
+    if (o.format == ExportFormat::Hdf5 || !model::is_value_head_parameter(t.name)) p.exported.tensors.push_back(t);
   if (o.format != ExportFormat::Hdf5)
     for (const TensorInfo& t : stored)
-      if (model::is_score_head_parameter(t.name)) p.value_head.push_back(t);
+      if (model::is_value_head_parameter(t.name)) p.value_head.push_back(t);
   p.value_head_load = [src](const TensorInfo& t) { return src->reader.read_full("model/" + t.name); };
   p.attributes = whole_model_attributes(*src);
   if (o.format == ExportFormat::Peft) {

@@ -228,7 +228,7 @@ ExportTensors peft_tensors(const Source& source, const Finetuning& ft,
   check_peft_targets(source, ft, stored);
   ExportTensors out;
   for (TensorInfo t : stored) {
-    if (model::is_score_head_parameter(t.name)) continue;  // value_head.safetensors (merge.cpp)
+    if (model::is_value_head_parameter(t.name)) continue;  // value_head.safetensors (merge.cpp)
     t.name = model::kPeftPrefix + t.name;
     out.tensors.push_back(std::move(t));
   }
@@ -373,7 +373,7 @@ std::string peft_adapter_config(const Finetuning& ft, const std::vector<TensorIn
   // also take every layer's input_layernorm, and then refuse a file without their weights.
   std::vector<std::string> modules;
   for (const std::string& name : whole_tensors(stored))
-    if (!model::is_score_head_parameter(name) && std::find(modules.begin(), modules.end(), module_of(name)) == modules.end())
+    if (!model::is_value_head_parameter(name) && std::find(modules.begin(), modules.end(), module_of(name)) == modules.end())
       modules.push_back(module_of(name));
 
   nlohmann::json j;  // sorted keys, as PEFT writes them

@@ -257,7 +257,7 @@ RunModel rebuild_model(const Source& source) {
   try {
     const config::Config cfg = config::parse_config(text, yaml ? "<checkpoint config>.yaml" : "<checkpoint config>", overrides);
     run.config = model::ModelConfig::from_run_config(cfg);
-    run.config.score_head = model::score_head_of_stage(cfg.string("stage"));
+    model::set_score_head(run.config, cfg.string("stage"), cfg.string("rm_head"));
     if (!cfg.has_table("model")) run.model_folder = cfg.string("model_name_or_path");
   } catch (const config::ConfigError& e) {
     throw UsageError(where + " does not give a model: " + e.what() + hint);
@@ -299,7 +299,7 @@ void check_model_tensors(const Source& source, const std::vector<TensorInfo>& te
     seen.insert(t.name);
     const std::string id = "tensor '/model/" + t.name + "'";
     if (t.name.rfind("model.", 0) != 0 && t.name != "lm_head.weight" && !model::is_score_head_parameter(t.name)) {
-      problems.push_back(id + " is not a Hugging Face parameter name (model.*, lm_head.weight, or a reward model's v_head.summary.*)");
+      problems.push_back(id + " is not a Hugging Face parameter name (model.*, lm_head.weight, or a reward model's v_head.summary.* or score.*)");
       continue;
     }
     if (!at::isFloatingType(t.dtype)) {

@@ -3,6 +3,7 @@
 #include <string>
 #include <tuple>
 #include <variant>
+#include <algorithm>
 #include <vector>
 
 #include "internal.h"
@@ -167,19 +168,24 @@ void pair_stage_keys(const Input& in, const std::string& stage) {
            std::string("remove ") + key + "; the training log has the rewards of every step");
 }
 
-// The preference keys only with stage = "dpo", and what the pair stages (dpo, rm) do not combine with.
+// The preference keys only with stage = "dpo" (pref_loss_weighting: or "rm"; rm_head: "rm"), and what
+// the pair stages (dpo, rm) do not combine with.
 void preference_keys(const Input& in) {
   const std::string stage = std::get<std::string>(value(in, "stage"));
   const Checked* st = get(in, "stage");
-  const char* const keys[] = {"pref_beta",           "pref_loss", "pref_ftx", "simpo_gamma", "dpo_label_smoothing",
-                              "pref_loss_weighting", "ld_alpha",  "ref_model"};
+  auto only_with = [&](const char* key, const std::vector<std::string>& stages) {
+    const Checked* c = get(in, key);
+    if (c == nullptr || std::find(stages.begin(), stages.end(), stage) != stages.end()) return;
+    const std::string wanted = "stage = \"" + stages.front() + "\"" + (stages.size() > 1 ? " or \"" + stages[1] + "\"" : "");
+    const std::string what = std::string("key '") + key + "' applies to " + wanted + ", but " + shown(in, "stage");
+    if (st != nullptr) fail_two(in, c->loc, std::string("key '") + key + "'", st->loc, "stage", what, "set " + wanted + ", or remove " + key);
+    fail(in.file, &c->loc, what + " (the default)", "set " + wanted + ", or remove " + key);
+  };
+  for (const char* key : {"pref_beta", "pref_loss", "pref_ftx", "simpo_gamma", "dpo_label_smoothing", "ld_alpha", "ref_model"})
+    only_with(key, {"dpo"});
+  only_with("pref_loss_weighting", {"dpo", "rm"});
+  only_with("rm_head", {"rm"});
   if (stage != "dpo") {
-    for (const char* key : keys)
-      if (const Checked* c = get(in, key)) {
-        const std::string what = std::string("key '") + key + "' applies to stage = \"dpo\", but " + shown(in, "stage");
-        if (st != nullptr) fail_two(in, c->loc, std::string("key '") + key + "'", st->loc, "stage", what, std::string("set stage = \"dpo\", or remove ") + key);
-        fail(in.file, &c->loc, what + " (the default)", std::string("set stage = \"dpo\", or remove ") + key);
-      }
     if (stage == "rm") pair_stage_keys(in, stage);
     return;
   }

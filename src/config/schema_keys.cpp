@@ -238,8 +238,15 @@ std::vector<KeySpec> build() {
         "dpo: LD-DPO (LlamaFactory's ld_alpha): the policy's tokens of an answer beyond the length of the shorter "
         "answer of its pair weigh ld_alpha in its log-probability (the reference's all weigh 1); unset: off")
           .min(1e-6),
+      K("rm_head", S,
+        "rm: the reward model's head: \"value_head\" (TRL's v_head.summary beside the LM head, saved as "
+        "value_head.safetensors: LlamaFactory 0.9.5's stage rm) or \"score\" (transformers' "
+        "...ForTokenClassification with one label, no LM head, saved with the model: LlamaFactory main's v1 "
+        "model_class: cls; set by such files)")
+          .def("value_head")
+          .allowed({"value_head", "score"}),
       K("pref_loss_weighting", S,
-        "dpo: how a step's pairs weigh in its loss: \"pairs\" (its mean over the global batch's pairs: TRL, "
+        "dpo and rm: how a step's pairs weigh in its loss: \"pairs\" (its mean over the global batch's pairs: TRL, "
         "LlamaFactory 0.9.5), or \"tokens\" (each micro-batch's mean pair loss weighs the micro-batch's trained "
         "tokens over the step's: LlamaFactory main's v1 trainer; set by its v1 files)")
           .def("pairs")

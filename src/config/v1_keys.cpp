@@ -152,21 +152,29 @@ class V1Mapper {
         put("stage", Value{std::string("dpo")}, pref);
         break;
       }
-    // main's BaseTrainer weighs each micro-batch's loss by its trained tokens, DPO's too (v1 0.9.5
-    // had no DPO trainer).
-    if (const Item* stage = find_item(in_, "stage"); stage != nullptr && string_of(*stage) == "dpo")
-      put("pref_loss_weighting", Value{std::string("tokens")}, stage);
+    // main's `llamafactory-cli rm`: model_class: cls, transformers' token classification with one
+    // label (`lftrain FILE stage=rm` for a file without it).
+    if (auto c = take("model_class")) {
+      const std::string cls = string_of(*c);
+      if (cls == "cls") {
+        note(*c, "a reward model: this v1 file trains as `llamafactory-cli rm` does (stage = \"rm\", rm_head = \"score\")");
+        put("stage", Value{std::string("rm")}, &*c);
+      } else if (cls != "llm") {
+        refuse(*c, "lftrain trains causal language models (model_class: llm) and reward models (cls) only",
+               "use model_class: llm or cls, or remove it");
+      }
+    }
+    // main's BaseTrainer weighs each micro-batch's loss by its trained tokens, DPO's and RM's too
+    // (v1 0.9.5 had neither trainer); its reward model is a token classifier.
+    if (const Item* stage = find_item(in_, "stage"); stage != nullptr) {
+      const std::string name = string_of(*stage);
+      if (name == "dpo" || name == "rm") put("pref_loss_weighting", Value{std::string("tokens")}, stage);
+      if (name == "rm") put("rm_head", Value{std::string("score")}, stage);
+    }
     put("stage", Value{std::string("sft")});
     // 0.9.5's files name a built-in template (qwen3_nothink, ...); main's have none and render the
     // model's own Jinja template.
     put("template", Value{std::string("model")});
-    if (auto c = take("model_class"))
-      if (string_of(*c) != "llm")
-        refuse(*c, "lftrain trains causal language models (model_class: llm) only; v1's reward-model trainer "
-                   "(model_class: cls) is not built: main joins chosen and rejected in one row whose rejected half "
-                   "attends to the chosen one, and draws its score head from torch's generator",
-               "for a reward model, train LlamaFactory's classic stage rm (a classic YAML or TOML with stage: rm and "
-               "pair data); else remove model_class");
     for (const char* k : {"trust_remote_code", "flash_attn"})
       if (auto item = take(k)) note(*item, "no effect: lftrain's model families and attention are its own");
     if (auto item = take("init_config.name"))

@@ -26,9 +26,12 @@ std::unique_ptr<model::WeightSource> base_and_adapters(const RunPlan& plan, mode
   if (folder.empty())
     base = std::make_unique<model::InitWeights>(model, plan.seed, norm);
   else
-    base = std::make_unique<model::HfWeights>(folder, model, [](const std::string& name) {
-      return model::is_lora_parameter(name) || model::is_score_head_parameter(name);
-    });
+    base = std::make_unique<model::HfWeights>(
+        folder, model,
+        [](const std::string& name) { return model::is_lora_parameter(name) || model::is_score_head_parameter(name); },
+        [&plan](const std::string& name) {  // transformers' token classification drops the LM head
+          return plan.model.score_head == model::ScoreHead::TokenClassification && name == "lm_head.weight";
+        });
   if (plan.finetuning.type != "lora") return base;
   if (plan.adapter_folder.empty())
     return std::make_unique<model::FinetuningWeights>(model, std::move(base),
@@ -45,9 +48,11 @@ std::unique_ptr<model::WeightSource> starting_weights(const RunPlan& plan, model
                                                       const std::string& folder) {
   std::unique_ptr<model::WeightSource> weights = base_and_adapters(plan, model, folder);
   if (plan.model.score_head == model::ScoreHead::None) return weights;
-  // A reward model's head: TRL's value_head.safetensors as LlamaFactory finds it, else a new one.
-  return std::make_unique<model::ScoreHeadWeights>(model, plan.model, std::move(weights),
-                                                   model::value_head_file(folder, plan.adapter_folder), plan.seed);
+  // A reward model's head: TRL's value_head.safetensors as LlamaFactory finds it, a saved `score`,
+  // else a new one.
+  return std::make_unique<model::ScoreHeadWeights>(
+      model, plan.model, std::move(weights), model::score_head_file(plan.model.score_head, folder, plan.adapter_folder),
+      plan.seed);
 }
 
 ParallelModel parallelize(const RunPlan& plan, DeviceMesh& mesh, const c10::Device& device, const std::string& folder) {

@@ -172,7 +172,7 @@ RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool 
   p.mesh = mesh;
   p.micro_batch = cfg.integer("per_device_train_batch_size");
   p.sequences_per_sample = trains_on_pairs(cfg.string("stage")) ? 2 : 1;
-  p.model.score_head = model::score_head_of_stage(cfg.string("stage"));
+  model::set_score_head(p.model, cfg.string("stage"), cfg.string("rm_head"));
   p.accumulation = cfg.integer("gradient_accumulation_steps");
   p.global_batch = p.micro_batch * p.accumulation * mesh.dp_size();
   p.seq_len = cfg.integer("cutoff_len");

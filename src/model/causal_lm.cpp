@@ -42,11 +42,14 @@ CausalLM::CausalLM(const ModelConfig& config, const c10::TensorOptions& options,
     model->blocks.push_back(std::move(block));
   }
   model->norm = model->register_module("norm", RMSNorm(config_.hidden_size, config_, options));
-  if (!config_.tie_word_embeddings)
+  // transformers' token classification has no LM head; TRL's value head sits beside it.
+  if (!config_.tie_word_embeddings && config_.score_head != ScoreHead::TokenClassification)
     lm_head = register_module("lm_head", Linear(config_.hidden_size, config_.vocab_size, false, options));
   if (config_.score_head == ScoreHead::ValueHead) {  // TRL's names: v_head.summary.{weight,bias}
     auto v_head = register_module("v_head", std::make_shared<torch::nn::Module>("ValueHead"));
     score = v_head->register_module("summary", Linear(config_.hidden_size, 1, true, options));
+  } else if (config_.score_head == ScoreHead::TokenClassification) {  // score.{weight,bias}
+    score = register_module("score", Linear(config_.hidden_size, 1, true, options));
   }
 }
 
@@ -163,10 +166,11 @@ at::Tensor CausalLM::head_losses(const at::Tensor& hidden, const at::Tensor& inp
 }
 
 at::Tensor CausalLM::position_scores(const at::Tensor& hidden, std::uint64_t dropout_seed) {
-  // TRL's ValueHead: dropout on the final normed hidden state, then the linear. Every
-  // tensor-parallel rank computes the scores of its rows whole (no enter(): the head is replicated).
+  // TRL's ValueHead: dropout on the final normed hidden state, then the linear (main's token
+  // classification: its dropout is 0). Every tensor-parallel rank computes the scores of its rows
+  // whole (no enter(): the head is replicated).
   at::Tensor x = model->norm(hidden);
-  const double p = config_.summary_dropout_prob;
+  const double p = config_.score_head == ScoreHead::ValueHead ? config_.summary_dropout_prob : 0.0;
   if (p > 0 && dropout_seed != 0 && at::GradMode::is_enabled())
     x = x * (dropout_keep_mask(x.sizes(), 1.0 - p, mix_seed(dropout_seed, static_cast<std::uint64_t>(num_units())),
                                x.device()) / (1.0 - p)).to(x.options());

@@ -84,7 +84,8 @@ std::vector<std::string> hf_weight_files(const std::string& folder) {
 }
 
 HfWeights::HfWeights(const std::string& folder, torch::nn::Module& model,
-                     const std::function<bool(const std::string&)>& not_in_folder)
+                     const std::function<bool(const std::string&)>& not_in_folder,
+                     const std::function<bool(const std::string&)>& not_in_model)
     : folder_(folder) {
   const auto params = model.named_parameters(/*recurse=*/true);
   std::map<std::string, Location> tied_head;
@@ -113,6 +114,7 @@ HfWeights::HfWeights(const std::string& folder, torch::nn::Module& model,
       }
       const at::Tensor* param = params.find(target);
       if (param == nullptr) {
+        if (not_in_model && not_in_model(name)) continue;
         if (name == "lm_head.weight" && params.find("model.embed_tokens.weight") != nullptr) {
           tied_head[name] = Location{file, &header, name};  // checked against the embedding below
           continue;

@@ -287,8 +287,9 @@ std::string ModelConfig::to_hf_json() const {
 
 std::int64_t ModelConfig::num_parameters() const {
   const std::int64_t embed = vocab_size * hidden_size;
-  const std::int64_t score = score_head == ScoreHead::ValueHead ? hidden_size + 1 : 0;  // v_head.summary
-  return num_non_embedding_parameters() + embed + (tie_word_embeddings ? 0 : embed) + score;
+  const std::int64_t score = score_head == ScoreHead::None ? 0 : hidden_size + 1;  // v_head.summary, score
+  const bool head = !tie_word_embeddings && score_head != ScoreHead::TokenClassification;
+  return num_non_embedding_parameters() + embed + (head ? embed : 0) + score;
 }
 
 namespace {

@@ -212,11 +212,15 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     s.engine = std::move(laid.engine);
     s.cp = std::move(laid.cp);
     log0("weights: ready in " + format_seconds(seconds_since(start)));
-    if (plan.model.score_head != model::ScoreHead::None) {
-      const std::optional<std::string> head = model::value_head_file(folder, plan.adapter_folder);
+    if (plan.model.score_head == model::ScoreHead::ValueHead) {
+      const std::optional<std::string> head = model::score_head_file(plan.model.score_head, folder, plan.adapter_folder);
       log0("weights: the value head (v_head.summary) " +
            (head ? "from " + *head : "new (no " + std::string(model::kValueHeadFile) + " beside the model or adapter; seed " +
                                          std::to_string(plan.seed) + ")"));
+    } else if (plan.model.score_head == model::ScoreHead::TokenClassification) {
+      const std::optional<std::string> head = model::score_head_file(plan.model.score_head, folder, plan.adapter_folder);
+      log0("weights: the score head (score, token classification) " +
+           (head ? "from " + *head : "new (normal, std 1 / (10 hidden), bias 0; seed " + std::to_string(plan.seed) + ")"));
     }
   }
   // The starting weights' identity, which a resume must match where the run reads them again: the
@@ -276,7 +280,11 @@ std::string Trainer::describe() const {
          std::to_string(s.sampler->steps_per_epoch()) + " steps per epoch\n" + "training   " +
          std::to_string(s.total) + " steps of " + std::to_string(s.plan.global_batch) +
          (!s.data->pairs()                       ? std::string(" sequences")
-          : s.options.preference.reward_model ? std::string(" pairs (reward model: value head, pairwise loss)")
+          : s.options.preference.reward_model
+              ? std::string(" pairs (reward model: ") +
+                    (s.plan.model.score_head == model::ScoreHead::TokenClassification ? "score, token classification"
+                                                                                      : "value head") +
+                    ", pairwise loss" + (s.options.preference.token_weighted ? ", micro-batches weighed by tokens)" : ")")
                                               : " pairs (pref_loss " + s.options.preference.loss + ")") +
          (s.plan.compute == at::kBFloat16 ? ", bf16 compute over fp32 weights"
           : s.scaler ? ", fp16 compute over fp32 weights, loss scale " + std::to_string(s.scaler->scale())

@@ -10,6 +10,11 @@
 # main's joined pair row kept as two sequences (README.md: main's mask lets the rejected answer
 # attend to the chosen one; lftrain keeps them apart). Per step the loss within 1e-5 of
 # max(|loss|, 1) (a DPO loss near 0 is a difference of log-probabilities in the thousands).
+# rm.yaml: main's `llamafactory-cli rm` (model_class: cls) on the same pairs, from the score head
+# main drew (rm_head.safetensors, put in the model folder: main draws a new one at every start),
+# recorded with the same mask fixed; lfmerge's export of it loads in transformers as
+# ...ForTokenClassification with nothing missing or unexpected, its score weight main's after the
+# same steps (rm_trained_head.safetensors, 1e-5).
 # dpo_mb2 runs at 2 ranks too, against main at 2 ranks: main weighs each micro-batch's loss by
 # its trained tokens, so its DPO loss depends on which pairs share a micro-batch, which its
 # per-rank sampler changes with the world size (lftrain follows it: pref_loss_weighting). The model is remade by tools/make-v1-fixture.py (seeded); when its
@@ -35,20 +40,30 @@ failed=()
 # converter: function_call turns, tool results and each record's tools.
 printf 'glaive:\n  path: %s\n  source: local\n  converter: sharegpt\n' "$PWD/$fixtures/glaive_toolcall_en_demo.json" \
   > "$work/glaive.yaml"
+# The reward model's folder: the model with the score head main drew.
+cp -r "$work/model" "$work/rm_model"
+.venv/bin/python - "$work/rm_model/model.safetensors" "$fixtures/rm_head.safetensors" <<'PY' || fail "adding the score head"
+import sys
+from safetensors.torch import load_file, save_file
+model = load_file(sys.argv[1])
+model.update(load_file(sys.argv[2]))
+save_file(model, sys.argv[1], metadata={"format": "pt"})
+PY
 # JOB:RANKS; a run at more ranks is compared with main's at as many (its losses file NAME_npN).
-for spec in sft:1 muon:1 tools:1 dpo:1 dpo_mb2:1 dpo_mb2:2; do
-  job=${spec%:*} np=${spec#*:} name=${spec%:*}
+for spec in sft:1 muon:1 tools:1 dpo:1 dpo_mb2:1 dpo_mb2:2 rm:1 rm:2; do
+  job=${spec%:*} np=${spec#*:} name=${spec%:*} model=$work/model
   [ "$np" -gt 1 ] && name=${job}_np$np
+  [ "$job" = rm ] && model=$work/rm_model
   case $job in
     tools) job_data="$work/glaive.yaml" ;;
-    dpo*) job_data="$PWD/$fixtures/v1_dpo_demo.jsonl" ;;
+    dpo* | rm) job_data="$PWD/$fixtures/v1_dpo_demo.jsonl" ;;
     *) job_data="$(cd "$(dirname "$data")" && pwd)/$(basename "$data")" ;;
   esac
-  sed "s|MODEL|$work/model|; s|DATA|$job_data|; s|OUTPUT|$work/$name|" "$fixtures/$job.yaml" > "$work/$name.yaml"
+  sed "s|MODEL|$model|; s|DATA|$job_data|; s|OUTPUT|$work/$name|" "$fixtures/$job.yaml" > "$work/$name.yaml"
   if ! mpirun --oversubscribe --bind-to none -np "$np" "$build/lftrain" "$work/$name.yaml" </dev/null >"$work/$name.log" 2>&1; then
     tail -20 "$work/$name.log"; failed+=("$name (lftrain failed)"); continue
   fi
-  grep -q "template model: $work/model/chat_template.jinja" "$work/$name.log" || failed+=("$name: not rendered with the model's template")
+  grep -q "template model: $model/chat_template.jinja" "$work/$name.log" || failed+=("$name: not rendered with the model's template")
   out=$(python3 - "$fixtures/${name}_losses.json" "$work/$name/trainer_log.jsonl" <<'PY'
 import json, sys
 want = {r["step"]: r["loss"] for r in json.load(open(sys.argv[1]))}
@@ -60,5 +75,26 @@ PY
 ) || { echo "lf_main_parity: $name: $out"; failed+=("$name"); continue; }
   echo "lf_main_parity: $name: LlamaFactory main vs lftrain: $out"
 done
+# The reward model's export: transformers' token classification, main's trained head.
+if "$build/lfmerge" "$work/rm/checkpoint-2" --out "$work/rm_export" >"$work/rm_export.log" 2>&1; then
+  out=$(TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1 .venv/bin/python - "$work/rm_export" "$fixtures/rm_trained_head.safetensors" <<'PY' 2>&1
+import sys, torch
+from safetensors.torch import load_file
+from transformers import AutoModelForTokenClassification
+model, info = AutoModelForTokenClassification.from_pretrained(sys.argv[1], output_loading_info=True)
+bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+want = load_file(sys.argv[2])
+weight = ((model.score.weight - want["score.weight"]).abs().max() / want["score.weight"].abs().max()).item()
+# The bias cancels in every pair's chosen - rejected: main's moves only by its gradient's rounding
+# residue, which Adam scales up (-1.4e-5 after 2 steps); lftrain's cancels exactly.
+bias = (model.score.bias - want["score.bias"]).abs().max().item()
+print(f"{type(model).__name__}, num_labels {model.config.num_labels}, loading problems {bad or 'none'}, "
+      f"score weight vs main's after 2 steps {weight:.2e} (bias {bias:.1e} apart)")
+sys.exit(0 if not bad and model.config.num_labels == 1 and weight <= 1e-5 and bias <= 1e-4 else 1)
+PY
+) && echo "lf_main_parity: rm export: $out" || { echo "lf_main_parity: rm export: $out"; failed+=("rm export"); }
+else
+  tail -5 "$work/rm_export.log"; failed+=("rm export (lfmerge failed)")
+fi
 [ ${#failed[@]} -eq 0 ] || { IFS=';'; fail "${failed[*]}"; }
 echo "lf_main_parity: PASS"

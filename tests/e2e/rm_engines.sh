@@ -9,7 +9,8 @@
 # into steps of up to the learning rate that differ between layouts. A full run resumed from its
 # step-2 checkpoint on another engine and world size continues as the run that never stopped;
 # lfmerge exports the model and value_head.safetensors, which score as the checkpoint does; the
-# value head's dropout (TRL's summary_dropout_prob, 0.1 by default) changes the loss.
+# value head's dropout (TRL's summary_dropout_prob, 0.1 by default) changes the loss. The same for
+# rm_head = score (LlamaFactory main's token classification head): layouts, LoRA, export, resume.
 #   RM_ENGINES_KEEP=1  keep the work folder (printed)
 # Run from the repository root.
 set -u
@@ -36,10 +37,10 @@ run() {  # NAME NP KEY=VALUE...: trains into $work/NAME
   grep -q "done: [0-9]* steps" <<<"$text" || { echo "$text" | tail -30; fail "$name did not finish"; }
   echo "$text" > "$work/$name.log"
 }
-same() {  # REFERENCE CASE: losses (and score margins, a difference of nearby scores: 10x looser) as the reference, accuracies equal
+same() {  # REFERENCE CASE [MARGINS]: losses (and score margins, a difference of nearby scores: 10x looser, or MARGINS) as the reference, accuracies equal
   local field=loss step1=1e-6 after=1e-5
   for field in loss rewards/margins; do
-    [ "$field" = rewards/margins ] && step1=1e-5 after=1e-4
+    [ "$field" = rewards/margins ] && step1=${3:-1e-5} after=${3:-1e-4}
     python3 tests/e2e/compare_logs.py "$work/$1/trainer_log.jsonl" "$work/$2/trainer_log.jsonl" 1 1 "$step1" "$field" >/dev/null ||
       fail "$2 differs from $1 at step 1 ($field)"
     python3 tests/e2e/compare_logs.py "$work/$1/trainer_log.jsonl" "$work/$2/trainer_log.jsonl" 1 3 "$after" "$field" >/dev/null ||
@@ -118,6 +119,45 @@ text=$(mpirun --oversubscribe --bind-to none -np 1 "$build/lftrain" "${common[@]
 python3 tests/e2e/compare_logs.py "$work/resume_lr0/trainer_log.jsonl" "$work/from_export/trainer_log.jsonl" 4 6 1e-6 >/dev/null ||
   fail "the exported model scores otherwise than its checkpoint (steps 4-6 at learning rate 0)"
 echo "rm_engines: lfmerge exports model.safetensors and value_head.safetensors, which score as the checkpoint"
+
+# LlamaFactory main's reward model (rm_head = score: transformers' token classification, no LM
+# head): every layout equals its one-rank run; lfmerge exports ...ForTokenClassification with the
+# head in model.safetensors, and a run from that folder (which reads its score head) scores as the
+# checkpoint does. Its head starts at main's std 1 / (10 hidden): margins of ~1e-6, of which the
+# layouts' fp32 summation orders move the last 3e-4 (judged at 1e-3; the loss as everywhere).
+run score_1 1 distributed=none gradient_accumulation_steps=4 rm_head=score save_steps=3
+grep -q "reward model: score, token classification" "$work/score_1.log" || fail "score_1: the start-up log does not name the score head"
+run score_fsdp2_2 2 distributed=fsdp2 gradient_accumulation_steps=2 rm_head=score
+same score_1 score_fsdp2_2 1e-3
+run score_tp2 2 distributed=megatron mesh.tp=2 dist_config.sequence_parallel=true gradient_accumulation_steps=4 rm_head=score
+same score_1 score_tp2 1e-3
+run score_pp2 2 distributed=megatron mesh.pp=2 gradient_accumulation_steps=4 rm_head=score
+same score_1 score_pp2 1e-3
+run score_lora_1 1 distributed=none finetuning_type=lora gradient_accumulation_steps=4 rm_head=score
+run score_lora_fsdp2_2 2 distributed=fsdp2 finetuning_type=lora gradient_accumulation_steps=2 rm_head=score
+same score_lora_1 score_lora_fsdp2_2 1e-3
+"$build/lfmerge" "$work/score_1/checkpoint-3" --out "$work/score_exported" >"$work/score_merge.log" 2>&1 ||
+  { tail -20 "$work/score_merge.log"; fail "lfmerge of score_1/checkpoint-3"; }
+python3 - "$work/score_exported" <<'PY' || fail "the score head export's files"
+import json, os, struct, sys
+with open(sys.argv[1] + "/model.safetensors", "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    names = {k for k in json.loads(f.read(n)) if k != "__metadata__"}
+assert {"score.weight", "score.bias"} <= names and "lm_head.weight" not in names, names
+assert not os.path.exists(sys.argv[1] + "/value_head.safetensors")
+c = json.load(open(sys.argv[1] + "/config.json"))
+assert c["architectures"][0].endswith("ForTokenClassification") and c["id2label"] == {"0": "LABEL_0"}, c
+PY
+run score_from_export 1 distributed=none gradient_accumulation_steps=4 model_name_or_path="$work/score_exported" max_steps=6 \
+  learning_rate=0 rm_head=score
+grep -q "the score head (score, token classification) from $work/score_exported/model.safetensors" "$work/score_from_export.log" ||
+  fail "the run from the score head export did not read its head"
+text=$(mpirun --oversubscribe --bind-to none -np 1 "$build/lftrain" "${common[@]}" output_dir="$work/score_lr0" rm_head=score \
+       distributed=none gradient_accumulation_steps=4 max_steps=6 learning_rate=0 \
+       resume_from_checkpoint="$work/score_1/checkpoint-3" 2>&1) || { echo "$text" | tail -30; fail "resuming the score head at learning rate 0"; }
+python3 tests/e2e/compare_logs.py "$work/score_lr0/trainer_log.jsonl" "$work/score_from_export/trainer_log.jsonl" 4 6 1e-6 >/dev/null ||
+  fail "the exported score head model scores otherwise than its checkpoint (steps 4-6 at learning rate 0)"
+echo "rm_engines: rm_head = score: layouts = one rank; lfmerge exports ...ForTokenClassification, which scores as the checkpoint"
 
 # TRL's default dropout (config.json without summary_dropout_prob: 0.1) draws masks: the loss at
 # step 1 differs from the dropout-free run's, and the same seed draws it again.

@@ -296,8 +296,23 @@ TEST(ConfigV1, DpoKeysMakeADpoRun) {
             "pairs");
 }
 
+// main's `llamafactory-cli rm`: model_class: cls (or stage=rm given) trains a token-classification
+// reward model, its micro-batches weighed by trained tokens; rm_head and the weighting apply to rm
+// (and dpo) only.
+TEST(ConfigV1, ModelClassClsIsMainsRewardModel) {
+  const Config c = parse_yaml(v1_head() + "model_class: cls\n");
+  EXPECT_EQ(c.string("stage"), "rm");
+  EXPECT_EQ(c.string("rm_head"), "score");
+  EXPECT_EQ(c.string("pref_loss_weighting"), "tokens");
+  EXPECT_TRUE(noted(c, "trains as `llamafactory-cli rm` does"));
+  EXPECT_EQ(parse_config(v1_head(), "job.yaml", {"stage=rm"}).string("rm_head"), "score");
+  EXPECT_NE(yaml_error(v1_head() + "model_class: other\n").find("causal language models (model_class: llm) and reward models"),
+            std::string::npos);
+  const std::string head = test::message_of<ConfigError>([&] { parse_config(v1_head(), "job.yaml", {"rm_head=score"}); });
+  EXPECT_NE(head.find("key 'rm_head' applies to stage = \"rm\""), std::string::npos) << head;
+}
+
 TEST(ConfigV1, RefusedWithWhy) {
-  EXPECT_NE(yaml_error(v1_head() + "model_class: cls\n").find("causal language models"), std::string::npos);
   EXPECT_NE(yaml_error(v1_head() + "batching_strategy: dynamic_padding_free\n").find("needs max_steps"),
             std::string::npos);
   EXPECT_EQ(parse_yaml(v1_head() + "batching_strategy: padding_free\n").string("batching_strategy"), "padding_free");

@@ -39,9 +39,11 @@ std::vector<std::string> hf_weight_files(const std::string& folder);
 class HfWeights final : public WeightSource {
  public:
   // `not_in_folder`: parameters the folder need not hold (a fine-tuning run's adapters, read from
-  // elsewhere).
+  // elsewhere); `not_in_model`: the folder's tensors the model leaves out (a token-classification
+  // reward model's lm_head).
   HfWeights(const std::string& folder, torch::nn::Module& model,
-            const std::function<bool(const std::string&)>& not_in_folder = {});
+            const std::function<bool(const std::string&)>& not_in_folder = {},
+            const std::function<bool(const std::string&)>& not_in_model = {});
   void read_rows(const std::string& name, std::int64_t row_begin, std::int64_t rows,
                  at::Tensor out) const override;
   std::string describe() const override { return folder_; }

@@ -52,8 +52,10 @@ struct MoeShape {
 };
 
 // The head of a reward model: TRL's AutoModelForCausalLMWithValueHead's `v_head.summary` (with a
-// bias; LlamaFactory's classic stage rm). None: a causal language model.
-enum class ScoreHead { None, ValueHead };
+// bias, beside the causal LM's lm_head; LlamaFactory's classic stage rm), or transformers'
+// ...ForTokenClassification's `score` (one label, with a bias, no lm_head; LlamaFactory main's v1
+// `model_class: cls`). None: a causal language model.
+enum class ScoreHead { None, ValueHead, TokenClassification };
 
 struct ModelConfig {
   std::string model_type = "llama";  // a family of families.h

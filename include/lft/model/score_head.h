@@ -6,6 +6,12 @@
 // value_head.safetensors. LlamaFactory reads that file from the last adapter folder when one is
 // given, else from the model folder, and starts a new head otherwise (TRL: torch's nn.Linear
 // initialisation, kaiming-uniform bounds 1/sqrt(hidden) for weight and bias).
+//
+// LlamaFactory main's v1 reward model (`model_class: cls`) is transformers'
+// ...ForTokenClassification with one label: the decoder without lm_head and `score` (Linear(hidden,
+// 1) with a bias), saved with the model. A new head is drawn as main draws it (weight normal with
+// std 1 / (10 hidden), bias 0); a folder that holds score.weight and score.bias (a saved reward
+// model) gives them (main draws a new head at every start).
 #pragma once
 
 #include <map>
@@ -26,20 +32,33 @@ namespace lft::model {
 // TRL's file name of a value head beside a model or adapter.
 inline constexpr const char* kValueHeadFile = "value_head.safetensors";
 
-// The head a stage trains: rm, LlamaFactory's classic reward model, TRL's value head; else none.
-inline ScoreHead score_head_of_stage(const std::string& stage) {
-  return stage == "rm" ? ScoreHead::ValueHead : ScoreHead::None;
+// The head a stage trains: rm's (`rm_head`: value_head, TRL's; score, transformers' token
+// classification); else none.
+inline ScoreHead score_head_of_stage(const std::string& stage, const std::string& rm_head) {
+  if (stage != "rm") return ScoreHead::None;
+  return rm_head == "score" ? ScoreHead::TokenClassification : ScoreHead::ValueHead;
 }
 
-// v_head.summary.weight, v_head.summary.bias.
+// `config` made the model of a stage (stage, rm_head): its score head, and a token-classification
+// reward model's embedding untied (it has no LM head to tie it to).
+inline void set_score_head(ModelConfig& config, const std::string& stage, const std::string& rm_head) {
+  config.score_head = score_head_of_stage(stage, rm_head);
+  if (config.score_head == ScoreHead::TokenClassification) config.tie_word_embeddings = false;
+}
+
+// Either head's parameters: v_head.summary.{weight,bias}, score.{weight,bias}.
 bool is_score_head_parameter(const std::string& name);
+// TRL's value head's, which are saved apart (value_head.safetensors).
+bool is_value_head_parameter(const std::string& name);
 
-// The value head file a run starts from: <adapter_folder>/value_head.safetensors when an adapter
-// is given, else <model_folder>/value_head.safetensors; nullopt when that file does not exist.
-std::optional<std::string> value_head_file(const std::string& model_folder, const std::string& adapter_folder);
+// The file a run's score head starts from: for a value head <adapter_folder>/value_head.safetensors
+// when an adapter is given, else <model_folder>/value_head.safetensors; for `score` the model
+// folder's weight file that holds score.weight. nullopt when there is none.
+std::optional<std::string> score_head_file(ScoreHead head, const std::string& model_folder,
+                                           const std::string& adapter_folder);
 
-// `inner` for every parameter but the score head's, which come from `file` (a value head's
-// safetensors, checked against the model's shapes) or, without one, a new head drawn from `seed`.
+// `inner` for every parameter but the score head's, which come from `file` (score_head_file,
+// checked against the model's shapes) or, without one, a new head drawn from `seed`.
 class ScoreHeadWeights final : public WeightSource {
  public:
   ScoreHeadWeights(const torch::nn::Module& model, const ModelConfig& config, std::unique_ptr<WeightSource> inner,
