@@ -14,7 +14,7 @@
 # main drew (rm_head.safetensors, put in the model folder: main draws a new one at every start),
 # recorded with the same mask fixed; lfmerge's export of it loads in transformers as
 # ...ForTokenClassification with nothing missing or unexpected, its score weight main's after the
-# same steps (rm_trained_head.safetensors, 1e-5).
+# same steps (rm_trained_head.safetensors, 1e-5); ...ForSequenceClassification reads it too.
 # dpo_mb2 runs at 2 ranks too, against main at 2 ranks: main weighs each micro-batch's loss by
 # its trained tokens, so its DPO loss depends on which pairs share a micro-batch, which its
 # per-rank sampler changes with the world size (lftrain follows it: pref_loss_weighting). The model is remade by tools/make-v1-fixture.py (seeded); when its
@@ -88,9 +88,18 @@ weight = ((model.score.weight - want["score.weight"]).abs().max() / want["score.
 # The bias cancels in every pair's chosen - rejected: main's moves only by its gradient's rounding
 # residue, which Adam scales up (-1.4e-5 after 2 steps); lftrain's cancels exactly.
 bias = (model.score.bias - want["score.bias"]).abs().max().item()
+# transformers' sequence classification reads the same folder (the issue's ask; its score has no
+# bias): a sequence's score is the token classifier's at its last token, less the bias.
+from transformers import AutoModelForSequenceClassification
+seq, seq_info = AutoModelForSequenceClassification.from_pretrained(sys.argv[1], output_loading_info=True)
+ids = torch.tensor([[5, 17, 99, 1000, 2000, 4000]])
+with torch.no_grad():
+    gap = abs(seq(ids).logits.item() - (model(ids).logits[0, -1, 0] - model.score.bias[0]).item())
+seq_ok = not seq_info["missing_keys"] and set(seq_info["unexpected_keys"]) <= {"score.bias"} and gap <= 1e-6
 print(f"{type(model).__name__}, num_labels {model.config.num_labels}, loading problems {bad or 'none'}, "
-      f"score weight vs main's after 2 steps {weight:.2e} (bias {bias:.1e} apart)")
-sys.exit(0 if not bad and model.config.num_labels == 1 and weight <= 1e-5 and bias <= 1e-4 else 1)
+      f"score weight vs main's after 2 steps {weight:.2e} (bias {bias:.1e} apart); as {type(seq).__name__}: "
+      f"unexpected {sorted(seq_info['unexpected_keys'])}, last-token score {gap:.1e} apart")
+sys.exit(0 if not bad and model.config.num_labels == 1 and weight <= 1e-5 and bias <= 1e-4 and seq_ok else 1)
 PY
 ) && echo "lf_main_parity: rm export: $out" || { echo "lf_main_parity: rm export: $out"; failed+=("rm export"); }
 else
