@@ -181,7 +181,9 @@ class V1Mapper {
       note(*item, "no effect: every rank builds only the parameters it holds, then reads its share");
     if (auto item = take("kernel_config.name"))
       note(*item, "lftrain's fused kernels (fused_kernels, default \"all\") take the place of v1's kernel plugins");
-    if (auto item = take("kernel_config.include_kernels")) note(*item, "no effect: see fused_kernels");
+    // include_kernels, and a kernel's own settings (main's flash-linear-attention chunk_size).
+    for (const char* k : {"kernel_config.include_kernels", "kernel_config.chunk_size"})
+      if (auto item = take(k)) note(*item, "no effect: see fused_kernels");
     quant_keys();
   }
 

@@ -188,10 +188,16 @@ FileReport read_file_records(const DatasetSource& source, std::vector<Conversati
                "sharegpt (conversations), messages or text");
     }
   }
+  // v1's own records (a v1 dataset file without a converter) are messages, or main's pairs.
+  if (report.format == "messages" && !records.empty() && records.front().parse_error.empty() &&
+      detail::detect_format(records.front().value, options.columns) == "pair")
+    report.format = "pair";
   std::function<std::string(const json&, Conversation&)> parse;
   const SftColumns& columns = options.columns;
   if (report.format == "pair" && !columns.ranking)
-    fail(path, "holds preference pairs (v1's converter: pair), which train with stage = \"dpo\"");
+    fail(path, "holds preference pairs (v1's converter: pair, or main's chosen_messages / rejected_messages), which "
+               "train with stage = \"dpo\" or \"rm\" (main's `llamafactory-cli dpo` / `rm`: give stage=dpo or stage=rm "
+               "on the command line, or a DPO key such as pref_loss in the file)");
   if (columns.ranking && report.format != "alpaca" && report.format != "sharegpt" && report.format != "pair")
     fail(path, "preference pairs (ranking data) are read from alpaca or sharegpt records with \"" + columns.chosen +
                    "\" and \"" + columns.rejected + "\" answers, not from " + report.format + " records");

@@ -91,7 +91,7 @@ std::vector<DatasetSource> read_v1_dataset_file(const std::string& file) {
     } else if (converter == "sharegpt") {
       s.options.format = "sharegpt";
     } else if (converter.empty()) {
-      s.options.format = "messages";  // v1 takes records without a converter as its own messages
+      s.options.format = "messages";  // v1's own records: messages, or main's pairs (sft_records.cpp)
     } else if (converter == "pair") {
       s.options.format = "pair";  // preference pairs: read with stage = "dpo" (refused otherwise)
       s.options.columns.ranking = true;

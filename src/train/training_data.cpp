@@ -57,7 +57,11 @@ std::vector<data::DatasetSource> file_sources(const std::vector<std::string>& pa
   for (const std::string& path : paths) {
     std::vector<data::DatasetSource> more = data::is_v1_dataset_file(path) ? data::read_v1_dataset_file(path)
                                                                            : data::sources_of_files({path}, records, limit);
-    for (data::DatasetSource& s : more) s.max_samples = limit;
+    for (data::DatasetSource& s : more) {
+      s.max_samples = limit;
+      // A v1 entry without a converter holds v1's own records: pairs when the stage trains on them.
+      if (s.options.format == "messages") s.options.columns.ranking = records.columns.ranking;
+    }
     out.insert(out.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
   }
   return out;

@@ -56,7 +56,7 @@ for spec in sft:1 muon:1 tools:1 dpo:1 dpo_mb2:1 dpo_mb2:2 rm:1 rm:2; do
   [ "$job" = rm ] && model=$work/rm_model
   case $job in
     tools) job_data="$work/glaive.yaml" ;;
-    dpo* | rm) job_data="$PWD/$fixtures/v1_dpo_demo.jsonl" ;;
+    dpo* | rm) job_data="$PWD/inputs/llamafactory/v1/main/v1_dpo_demo.jsonl" ;;
     *) job_data="$(cd "$(dirname "$data")" && pwd)/$(basename "$data")" ;;
   esac
   sed "s|MODEL|$model|; s|DATA|$job_data|; s|OUTPUT|$work/$name|" "$fixtures/$job.yaml" > "$work/$name.yaml"

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # v1_examples.sh BUILD_DIR: every file of inputs/llamafactory/v1 (LlamaFactory 0.9.5's
-# examples/v1 and the guide's YAMLs, only paths changed) trains a few steps at 2 ranks, or is
-# refused with its reason; the start-up log of each says it read a v1 YAML. Run from the repository root.
+# examples/v1 and the guide's YAMLs) and of inputs/llamafactory/v1/main (main's examples/v1: no
+# `template`, top-level topology keys, DPO, Muon, expert parallelism), only paths changed, trains a
+# few steps at 2 ranks, or is refused with its reason; the start-up log of each says it read a v1
+# YAML. main's DPO file has no DPO key: it runs with stage=dpo (`llamafactory-cli dpo`); its
+# Qwen3.5-MoE file runs on a tiny Qwen3-MoE at ep 2 (its ep_size 16 needs 16 ranks). Run from the
+# repository root.
 set -u
 build=$1
 out=$(mktemp -d /tmp/lft-v1-XXXXXX)
@@ -10,17 +14,30 @@ fail() { echo "v1_examples: FAIL: $*"; exit 1; }
 model="$out/tiny-chatml"
 "$build/lftrain" --init-model "$model" --tokenizer tests/fixtures/tokenizers/qwen2 inputs/tiny_chatml.toml >/dev/null \
   || fail "making the model"
+moe="$out/tiny-qwen3-moe"
+"$build/lftrain" --init-model "$moe" --tokenizer tests/fixtures/tokenizers/qwen2 inputs/tiny_qwen3_moe.toml >/dev/null \
+  || fail "making the mixture-of-experts model"
 
 # The reason each refused file must give.
 declare -A refused=(
   [export_lora]="run the file with lfmerge"
+  [main/export_lora]="run the file with lfmerge"
+  [main/train_multimodal]='content of type "image_url" is not supported'
 )
-for file in inputs/llamafactory/v1/*.yaml; do
+# What a file needs beyond its model: main's `llamafactory-cli dpo`, and the MoE file's model.
+declare -A extra=(
+  [main/train_lora_dpo]="stage=dpo"
+  [main/train_full_qwen3_moe_fsdpturbo_ep_fsdp]="dist_config.ep_size=2"
+)
+for file in inputs/llamafactory/v1/*.yaml inputs/llamafactory/v1/main/*.yaml; do
   name=$(basename "$file" .yaml)
-  [ "$name" = v1_sft_demo ] && continue
+  case $file in */main/*) name=main/$name;; esac
+  case $name in *v1_sft_demo | main/v1_*_demo) continue;; esac  # dataset files
   key=model; case $name in guide_*) key=model_name_or_path;; esac
-  text=$(mpirun --oversubscribe --bind-to none -np 2 "$build/lftrain" "$file" "$key=$model" output_dir="$out/$name" \
-         max_steps=2 cutoff_len=128 2>&1)
+  with=$model; case $name in *moe*) with=$moe;; esac
+  # shellcheck disable=SC2086
+  text=$(mpirun --oversubscribe --bind-to none -np 2 "$build/lftrain" "$file" "$key=$with" output_dir="$out/$name" \
+         max_steps=2 cutoff_len=128 ${extra[$name]:-} 2>&1)
   rc=$?
   if [ -n "${refused[$name]:-}" ]; then
     [ $rc -eq 2 ] || { echo "$text" | tail -20; fail "$name: exit $rc, expected 2 (refused)"; }
