@@ -405,7 +405,10 @@ std::string peft_adapter_config(const Finetuning& ft, const std::vector<TensorIn
   j["qalora_group_size"] = 16;
   j["r"] = ft.lora_rank;
   j["target_modules"] = ft.lora_target;
-  j["task_type"] = "CAUSAL_LM";
+  // A token-classification reward model's adapter (its trained `score` among modules_to_save) goes
+  // onto ...ForTokenClassification.
+  const bool token_cls = std::any_of(stored.begin(), stored.end(), [](const TensorInfo& t) { return t.name == "score.weight"; });
+  j["task_type"] = token_cls ? "TOKEN_CLS" : "CAUSAL_LM";
   j["use_dora"] = ft.use_dora;
   j["use_qalora"] = false;
   j["use_rslora"] = ft.use_rslora;

@@ -133,7 +133,7 @@ run score_tp2 2 distributed=megatron mesh.tp=2 dist_config.sequence_parallel=tru
 same score_1 score_tp2 1e-3
 run score_pp2 2 distributed=megatron mesh.pp=2 gradient_accumulation_steps=4 rm_head=score
 same score_1 score_pp2 1e-3
-run score_lora_1 1 distributed=none finetuning_type=lora gradient_accumulation_steps=4 rm_head=score
+run score_lora_1 1 distributed=none finetuning_type=lora gradient_accumulation_steps=4 rm_head=score save_steps=3
 run score_lora_fsdp2_2 2 distributed=fsdp2 finetuning_type=lora gradient_accumulation_steps=2 rm_head=score
 same score_lora_1 score_lora_fsdp2_2 1e-3
 "$build/lfmerge" "$work/score_1/checkpoint-3" --out "$work/score_exported" >"$work/score_merge.log" 2>&1 ||
@@ -157,7 +157,24 @@ text=$(mpirun --oversubscribe --bind-to none -np 1 "$build/lftrain" "${common[@]
        resume_from_checkpoint="$work/score_1/checkpoint-3" 2>&1) || { echo "$text" | tail -30; fail "resuming the score head at learning rate 0"; }
 python3 tests/e2e/compare_logs.py "$work/score_lr0/trainer_log.jsonl" "$work/score_from_export/trainer_log.jsonl" 4 6 1e-6 >/dev/null ||
   fail "the exported score head model scores otherwise than its checkpoint (steps 4-6 at learning rate 0)"
-echo "rm_engines: rm_head = score: layouts = one rank; lfmerge exports ...ForTokenClassification, which scores as the checkpoint"
+# LoRA's: PEFT's adapter (task TOKEN_CLS, the trained score among modules_to_save) on the base's
+# token classifier, merged by PEFT, equals lfmerge's merged export.
+"$build/lfmerge" "$work/score_lora_1/checkpoint-3" --out "$work/score_lora_merged" >/dev/null 2>&1 &&
+  "$build/lfmerge" "$work/score_lora_1/checkpoint-3" --out "$work/score_lora_peft" --format peft >/dev/null 2>&1 ||
+  fail "lfmerge of score_lora_1/checkpoint-3"
+TRANSFORMERS_VERBOSITY=error .venv/bin/python - "$tiny" "$work/score_lora_peft" "$work/score_lora_merged" <<'PY' 2>/dev/null ||
+import sys
+from peft import PeftModel
+from transformers import AutoModelForTokenClassification
+base = AutoModelForTokenClassification.from_pretrained(sys.argv[1], num_labels=1)
+peft = PeftModel.from_pretrained(base, sys.argv[2]).merge_and_unload().state_dict()
+merged = AutoModelForTokenClassification.from_pretrained(sys.argv[3]).state_dict()
+assert peft.keys() == merged.keys(), set(peft) ^ set(merged)
+worst = max((peft[k] - merged[k]).abs().max().item() for k in merged)
+assert worst <= 1e-6, worst
+PY
+  fail "PEFT's merge of the score head LoRA adapter differs from lfmerge's merged export"
+echo "rm_engines: rm_head = score: layouts = one rank; lfmerge exports ...ForTokenClassification, which scores as the checkpoint, and a PEFT adapter (TOKEN_CLS) that PEFT merges to it"
 
 # TRL's default dropout (config.json without summary_dropout_prob: 0.1) draws masks: the loss at
 # step 1 differs from the dropout-free run's, and the same seed draws it again.
