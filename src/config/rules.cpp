@@ -1,9 +1,9 @@
 // Rules across keys: the model source, required keys, contradictions, mesh and model shapes.
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <tuple>
 #include <variant>
-#include <algorithm>
 #include <vector>
 
 #include "internal.h"

@@ -212,15 +212,14 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     s.engine = std::move(laid.engine);
     s.cp = std::move(laid.cp);
     log0("weights: ready in " + format_seconds(seconds_since(start)));
-    if (plan.model.score_head == model::ScoreHead::ValueHead) {
+    if (plan.model.score_head != model::ScoreHead::None) {
+      const bool value_head = plan.model.score_head == model::ScoreHead::ValueHead;
       const std::optional<std::string> head = model::score_head_file(plan.model.score_head, folder, plan.adapter_folder);
-      log0("weights: the value head (v_head.summary) " +
-           (head ? "from " + *head : "new (no " + std::string(model::kValueHeadFile) + " beside the model or adapter; seed " +
-                                         std::to_string(plan.seed) + ")"));
-    } else if (plan.model.score_head == model::ScoreHead::TokenClassification) {
-      const std::optional<std::string> head = model::score_head_file(plan.model.score_head, folder, plan.adapter_folder);
-      log0("weights: the score head (score, token classification) " +
-           (head ? "from " + *head : "new (normal, std 1 / (10 hidden), bias 0; seed " + std::to_string(plan.seed) + ")"));
+      const std::string seed = "; seed " + std::to_string(plan.seed) + ")";
+      log0(std::string("weights: the ") + (value_head ? "value head (v_head.summary) " : "score head (score, token classification) ") +
+           (head         ? "from " + *head
+            : value_head ? "new (no " + std::string(model::kValueHeadFile) + " beside the model or adapter" + seed
+                         : "new (normal, std 1 / (10 hidden), bias 0" + seed));
     }
   }
   // The starting weights' identity, which a resume must match where the run reads them again: the
