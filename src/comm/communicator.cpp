@@ -1,5 +1,6 @@
 #include "lft/comm/communicator.h"
 
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <stdexcept>
@@ -205,7 +206,13 @@ WorkPtr Communicator::all_to_all_async(const at::Tensor& in, const at::Tensor& o
     throw std::invalid_argument("all_to_all on '" + name_ + "': " + tensors + " must have one dtype and hold the " +
                                 std::to_string(size_) + " send counts' and receive counts' elements (" +
                                 std::to_string(sum(send_counts)) + " and " + std::to_string(sum(recv_counts)) + ")");
-  auto info = begin(CollKind::AllToAll, wire_bytes(in, false), "uneven, " + dtype_name(in) + ", ");
+  // Counted as the even all-to-all (nccl-tests' buffer, the own block included) that sends as many
+  // bytes to the other ranks: bus_bytes() is then exactly what leaves this rank, however uneven
+  // the blocks (the expert exchange sends no own block).
+  const double leaving = static_cast<double>(sum(send_counts) - send_counts[static_cast<std::size_t>(rank_)]) *
+                         static_cast<double>(in.element_size());
+  const auto payload = size_ == 1 ? std::uint64_t{0} : static_cast<std::uint64_t>(std::llround(leaving * size_ / (size_ - 1)));
+  auto info = begin(CollKind::AllToAll, payload, "uneven, " + dtype_name(in) + ", ");
   return do_all_to_all(in, out, send_counts, recv_counts, std::move(info));
 }
 

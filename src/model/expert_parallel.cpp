@@ -1,6 +1,7 @@
 // A MoE layer's rows sent to the ranks that hold their experts and back (expert_parallel.h).
 #include "lft/model/expert_parallel.h"
 
+#include <cstdlib>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -16,30 +17,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-struct ExchangeHolder : torch::CustomClassHolder {
-  explicit ExchangeHolder(std::shared_ptr<const ExpertExchange> e) : exchange(std::move(e)) {}
-  std::shared_ptr<const ExpertExchange> exchange;
-};
-
-// Rows to their ranks in forward; their gradients back the reverse way in backward.
-struct ExchangeRows : public torch::autograd::Function<ExchangeRows> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, c10::intrusive_ptr<ExchangeHolder> holder,
-                            std::vector<std::int64_t> send, std::vector<std::int64_t> recv) {
-    at::Tensor out = holder->exchange->exchange_rows(rows.contiguous(), send, recv);
-    ctx->saved_data["exchange"] = c10::IValue::make_capsule(std::move(holder));
-    ctx->saved_data["send"] = send;
-    ctx->saved_data["recv"] = recv;
-    return out;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto holder = c10::static_intrusive_pointer_cast<ExchangeHolder>(ctx->saved_data["exchange"].toCapsule());
-    const std::vector<std::int64_t> send = ctx->saved_data["send"].toIntVector(),
-                                    recv = ctx->saved_data["recv"].toIntVector();
-    return {holder->exchange->exchange_rows(grads[0].contiguous(), recv, send), at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
-// The same exchange in two halves, so that the caller computes while the rows travel: PostRows
+// An exchange in two halves, so that the caller computes while the rows travel: PostRows
 // posts them (its output a token that orders FinishRows after it), FinishRows waits and returns
 // what arrived. In backward FinishRows posts the gradients back and PostRows waits for them, so the
 // computation autograd runs between the two (what the forward ran between them) overlaps that
@@ -97,6 +75,22 @@ std::vector<std::int64_t> block_sums(const std::int64_t* counts, std::size_t ran
   return out;
 }
 
+// Experts' row counts cut in two at the expert boundary nearest half of the rows: the sizes of the
+// experts before it (the others zero) and of those after it. Each expert's rows stay in one GEMM,
+// so the halves compute what one call over all of them would, bit for bit.
+std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> halves_by_expert(const std::vector<std::int64_t>& sizes) {
+  const std::int64_t total = std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0});
+  std::size_t cut = 0;
+  std::int64_t rows = 0, best = total;  // |2 x the rows before a cut - total|: the cut before every expert's
+  for (std::size_t e = 0; e < sizes.size(); ++e) {
+    rows += sizes[e];
+    if (std::abs(2 * rows - total) < best) best = std::abs(2 * rows - total), cut = e + 1;
+  }
+  std::vector<std::int64_t> first(sizes.size(), 0), second(sizes.size(), 0);
+  for (std::size_t e = 0; e < sizes.size(); ++e) (e < cut ? first : second)[e] = sizes[e];
+  return {first, second};
+}
+
 }  // namespace
 
 at::Tensor experts_across_ranks(const std::shared_ptr<const ExpertExchange>& exchange, const at::Tensor& rows,
@@ -110,47 +104,56 @@ at::Tensor experts_across_ranks(const std::shared_ptr<const ExpertExchange>& exc
   const at::Tensor mine = at::tensor(per_expert, at::TensorOptions().dtype(at::kLong)).to(rows.device());
   const at::Tensor theirs_t = exchange->exchange_counts(mine).cpu();
   const std::int64_t* theirs = theirs_t.data_ptr<std::int64_t>();
-  const std::vector<std::int64_t> send = block_sums(per_expert.data(), ranks, local), recv = block_sums(theirs, ranks, local);
+  // The own block (rows routed to this rank's experts) stays: it is no part of either exchange.
+  std::vector<std::int64_t> send = block_sums(per_expert.data(), ranks, local), recv = block_sums(theirs, ranks, local);
+  const std::int64_t own = send[me];
+  send[me] = recv[me] = 0;
   std::int64_t own_first = 0;
   for (std::size_t r = 0; r < me; ++r) own_first += send[r];
+  const std::int64_t after_own = rows.size(0) - own_first - own;
+  const at::Tensor leaving =
+      own == 0 ? rows : at::cat({rows.narrow(0, 0, own_first), rows.narrow(0, own_first + own, after_own)});
 
-  // The rows for the other ranks' experts leave; this rank's own rows (already grouped by its
-  // experts) are computed while they travel, then the rows that arrived.
-  const auto flight = c10::make_intrusive<Flight>(exchange, send, recv);
-  const at::Tensor token = PostRows::apply(rows, flight);
+  // The own rows in two halves, one computed during each exchange (and, in backward, each half's
+  // backward during the exchange of the gradients that mirrors it).
   const std::vector<std::int64_t> own_sizes(per_expert.begin() + static_cast<std::ptrdiff_t>(me * local),
                                             per_expert.begin() + static_cast<std::ptrdiff_t>((me + 1) * local));
-  const at::Tensor own_out = local_experts(rows.narrow(0, own_first, send[me]), own_sizes);
-  const at::Tensor arrived = FinishRows::apply(token, flight);  // (source, expert) order, own block too
+  const auto [sizes_a, sizes_b] = halves_by_expert(own_sizes);
+  const std::int64_t first_half = std::accumulate(sizes_a.begin(), sizes_a.end(), std::int64_t{0});
 
-  // The other sources' rows regrouped by expert: for each local expert, its rows from every other
-  // source in source order (`next[s]`: where source s's block of the current expert starts).
+  // There: the rows for the other ranks' experts leave; the first half of the own rows meanwhile.
+  const auto there = c10::make_intrusive<Flight>(exchange, send, recv);
+  const at::Tensor sent = PostRows::apply(leaving, there);
+  const at::Tensor own_a = local_experts(rows.narrow(0, own_first, first_half), sizes_a);
+  const at::Tensor arrived = FinishRows::apply(sent, there);  // (source, expert) order
+
+  // What arrived regrouped by expert: for each local expert, its rows from every other source in
+  // source order (`next[s]`: where source s's block of the current expert starts).
   std::vector<std::int64_t> by_expert, sizes(local, 0), next(ranks, 0);
   by_expert.reserve(static_cast<std::size_t>(arrived.size(0)));
   for (std::size_t s = 1; s < ranks; ++s) next[s] = next[s - 1] + recv[s - 1];
-  for (std::size_t e = 0; e < local; ++e) {
+  for (std::size_t e = 0; e < local; ++e)
     for (std::size_t s = 0; s < ranks; ++s) {
+      if (s == me) continue;
       const std::int64_t n = theirs[s * local + e];
-      if (s != me)
-        for (std::int64_t i = 0; i < n; ++i) by_expert.push_back(next[s] + i);
+      for (std::int64_t i = 0; i < n; ++i) by_expert.push_back(next[s] + i);
       next[s] += n;
-      if (s != me) sizes[e] += n;
+      sizes[e] += n;
     }
-  }
   const auto index = [&](const std::vector<std::int64_t>& v) {
     return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(rows.device());
   };
   const at::Tensor their_out = local_experts(arrived.index_select(0, index(by_expert)), sizes);
-  // Back to (source, expert) order: position p of `arrived` takes row back[p] of [their_out; own_out].
-  std::vector<std::int64_t> back(static_cast<std::size_t>(arrived.size(0)));
+  // Back to (source, expert) order: position p of `arrived` takes row back[p] of their_out.
+  std::vector<std::int64_t> back(by_expert.size());
   for (std::size_t i = 0; i < by_expert.size(); ++i) back[static_cast<std::size_t>(by_expert[i])] = static_cast<std::int64_t>(i);
-  std::int64_t own_at = 0;
-  for (std::size_t s = 0; s < me; ++s) own_at += recv[s];
-  for (std::int64_t i = 0; i < recv[me]; ++i)
-    back[static_cast<std::size_t>(own_at + i)] = static_cast<std::int64_t>(by_expert.size()) + i;
-  const at::Tensor outputs = at::cat({their_out, own_out}).index_select(0, index(back));
-  // Home.
-  return ExchangeRows::apply(outputs, c10::make_intrusive<ExchangeHolder>(exchange), recv, send);
+
+  // Home: the outputs go back the reverse way; the second half of the own rows meanwhile.
+  const auto home = c10::make_intrusive<Flight>(exchange, recv, send);
+  const at::Tensor returning = PostRows::apply(their_out.index_select(0, index(back)), home);
+  const at::Tensor own_b = local_experts(rows.narrow(0, own_first + first_half, own - first_half), sizes_b);
+  const at::Tensor returned = FinishRows::apply(returning, home);  // the rows' order, the own block left out
+  return at::cat({returned.narrow(0, 0, own_first), own_a, own_b, returned.narrow(0, own_first, after_own)});
 }
 
 }  // namespace lft::model

@@ -202,7 +202,8 @@ TEST(AllToAll, EveryRankGetsItsBlockFromEachRank) {
 
 // Uneven blocks (the expert-parallel row exchange): rank r sends (r + j) % 3 rows of 3 elements to
 // rank j (some none), each row holding (from, to, i); rank j gets, in rank order, what each sent
-// it, counted as `in`'s bytes. Counts that do not add up are refused.
+// it, counted as the even all-to-all that sends as many bytes to the other ranks (the rows that
+// leave x n / (n - 1): the bus bytes are what leaves). Counts that do not add up are refused.
 TEST(AllToAll, UnevenBlocksArriveInRankOrder) {
   const int size = world().size(), me = world().rank();
   const auto rows_between = [](int from, int to) { return static_cast<int64_t>((from + to) % 3); };
@@ -225,7 +226,11 @@ TEST(AllToAll, UnevenBlocksArriveInRankOrder) {
     world().all_to_all(in, out, send, recv);
     EXPECT_TRUE(at::equal(out.to(at::kLong), at::cat(expected))) << "dtype " << dtype;
     EXPECT_EQ(world().stats()[CollKind::AllToAll].calls, 1u);
-    EXPECT_EQ(world().stats()[CollKind::AllToAll].bytes, static_cast<std::uint64_t>(in.numel() * in.element_size()));
+    const double leaving = static_cast<double>((in.numel() - send[static_cast<std::size_t>(me)]) * in.element_size());
+    EXPECT_EQ(world().stats()[CollKind::AllToAll].bytes,
+              size == 1 ? 0u : static_cast<std::uint64_t>(std::llround(leaving * size / (size - 1))));
+    EXPECT_NEAR(bus_bytes(CollKind::AllToAll, static_cast<double>(world().stats()[CollKind::AllToAll].bytes), size),
+                size == 1 ? 0.0 : leaving, 1.0);
     std::vector<int64_t> wrong = send;
     wrong[0] += 1;
     EXPECT_THROW(world().all_to_all(in, out, wrong, recv), std::invalid_argument);

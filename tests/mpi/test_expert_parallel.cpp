@@ -72,10 +72,9 @@ TEST(ExpertParallel, EveryTokenToOneRanksExpertsCompletes) {
 // The bytes each rank sends over the ep group in a step are the routed rows the algorithm must
 // move (beside each forward's expert counts), from the routing itself: router weights zero give
 // every row the same top-k (at::topk's choice among equal probabilities, computed here the same
-// way), so a rank sends the rows it
-// routes to the other rank's experts and returns the outputs of the rows the other rank routes to
-// its own, each hidden x 4 bytes (fp32), in forward and again in backward, for every MoE layer
-// (the all-to-all counts its own rows too, which stay).
+// way), so a rank sends the rows it routes to the other rank's experts and returns the outputs of
+// the rows the other rank routes to its own, each hidden x 4 bytes (fp32), in forward and again in
+// backward, for every MoE layer; the rows a rank routes to its own experts never leave it.
 TEST(ExpertParallel, ExchangeBytesAreTheRoutedRows) {
   if (world().size() != 2) GTEST_SKIP() << "runs at 2 ranks";
   at::set_num_threads(1);
@@ -98,13 +97,12 @@ TEST(ExpertParallel, ExchangeBytesAreTheRoutedRows) {
   const std::int64_t to_other = (chosen.floor_divide(local) != mine).sum().item<std::int64_t>();
   const std::int64_t from_other = (chosen.floor_divide(local) == mine).sum().item<std::int64_t>();  // the other rank routes alike
   const std::int64_t passes = 2, micro_batches = 2, layers = c.num_hidden_layers;
-  // Each MoE layer's forward exchanges its counts (E int64) and its rows there and back, and its
-  // backward their gradients the other way: an all-to-all each, counted as what it is given (the
-  // own experts' block included, which stays): the routed rows there, the arrived ones back.
-  const std::int64_t forwards = layers * micro_batches, routed = rows * c.moe.experts_per_token;
-  const std::int64_t arrived = routed - to_other + from_other;
+  // Each MoE layer's forward exchanges its counts (E int64, an even all-to-all) and its rows there
+  // and back, and its backward their gradients the other way: an uneven all-to-all each, counted as
+  // the even one that sends as many bytes to the other rank (2 x what leaves at 2 ranks).
+  const std::int64_t forwards = layers * micro_batches;
   EXPECT_EQ(calls, static_cast<std::uint64_t>(forwards * (1 + 2 * passes)));
-  EXPECT_EQ(sent, static_cast<std::uint64_t>(forwards * (passes * (routed + arrived) * c.hidden_size * 4 +
+  EXPECT_EQ(sent, static_cast<std::uint64_t>(forwards * (passes * (to_other + from_other) * c.hidden_size * 4 * 2 +
                                                          c.moe.num_experts * 8)));
   EXPECT_GT(to_other + from_other, 0);  // rows cross between the ranks (here all to rank 0's experts)
   EXPECT_GT(sent, 0u);

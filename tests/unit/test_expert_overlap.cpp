@@ -1,7 +1,8 @@
-// Expert parallelism's overlap (model/expert_parallel.h): a rank computes its own rows while the
-// rows for the other ranks travel, and in backward their gradients travel during the own rows'
-// backward. A recording exchange (rank 0 of 2; the other rank sends nothing back) and recording
-// experts show the order of posts, waits and computations, forward and backward.
+// Expert parallelism's overlap (model/expert_parallel.h): a rank computes half of its own rows
+// while the rows for the other ranks travel and the other half while their outputs come back, and
+// in backward each exchange of gradients travels during one half's backward. A recording exchange
+// (rank 0 of 2; the other rank routes nothing here) and recording experts show the order of posts,
+// waits and computations, forward and backward.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -39,10 +40,11 @@ class RecordingExchange final : public ExpertExchange {
       Events& events;
       at::Tensor out;
     };
-    // What arrives: this rank's own block, and zeros for what the other rank sends.
-    at::Tensor out = at::zeros({recv[0] + recv[1], rows.size(1)}, rows.options());
-    out.narrow(0, 0, recv[0]).copy_(rows.narrow(0, 0, send[0]));
-    return std::make_unique<Pending>(events_, out);
+    // The own block never travels; what arrives from the other rank: zeros.
+    EXPECT_EQ(send[0], 0);
+    EXPECT_EQ(recv[0], 0);
+    EXPECT_EQ(rows.size(0), send[1]);
+    return std::make_unique<Pending>(events_, at::zeros({recv[1], rows.size(1)}, rows.options()));
   }
 
  private:
@@ -71,21 +73,31 @@ TEST(ExpertOverlap, OwnRowsComputeWhileTheOthersTravel) {
   auto exchange = std::make_shared<RecordingExchange>(events);
   // 4 experts, 2 a rank: 3 + 1 rows for rank 0's experts, 2 + 2 for rank 1's.
   const at::Tensor rows = torch::arange(8 * 3, torch::kFloat).view({8, 3}).requires_grad_();
-  int call = 0;
+  const std::vector<std::string> calls = {"own-a", "arrived", "own-b"};
+  std::vector<std::vector<std::int64_t>> sizes;
+  std::size_t call = 0;
   const at::Tensor out = experts_across_ranks(exchange, rows, {3, 1, 2, 2},
-                                              [&](const at::Tensor& r, const std::vector<std::int64_t>&) {
-                                                return RecordedExperts::apply(r, call++ == 0 ? "own" : "arrived", &events);
+                                              [&](const at::Tensor& r, const std::vector<std::int64_t>& s) {
+                                                sizes.push_back(s);
+                                                return RecordedExperts::apply(r, calls.at(call++), &events);
                                               });
-  // The rows for rank 1 leave, the own 4 rows are computed, then the wait; rank 1 sent nothing
-  // here, so the arrived call has no rows; then the outputs' way home (post and wait at once).
-  EXPECT_EQ(events, (Events{"post 4 rows", "compute own 4", "wait", "compute arrived 0", "post 0 rows", "wait"}));
-  // The own rows' outputs are at their places (rank 1's rows come back as what the fake returns).
+  // The 4 rows for rank 1 leave, the own rows of the first half are computed, then the wait; rank
+  // 1 sent nothing here, so the arrived call has no rows; then the outputs' way home (none), during
+  // which the other half is computed.
+  EXPECT_EQ(events, (Events{"post 4 rows", "compute own-a 3", "wait", "compute arrived 0", "post 0 rows",
+                            "compute own-b 1", "wait"}));
+  // The halves cut at the expert boundary nearest half of the 4 own rows: expert 0's 3, expert 1's 1.
+  EXPECT_EQ(sizes, (std::vector<std::vector<std::int64_t>>{{3, 0}, {0, 0}, {0, 1}}));
+  // The own rows' outputs are at their places, rank 1's rows' as what the fake returns (zeros).
   EXPECT_TRUE(at::equal(out.narrow(0, 0, 4), rows.narrow(0, 0, 4) * 2));
+  EXPECT_TRUE(at::equal(out.narrow(0, 4, 4), at::zeros({4, 3})));
   events.clear();
   out.narrow(0, 0, 4).sum().backward();
-  // Backward: the outputs' gradients home (blocking), the arrived rows' backward, then the first
-  // exchange's gradients posted, the own rows' backward while they travel, then the wait.
-  EXPECT_EQ(events, (Events{"post 4 rows", "wait", "backward arrived", "post 0 rows", "backward own", "wait"}));
+  // Backward: the outputs' gradients posted to rank 1, the second half's backward while they
+  // travel, the wait, the arrived rows' backward, their gradients posted home, the first half's
+  // backward while they travel, the wait.
+  EXPECT_EQ(events, (Events{"post 4 rows", "backward own-b", "wait", "backward arrived", "post 0 rows",
+                            "backward own-a", "wait"}));
   EXPECT_TRUE(at::equal(rows.grad().narrow(0, 0, 4), at::full({4, 3}, 2.0f)));
 }
 

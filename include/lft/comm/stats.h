@@ -3,7 +3,9 @@
 // Bytes convention (docs/communication.md): `bytes` is the payload of each call as nccl-tests
 // counts its "size": the tensor for all_reduce and broadcast, the full (gathered) buffer for
 // all_gather, the full (input) buffer for reduce_scatter and all_to_all, the message for send/recv. It is what
-// the backend was handed: a 16-bit reduction on the MPI backend travels as fp32, and counts so.
+// the backend was handed: a 16-bit reduction on the MPI backend travels as fp32, and counts so. An
+// all_to_all with uneven blocks counts as the even one that sends as many bytes to the other ranks
+// (what leaves the rank x n / (n - 1)), so that bus_bytes() is what leaves the rank.
 // bus_bytes() turns it into the bytes each rank moves over its links with a ring algorithm.
 #pragma once
 

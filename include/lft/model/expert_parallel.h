@@ -5,11 +5,12 @@
 // the mesh's expert-parallel group (engine/expert_parallel.h).
 //
 // Per layer and forward: the routed rows' counts per expert are exchanged first (one all-to-all
-// of E integers, read on the host to size the buffers), then the rows (an all-to-all with uneven
-// sizes), during which the rank computes its own rows; the received rows are regrouped from
-// (source rank, expert) order to (expert, source rank) order, the local experts' grouped GEMMs
-// run, and the outputs take the reverse way (backward: the mirror image, the first exchange's
-// gradients travelling during the own rows' backward). Dropless: each
+// of E integers, read on the host to size the buffers), then the rows for other ranks' experts
+// (an all-to-all with uneven sizes; the rows for this rank's own experts stay), during which the
+// rank computes half of its own rows; the received rows are regrouped from (source rank, expert)
+// order to (expert, source rank) order, the local experts' grouped GEMMs run, and the outputs take
+// the reverse way, during which the rank computes the other half of its own rows. Backward is the
+// mirror image: each exchange of gradients travels during one half's backward. Dropless: each
 // row reaches its expert whatever the routing, so the result equals the one-rank layer's (the
 // GEMMs see other row blocks, hence equal to rounding).
 #pragma once
@@ -38,16 +39,12 @@ class ExpertExchange {
   // counts [size() * n] int64 on the model's device, block r for rank r; returns the same shape
   // with rank r's block for this rank at block r.
   virtual at::Tensor exchange_counts(const at::Tensor& counts) const = 0;
-  // rows [sum(send), H]: send[r] consecutive rows for rank r. Returns [sum(recv), H]: recv[r]
-  // consecutive rows from rank r (every rank's send to this rank is this rank's recv).
-  // exchange_rows begun: every send and receive posted, the result from wait(), so that the
-  // caller computes meanwhile. `rows` must stay alive until then.
+  // rows [sum(send), H]: send[r] consecutive rows for rank r; wait() on the result returns
+  // [sum(recv), H]: recv[r] consecutive rows from rank r (every rank's send to this rank is this
+  // rank's recv). Every send and receive is posted before it returns, so that the caller computes
+  // meanwhile; `rows` must stay alive until wait() returned.
   virtual std::unique_ptr<RowsInFlight> post_rows(const at::Tensor& rows, const std::vector<std::int64_t>& send,
                                                   const std::vector<std::int64_t>& recv) const = 0;
-  at::Tensor exchange_rows(const at::Tensor& rows, const std::vector<std::int64_t>& send,
-                           const std::vector<std::int64_t>& recv) const {
-    return post_rows(rows, send, recv)->wait();
-  }
 };
 
 // The local experts of a layer over rows grouped by expert: sizes[e] rows for local expert e.
