@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <H5public.h>
+#include <gperftools/tcmalloc.h>
 #include <mpi.h>
 #include <torch/version.h>
 
@@ -47,7 +48,10 @@ std::string library_versions() {
 #else
   out += ", NCCL not built";
 #endif
-  return out;
+  int tc_major = 0, tc_minor = 0;
+  const char* tc_patch = nullptr;
+  tc_version(&tc_major, &tc_minor, &tc_patch);
+  return out + ", tcmalloc " + std::to_string(tc_major) + "." + std::to_string(tc_minor);
 }
 
 std::string fmt(const char* format, double value) {
