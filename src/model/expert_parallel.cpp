@@ -94,7 +94,8 @@ std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> halves_by_expert
 }  // namespace
 
 at::Tensor experts_across_ranks(const std::shared_ptr<const ExpertExchange>& exchange, const at::Tensor& rows,
-                                const std::vector<std::int64_t>& per_expert, const LocalExperts& local_experts) {
+                                const std::vector<std::int64_t>& per_expert, const LocalExperts& local_experts,
+                                const std::function<void()>& meanwhile) {
   const auto ranks = static_cast<std::size_t>(exchange->size()), me = static_cast<std::size_t>(exchange->rank());
   const std::size_t experts = per_expert.size(), local = experts / ranks;
   if (local * ranks != experts)
@@ -148,9 +149,11 @@ at::Tensor experts_across_ranks(const std::shared_ptr<const ExpertExchange>& exc
   std::vector<std::int64_t> back(by_expert.size());
   for (std::size_t i = 0; i < by_expert.size(); ++i) back[static_cast<std::size_t>(by_expert[i])] = static_cast<std::int64_t>(i);
 
-  // Home: the outputs go back the reverse way; the second half of the own rows meanwhile.
+  // Home: the outputs go back the reverse way; the caller's own work and the second half of the
+  // own rows meanwhile.
   const auto home = c10::make_intrusive<Flight>(exchange, recv, send);
   const at::Tensor returning = PostRows::apply(their_out.index_select(0, index(back)), home);
+  if (meanwhile) meanwhile();
   const at::Tensor own_b = local_experts(rows.narrow(0, own_first + first_half, own - first_half), sizes_b);
   const at::Tensor returned = FinishRows::apply(returning, home);  // the rows' order, the own block left out
   return at::cat({returned.narrow(0, 0, own_first), own_a, own_b, returned.narrow(0, own_first, after_own)});

@@ -99,7 +99,8 @@ at::Tensor SparseMoeBlockImpl::forward(const at::Tensor& x, const at::Tensor& to
 
   const at::Tensor chosen = top_experts.reshape({-1});  // row t's k experts at t*k .. t*k+k-1
   std::int64_t dropped = 0;
-  at::Tensor routed = route_experts(flat, chosen, top_weights, dropped);
+  at::Tensor shared;
+  at::Tensor routed = route_experts(flat, chosen, top_weights, dropped, [&] { shared = shared_output(flat); });
   if (record) {
     at::Tensor mask = token_mask.defined() ? token_mask.to(at::kFloat) : at::ones({flat.size(0)}, probs.options());
     at::Tensor counts = at::zeros({n_experts}, probs.options()).scatter_add_(0, chosen, mask.repeat_interleave(k));
@@ -114,7 +115,7 @@ at::Tensor SparseMoeBlockImpl::forward(const at::Tensor& x, const at::Tensor& to
       routed = AuxGradient::apply(routed, prob_sum, c10::make_intrusive<RecordHolder>(record),
                                   1.0 / static_cast<double>(replicas));
   }
-  return finish(flat, routed, x.sizes());
+  return (shared.defined() ? routed + shared : routed).view(x.sizes());
 }
 
 at::Tensor SparseMoeBlockImpl::expert_order(std::int64_t rows, const at::Tensor& chosen, const at::Tensor& top_weights,
@@ -156,7 +157,8 @@ at::Tensor SparseMoeBlockImpl::expert_order(std::int64_t rows, const at::Tensor&
 }
 
 at::Tensor SparseMoeBlockImpl::route_experts(const at::Tensor& flat, const at::Tensor& chosen,
-                                             const at::Tensor& top_weights, std::int64_t& dropped) {
+                                             const at::Tensor& top_weights, std::int64_t& dropped,
+                                             const std::function<void()>& meanwhile) {
   // Tokens grouped by expert (a stable sort keeps each expert's rows in token order), each
   // expert's GEMMs over its contiguous rows in one autograd node (grouped_experts.h), then each
   // row scaled by its weight and added to its token, the k experts of a token in ascending order
@@ -172,12 +174,18 @@ at::Tensor SparseMoeBlockImpl::route_experts(const at::Tensor& flat, const at::T
     down.push_back(ex->down_proj->weight);
   }
   const at::Tensor rows = flat.index_select(0, token_of);
-  const at::Tensor out =
-      exchange_ ? experts_across_ranks(exchange_, rows, sizes,
-                                       [&](const at::Tensor& local_rows, const std::vector<std::int64_t>& local_sizes) {
-                                         return grouped_experts(local_rows, local_sizes, gate, up, down);
-                                       })
-                : grouped_experts(rows, sizes, gate, up, down);
+  at::Tensor out;
+  if (exchange_) {
+    out = experts_across_ranks(
+        exchange_, rows, sizes,
+        [&](const at::Tensor& local_rows, const std::vector<std::int64_t>& local_sizes) {
+          return grouped_experts(local_rows, local_sizes, gate, up, down);
+        },
+        meanwhile);
+  } else {
+    out = grouped_experts(rows, sizes, gate, up, down);
+    meanwhile();
+  }
   at::Tensor ys = out * top_weights.reshape({-1}).index_select(0, order).unsqueeze(1);
   return at::zeros_like(flat).index_add(0, token_of, ys.to(flat.scalar_type()));
 }
@@ -200,10 +208,8 @@ std::vector<std::pair<std::string, at::Tensor>> SparseMoeBlockImpl::place_expert
   return params;
 }
 
-at::Tensor SparseMoeBlockImpl::finish(const at::Tensor& flat, const at::Tensor& routed, at::IntArrayRef shape) {
-  at::Tensor out = routed;
-  if (shared_expert) out = out + at::sigmoid(shared_expert_gate(flat)) * shared_expert(flat);
-  return out.view(shape);
+at::Tensor SparseMoeBlockImpl::shared_output(const at::Tensor& flat) {
+  return shared_expert ? at::sigmoid(shared_expert_gate(flat)) * shared_expert(flat) : at::Tensor();
 }
 
 TpSplit SparseMoeBlockImpl::tp_split(const std::string& name) const {

@@ -80,11 +80,12 @@ TEST(ExpertOverlap, OwnRowsComputeWhileTheOthersTravel) {
                                               [&](const at::Tensor& r, const std::vector<std::int64_t>& s) {
                                                 sizes.push_back(s);
                                                 return RecordedExperts::apply(r, calls.at(call++), &events);
-                                              });
+                                              },
+                                              [&] { events.push_back("meanwhile"); });
   // The 4 rows for rank 1 leave, the own rows of the first half are computed, then the wait; rank
   // 1 sent nothing here, so the arrived call has no rows; then the outputs' way home (none), during
-  // which the other half is computed.
-  EXPECT_EQ(events, (Events{"post 4 rows", "compute own-a 3", "wait", "compute arrived 0", "post 0 rows",
+  // which the caller's own work (a shared expert) and the other half are computed.
+  EXPECT_EQ(events, (Events{"post 4 rows", "compute own-a 3", "wait", "compute arrived 0", "post 0 rows", "meanwhile",
                             "compute own-b 1", "wait"}));
   // The halves cut at the expert boundary nearest half of the 4 own rows: expert 0's 3, expert 1's 1.
   EXPECT_EQ(sizes, (std::vector<std::vector<std::int64_t>>{{3, 0}, {0, 0}, {0, 1}}));

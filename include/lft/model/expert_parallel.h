@@ -54,8 +54,11 @@ using LocalExperts = std::function<at::Tensor(const at::Tensor& rows, const std:
 // experts [r E / size, (r + 1) E / size)); returns each row's output from its expert, in the same
 // order, computed by the rank that holds the expert. Differentiable: the backward sends the
 // outputs' gradients to the expert's rank and the rows' gradients back. Collective over the
-// exchange's ranks.
+// exchange's ranks. `meanwhile` (may be empty): the caller's computation that needs no expert
+// (a shared expert), run while the outputs travel home, so that its backward runs while their
+// gradients leave.
 at::Tensor experts_across_ranks(const std::shared_ptr<const ExpertExchange>& exchange, const at::Tensor& rows,
-                                const std::vector<std::int64_t>& per_expert, const LocalExperts& local_experts);
+                                const std::vector<std::int64_t>& per_expert, const LocalExperts& local_experts,
+                                const std::function<void()>& meanwhile = {});
 
 }  // namespace lft::model

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -109,15 +110,16 @@ class SparseMoeBlockImpl : public torch::nn::Module {
  private:
   // The k experts' weighted outputs of each row of flat [N, hidden]; chosen [N * k] the experts.
   // With a capacity, the (row, expert) pairs beyond it are left out; `dropped` counts them.
+  // `meanwhile` runs once, after the experts, or while their outputs travel (expert parallelism).
   at::Tensor route_experts(const at::Tensor& flat, const at::Tensor& chosen, const at::Tensor& top_weights,
-                           std::int64_t& dropped);
+                           std::int64_t& dropped, const std::function<void()>& meanwhile);
   // The order of the N * k (row, expert) pairs that route_experts computes: by expert, then pair.
   // With a capacity, an expert's pairs beyond it (by weight, or by position) are left out;
   // sizes[e] counts what is kept.
   at::Tensor expert_order(std::int64_t rows, const at::Tensor& chosen, const at::Tensor& top_weights,
                           std::vector<std::int64_t>& sizes, std::int64_t& dropped) const;
-  // The shared expert added (when there is one), back to x's shape.
-  at::Tensor finish(const at::Tensor& flat, const at::Tensor& routed, at::IntArrayRef shape);
+  // The shared expert's gated output of flat (undefined when there is none).
+  at::Tensor shared_output(const at::Tensor& flat);
 
   MoeShape moe_;
   std::int64_t hidden_;
