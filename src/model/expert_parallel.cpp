@@ -81,7 +81,7 @@ std::vector<std::int64_t> block_sums(const std::int64_t* counts, std::size_t ran
 std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> halves_by_expert(const std::vector<std::int64_t>& sizes) {
   const std::int64_t total = std::accumulate(sizes.begin(), sizes.end(), std::int64_t{0});
   std::size_t cut = 0;
-  std::int64_t rows = 0, best = total;  // |2 x the rows before a cut - total|: the cut before every expert's
+  std::int64_t rows = 0, best = total;  // best: |2 x the rows before the cut - total| (cut 0's: total)
   for (std::size_t e = 0; e < sizes.size(); ++e) {
     rows += sizes[e];
     if (std::abs(2 * rows - total) < best) best = std::abs(2 * rows - total), cut = e + 1;
