@@ -50,11 +50,15 @@ std::pair<at::Tensor, at::Tensor> swiglu_backward(const at::Tensor& dh, const at
 }
 
 // The experts' weights (gate..., up..., down...) of `list` cast into three compute-dtype stacks
-// [E, width, hidden], [E, width, hidden], [E, hidden, width].
+// [E, width, hidden], [E, width, hidden], [E, hidden, width]. Only the experts that have rows:
+// an expert without rows has an empty group, whose matrix no GEMM reads (an expert-parallel rank
+// computes its own rows in two calls, each with half of its experts).
 struct Stacks {
   at::Tensor gate, up, down;
 };
-Stacks cast_weights(const variable_list& list, std::size_t first, std::int64_t experts, at::ScalarType dtype) {
+Stacks cast_weights(const variable_list& list, std::size_t first, const std::vector<std::int64_t>& rows,
+                    at::ScalarType dtype) {
+  const auto experts = static_cast<std::int64_t>(rows.size());
   const at::Tensor& g0 = list[first];
   const auto options = g0.options().dtype(dtype);
   Stacks s{at::empty({experts, g0.size(0), g0.size(1)}, options), at::empty({experts, g0.size(0), g0.size(1)}, options),
@@ -62,6 +66,7 @@ Stacks cast_weights(const variable_list& list, std::size_t first, std::int64_t e
   at::NoGradGuard no_grad;
   for (std::int64_t e = 0; e < experts; ++e) {
     const auto i = static_cast<std::size_t>(e);
+    if (rows[i] == 0) continue;
     s.gate[e].copy_(list[first + i]);
     s.up[e].copy_(list[first + static_cast<std::size_t>(experts) + i]);
     s.down[e].copy_(list[first + 2 * static_cast<std::size_t>(experts) + i]);
@@ -170,9 +175,8 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
     const at::DeviceType device = rows.device().type();
     const at::ScalarType dtype =
         at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : rows.scalar_type();
-    const auto experts = sizes.numel();
     const variable_list list(weights.begin(), weights.end());
-    const Stacks w = cast_weights(list, 0, experts, dtype);
+    const Stacks w = cast_weights(list, 0, sizes_of(sizes), dtype);
     const at::Tensor given = rows.to(dtype).contiguous();
     const Groups groups = groups_of(sizes, given);
     const at::Tensor x = to_layout(given, groups);
@@ -190,7 +194,7 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
     const at::Tensor &x = saved[0], &g = saved[1], &u = saved[2];
     const Groups groups = groups_of(saved[3], x);
     const auto experts = static_cast<std::int64_t>(groups.sizes.size());
-    const Stacks w = cast_weights(saved, 4, experts, x.scalar_type());
+    const Stacks w = cast_weights(saved, 4, sizes_of(saved[3]), x.scalar_type());
     const at::Tensor dy = to_layout(grads[0].to(x.scalar_type()).contiguous(), groups);
     const at::Tensor h = swiglu(g, u);  // recomputed: cheaper than keeping it
     const auto [dg, du] = swiglu_backward(rows_times(dy, w.down, groups), g, u);
