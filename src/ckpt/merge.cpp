@@ -21,6 +21,7 @@
 #include "lft/model/families.h"
 #include "lft/model/score_head.h"
 #include "lft/runtime/error.h"
+#include "lft/runtime/text.h"
 #include "merge_internal.h"
 #include "store_util.h"
 
@@ -111,8 +112,7 @@ std::string hf_config_json(const RunModel& run, at::ScalarType dtype) {
                            ? j["architectures"][0].get<std::string>()
                            : model::find_family(run.config.model_type)->architecture;
     const std::string causal = "ForCausalLM";
-    if (arch.size() > causal.size() && arch.compare(arch.size() - causal.size(), causal.size(), causal) == 0)
-      arch = arch.substr(0, arch.size() - causal.size());
+    if (arch.size() > causal.size() && ends_with(arch, causal)) arch.resize(arch.size() - causal.size());
     j["architectures"] = {arch + "ForTokenClassification"};
     j["id2label"] = {{"0", "LABEL_0"}};
     j["label2id"] = {{"LABEL_0", 0}};

@@ -50,7 +50,8 @@ std::pair<at::Tensor, at::Tensor> swiglu_backward(const at::Tensor& dh, const at
 }
 
 // The experts' weights (gate..., up..., down...) of `list` cast into three compute-dtype stacks
-// [E, width, hidden], [E, width, hidden], [E, hidden, width]. Only the experts that have rows:
+// [E, width, hidden], [E, width, hidden], [E, hidden, width]. `rows`: each expert's rows (as laid
+// out: zero only where it has none). Only the experts that have rows:
 // an expert without rows has an empty group, whose matrix no GEMM reads (an expert-parallel rank
 // computes its own rows in two calls, each with half of its experts).
 struct Stacks {
@@ -176,9 +177,9 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
     const at::ScalarType dtype =
         at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : rows.scalar_type();
     const variable_list list(weights.begin(), weights.end());
-    const Stacks w = cast_weights(list, 0, sizes_of(sizes), dtype);
     const at::Tensor given = rows.to(dtype).contiguous();
     const Groups groups = groups_of(sizes, given);
+    const Stacks w = cast_weights(list, 0, groups.sizes, dtype);
     const at::Tensor x = to_layout(given, groups);
     const at::Tensor g = rows_times(x, w.gate.transpose(1, 2), groups), u = rows_times(x, w.up.transpose(1, 2), groups);
     const at::Tensor out = from_layout(rows_times(swiglu(g, u), w.down.transpose(1, 2), groups), groups);
@@ -194,7 +195,7 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
     const at::Tensor &x = saved[0], &g = saved[1], &u = saved[2];
     const Groups groups = groups_of(saved[3], x);
     const auto experts = static_cast<std::int64_t>(groups.sizes.size());
-    const Stacks w = cast_weights(saved, 4, sizes_of(saved[3]), x.scalar_type());
+    const Stacks w = cast_weights(saved, 4, groups.sizes, x.scalar_type());
     const at::Tensor dy = to_layout(grads[0].to(x.scalar_type()).contiguous(), groups);
     const at::Tensor h = swiglu(g, u);  // recomputed: cheaper than keeping it
     const auto [dg, du] = swiglu_backward(rows_times(dy, w.down, groups), g, u);
