@@ -21,6 +21,12 @@ template <typename T>
 void swiglu_forward(const T* g, const T* u, T* h, std::int64_t n);
 template <typename T>
 void swiglu_backward(const T* dh, const T* g, const T* u, T* dg, T* du, std::int64_t n);
+// The same over `rows` rows whose gate and up halves sit side by side (gu and dgu rows of
+// 2 x width: [g | u]), h and dh rows of width: the experts' fused gate-up GEMM's layout.
+template <typename T>
+void swiglu_forward_paired(const T* gu, T* h, std::int64_t rows, std::int64_t width);
+template <typename T>
+void swiglu_backward_paired(const T* dh, const T* gu, T* dgu, std::int64_t rows, std::int64_t width);
 
 // Rotary embedding on x [rows = b*t*heads, d] (t-major: row r has position (r / heads) % t),
 // cos/sin [t, d] in fp32; y in fp32 (the promotion of x * cos).

@@ -145,46 +145,87 @@ void rmsnorm_backward(const float* dy, const float* x, const float* w, const flo
 
 // ---- SwiGLU ----
 
+namespace {
+
+// h = silu(g) * u over m <= kBlock elements.
+template <typename T>
+void swiglu_block(const T* g, const T* u, T* h, std::int64_t m) {
+  float gb[kBlock], ub[kBlock], hb[kBlock];
+  const float* gf = as_float(g, m, gb);
+  const float* uf = as_float(u, m, ub);
+  float* hf = out_buffer(h, hb);
+  std::int64_t i = 0;
+  for (; i + kLanes <= m; i += kLanes) {
+    const Vec gv = Vec::loadu(gf + i);
+    (gv * sigmoid(gv) * Vec::loadu(uf + i)).store(hf + i);
+  }
+  for (; i < m; ++i) hf[i] = gf[i] * sigmoid(gf[i]) * uf[i];
+  store(hf, h, m);
+}
+
+// (dg, du) over m <= kBlock elements.
+template <typename T>
+void swiglu_backward_block(const T* dh, const T* g, const T* u, T* dg, T* du, std::int64_t m) {
+  float hb[kBlock], gb[kBlock], ub[kBlock], dgb[kBlock], dub[kBlock];
+  const float* hf = as_float(dh, m, hb);
+  const float* gf = as_float(g, m, gb);
+  const float* uf = as_float(u, m, ub);
+  float* dgf = out_buffer(dg, dgb);
+  float* duf = out_buffer(du, dub);
+  std::int64_t i = 0;
+  for (; i + kLanes <= m; i += kLanes) {
+    const Vec gv = Vec::loadu(gf + i), hv = Vec::loadu(hf + i), s = sigmoid(gv);
+    (hv * gv * s).store(duf + i);
+    // d silu(g) / dg = s * (1 + g * (1 - s))
+    (hv * Vec::loadu(uf + i) * s * (Vec(1.f) + gv * (Vec(1.f) - s))).store(dgf + i);
+  }
+  for (; i < m; ++i) {
+    const float s = sigmoid(gf[i]);
+    duf[i] = hf[i] * gf[i] * s;
+    dgf[i] = hf[i] * uf[i] * s * (1.f + gf[i] * (1.f - s));
+  }
+  store(dgf, dg, m);
+  store(duf, du, m);
+}
+
+// `f(row, i0, m)` over the blocks of `rows` rows of `width`, in parallel by rows.
+template <typename F>
+void for_row_blocks(std::int64_t rows, std::int64_t width, F f) {
+  const std::int64_t grain = std::max<std::int64_t>(1, 16 * kBlock / std::max<std::int64_t>(width, 1));
+  at::parallel_for(0, rows, grain, [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r)
+      for (std::int64_t i0 = 0; i0 < width; i0 += kBlock) f(r, i0, std::min(kBlock, width - i0));
+  });
+}
+
+}  // namespace
+
 template <typename T>
 void swiglu_forward(const T* g, const T* u, T* h, std::int64_t n) {
-  for_blocks(n, [&](std::int64_t i0, std::int64_t m) {
-    float gb[kBlock], ub[kBlock], hb[kBlock];
-    const float* gf = as_float(g + i0, m, gb);
-    const float* uf = as_float(u + i0, m, ub);
-    float* hf = out_buffer(h + i0, hb);
-    std::int64_t i = 0;
-    for (; i + kLanes <= m; i += kLanes) {
-      const Vec gv = Vec::loadu(gf + i);
-      (gv * sigmoid(gv) * Vec::loadu(uf + i)).store(hf + i);
-    }
-    for (; i < m; ++i) hf[i] = gf[i] * sigmoid(gf[i]) * uf[i];
-    store(hf, h + i0, m);
-  });
+  for_blocks(n, [&](std::int64_t i0, std::int64_t m) { swiglu_block(g + i0, u + i0, h + i0, m); });
 }
 
 template <typename T>
 void swiglu_backward(const T* dh, const T* g, const T* u, T* dg, T* du, std::int64_t n) {
   for_blocks(n, [&](std::int64_t i0, std::int64_t m) {
-    float hb[kBlock], gb[kBlock], ub[kBlock], dgb[kBlock], dub[kBlock];
-    const float* hf = as_float(dh + i0, m, hb);
-    const float* gf = as_float(g + i0, m, gb);
-    const float* uf = as_float(u + i0, m, ub);
-    float* dgf = out_buffer(dg + i0, dgb);
-    float* duf = out_buffer(du + i0, dub);
-    std::int64_t i = 0;
-    for (; i + kLanes <= m; i += kLanes) {
-      const Vec gv = Vec::loadu(gf + i), hv = Vec::loadu(hf + i), s = sigmoid(gv);
-      (hv * gv * s).store(duf + i);
-      // d silu(g) / dg = s * (1 + g * (1 - s))
-      (hv * Vec::loadu(uf + i) * s * (Vec(1.f) + gv * (Vec(1.f) - s))).store(dgf + i);
-    }
-    for (; i < m; ++i) {
-      const float s = sigmoid(gf[i]);
-      duf[i] = hf[i] * gf[i] * s;
-      dgf[i] = hf[i] * uf[i] * s * (1.f + gf[i] * (1.f - s));
-    }
-    store(dgf, dg + i0, m);
-    store(duf, du + i0, m);
+    swiglu_backward_block(dh + i0, g + i0, u + i0, dg + i0, du + i0, m);
+  });
+}
+
+template <typename T>
+void swiglu_forward_paired(const T* gu, T* h, std::int64_t rows, std::int64_t width) {
+  for_row_blocks(rows, width, [&](std::int64_t r, std::int64_t i0, std::int64_t m) {
+    const T* g = gu + r * 2 * width + i0;
+    swiglu_block(g, g + width, h + r * width + i0, m);
+  });
+}
+
+template <typename T>
+void swiglu_backward_paired(const T* dh, const T* gu, T* dgu, std::int64_t rows, std::int64_t width) {
+  for_row_blocks(rows, width, [&](std::int64_t r, std::int64_t i0, std::int64_t m) {
+    const T* g = gu + r * 2 * width + i0;
+    T* dg = dgu + r * 2 * width + i0;
+    swiglu_backward_block(dh + r * width + i0, g, g + width, dg, dg + width, m);
   });
 }
 
@@ -353,6 +394,8 @@ double sum_squares(const float* x, std::int64_t n) {
 #define LFT_FUSED_INSTANTIATE(T)                                                                   \
   template void swiglu_forward<T>(const T*, const T*, T*, std::int64_t);                           \
   template void swiglu_backward<T>(const T*, const T*, const T*, T*, T*, std::int64_t);            \
+  template void swiglu_forward_paired<T>(const T*, T*, std::int64_t, std::int64_t);                 \
+  template void swiglu_backward_paired<T>(const T*, const T*, T*, std::int64_t, std::int64_t);      \
   template void rotary_forward<T>(const T*, const float*, const float*, float*, std::int64_t,      \
                                   std::int64_t, std::int64_t, std::int64_t);                       \
   template void rotary_backward<T>(const float*, const float*, const float*, T*, std::int64_t,     \

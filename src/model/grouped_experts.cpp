@@ -23,53 +23,56 @@ bool kernels_apply(const at::Tensor& t) {
          (t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16);
 }
 
-at::Tensor swiglu(const at::Tensor& g, const at::Tensor& u) {
-  if (!kernels_apply(g)) return at::silu(g) * u;
-  at::Tensor h = at::empty_like(g);
-  if (g.scalar_type() == at::kFloat)
-    kernels::swiglu_forward(g.data_ptr<float>(), u.data_ptr<float>(), h.data_ptr<float>(), g.numel());
+// h = silu(g) * u over rows [g | u] (the fused gate-up GEMM's output, 2 x width wide).
+at::Tensor swiglu(const at::Tensor& gu) {
+  const std::int64_t width = gu.size(1) / 2;
+  if (!kernels_apply(gu)) return at::silu(gu.narrow(1, 0, width)) * gu.narrow(1, width, width);
+  at::Tensor h = at::empty({gu.size(0), width}, gu.options());
+  if (gu.scalar_type() == at::kFloat)
+    kernels::swiglu_forward_paired(gu.data_ptr<float>(), h.data_ptr<float>(), gu.size(0), width);
   else
-    kernels::swiglu_forward(g.data_ptr<at::BFloat16>(), u.data_ptr<at::BFloat16>(), h.data_ptr<at::BFloat16>(), g.numel());
+    kernels::swiglu_forward_paired(gu.data_ptr<at::BFloat16>(), h.data_ptr<at::BFloat16>(), gu.size(0), width);
   return h;
 }
 
-// (dg, du) of h = silu(g) * u.
-std::pair<at::Tensor, at::Tensor> swiglu_backward(const at::Tensor& dh, const at::Tensor& g, const at::Tensor& u) {
-  if (!kernels_apply(g)) {
-    const at::Tensor s = at::sigmoid(g);
-    return {dh * u * s * (1 + g * (1 - s)), dh * g * s};
+// [dg | du] of h = silu(g) * u, in the layout of gu.
+at::Tensor swiglu_backward(const at::Tensor& dh, const at::Tensor& gu) {
+  const std::int64_t width = gu.size(1) / 2;
+  if (!kernels_apply(gu)) {
+    const at::Tensor g = gu.narrow(1, 0, width), u = gu.narrow(1, width, width), s = at::sigmoid(g);
+    return at::cat({dh * u * s * (1 + g * (1 - s)), dh * g * s}, 1);
   }
-  at::Tensor dg = at::empty_like(g), du = at::empty_like(g);
-  if (g.scalar_type() == at::kFloat)
-    kernels::swiglu_backward(dh.data_ptr<float>(), g.data_ptr<float>(), u.data_ptr<float>(), dg.data_ptr<float>(),
-                             du.data_ptr<float>(), g.numel());
+  at::Tensor dgu = at::empty_like(gu);
+  if (gu.scalar_type() == at::kFloat)
+    kernels::swiglu_backward_paired(dh.data_ptr<float>(), gu.data_ptr<float>(), dgu.data_ptr<float>(), gu.size(0), width);
   else
-    kernels::swiglu_backward(dh.data_ptr<at::BFloat16>(), g.data_ptr<at::BFloat16>(), u.data_ptr<at::BFloat16>(),
-                             dg.data_ptr<at::BFloat16>(), du.data_ptr<at::BFloat16>(), g.numel());
-  return {dg, du};
+    kernels::swiglu_backward_paired(dh.data_ptr<at::BFloat16>(), gu.data_ptr<at::BFloat16>(),
+                                    dgu.data_ptr<at::BFloat16>(), gu.size(0), width);
+  return dgu;
 }
 
-// The experts' weights (gate..., up..., down...) of `list` cast into three compute-dtype stacks
-// [E, width, hidden], [E, width, hidden], [E, hidden, width]. `rows`: each expert's rows (as laid
-// out: zero only where it has none). Only the experts that have rows:
-// an expert without rows has an empty group, whose matrix no GEMM reads (an expert-parallel rank
-// computes its own rows in two calls, each with half of its experts).
+// The experts' weights (gate..., up..., down...) of `list` cast into two compute-dtype stacks:
+// gate_up [E, 2 x width, hidden] (each expert's gate rows, then its up rows: one GEMM computes
+// both, and one gives both weight gradients) and down [E, hidden, width]. `rows`: each expert's
+// rows (as laid out: zero only where it has none). Only the experts that have rows: an expert
+// without rows has an empty group, whose matrix no GEMM reads (an expert-parallel rank computes
+// its own rows in two calls, each with half of its experts).
 struct Stacks {
-  at::Tensor gate, up, down;
+  at::Tensor gate_up, down;
 };
 Stacks cast_weights(const variable_list& list, std::size_t first, const std::vector<std::int64_t>& rows,
                     at::ScalarType dtype) {
   const auto experts = static_cast<std::int64_t>(rows.size());
   const at::Tensor& g0 = list[first];
+  const std::int64_t width = g0.size(0), hidden = g0.size(1);
   const auto options = g0.options().dtype(dtype);
-  Stacks s{at::empty({experts, g0.size(0), g0.size(1)}, options), at::empty({experts, g0.size(0), g0.size(1)}, options),
-           at::empty({experts, g0.size(1), g0.size(0)}, options)};
+  Stacks s{at::empty({experts, 2 * width, hidden}, options), at::empty({experts, hidden, width}, options)};
   at::NoGradGuard no_grad;
   for (std::int64_t e = 0; e < experts; ++e) {
     const auto i = static_cast<std::size_t>(e);
     if (rows[i] == 0) continue;
-    s.gate[e].copy_(list[first + i]);
-    s.up[e].copy_(list[first + static_cast<std::size_t>(experts) + i]);
+    s.gate_up[e].narrow(0, 0, width).copy_(list[first + i]);
+    s.gate_up[e].narrow(0, width, width).copy_(list[first + static_cast<std::size_t>(experts) + i]);
     s.down[e].copy_(list[first + 2 * static_cast<std::size_t>(experts) + i]);
   }
   return s;
@@ -181,9 +184,9 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
     const Groups groups = groups_of(sizes, given);
     const Stacks w = cast_weights(list, 0, groups.sizes, dtype);
     const at::Tensor x = to_layout(given, groups);
-    const at::Tensor g = rows_times(x, w.gate.transpose(1, 2), groups), u = rows_times(x, w.up.transpose(1, 2), groups);
-    const at::Tensor out = from_layout(rows_times(swiglu(g, u), w.down.transpose(1, 2), groups), groups);
-    variable_list saved{x, g, u, sizes};
+    const at::Tensor gu = rows_times(x, w.gate_up.transpose(1, 2), groups);
+    const at::Tensor out = from_layout(rows_times(swiglu(gu), w.down.transpose(1, 2), groups), groups);
+    variable_list saved{x, gu, sizes};
     saved.insert(saved.end(), list.begin(), list.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["rows_dtype"] = static_cast<std::int64_t>(rows.scalar_type());
@@ -192,25 +195,25 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &g = saved[1], &u = saved[2];
-    const Groups groups = groups_of(saved[3], x);
+    const at::Tensor &x = saved[0], &gu = saved[1];
+    const Groups groups = groups_of(saved[2], x);
     const auto experts = static_cast<std::int64_t>(groups.sizes.size());
-    const Stacks w = cast_weights(saved, 4, groups.sizes, x.scalar_type());
+    const Stacks w = cast_weights(saved, 3, groups.sizes, x.scalar_type());
     const at::Tensor dy = to_layout(grads[0].to(x.scalar_type()).contiguous(), groups);
-    const at::Tensor h = swiglu(g, u);  // recomputed: cheaper than keeping it
-    const auto [dg, du] = swiglu_backward(rows_times(dy, w.down, groups), g, u);
-    const at::Tensor dx = from_layout(rows_times(dg, w.gate, groups).add_(rows_times(du, w.up, groups)), groups);
+    const at::Tensor h = swiglu(gu);  // recomputed: cheaper than keeping it
+    const at::Tensor dgu = swiglu_backward(rows_times(dy, w.down, groups), gu);
+    const at::Tensor dx = from_layout(rows_times(dgu, w.gate_up, groups), groups);
     // The weight gradients, converted to the parameters' dtype once per kind; each a view of them.
-    const at::ScalarType param_dtype = saved[4].scalar_type();
-    const at::Tensor dgate = outer_per_expert(dg, x, groups).to(param_dtype),
-                     dup = outer_per_expert(du, x, groups).to(param_dtype),
+    const at::ScalarType param_dtype = saved[3].scalar_type();
+    const std::int64_t width = w.down.size(2);
+    const at::Tensor dgate_up = outer_per_expert(dgu, x, groups).to(param_dtype),
                      ddown = outer_per_expert(dy, h, groups).to(param_dtype);
     variable_list out(static_cast<std::size_t>(3 * experts + 2));
     out[0] = dx.to(static_cast<at::ScalarType>(ctx->saved_data["rows_dtype"].toInt()));
     for (std::int64_t e = 0; e < experts; ++e) {
       const auto i = static_cast<std::size_t>(e), stride = static_cast<std::size_t>(experts);
-      out[1 + i] = dgate[e];
-      out[1 + stride + i] = dup[e];
+      out[1 + i] = dgate_up[e].narrow(0, 0, width);
+      out[1 + stride + i] = dgate_up[e].narrow(0, width, width);
       out[1 + 2 * stride + i] = ddown[e];
     }
     return out;  // the last, for `sizes`, undefined

@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include "lft/model/fused.h"
 #include "lft/model/grouped_experts.h"
 
 namespace {
@@ -87,5 +88,16 @@ TEST(GroupedExperts, Fp32EqualsEachExpertsMlp) { check_against_reference(at::kFl
 // bf16 on a CPU lays the rows out in padded groups; a row read from the wrong place, or padding
 // rows that are not zero, differ by O(1).
 TEST(GroupedExperts, Bf16EqualsEachExpertsMlp) { check_against_reference(at::kBFloat16, 2e-2); }
+
+// The gate and up halves of the fused gate-up GEMM's rows [g | u] through the plain formula (the
+// fused kernels off) and through the paired SwiGLU kernels (on, above): a half read from the
+// other's columns differs by O(1).
+TEST(GroupedExperts, WithoutTheFusedKernelsEqualsEachExpertsMlp) {
+  const unsigned previous = lft::model::fused_kernels();
+  lft::model::set_fused_kernels(0);
+  check_against_reference(at::kFloat, 1e-6);
+  check_against_reference(at::kBFloat16, 2e-2);
+  lft::model::set_fused_kernels(previous);
+}
 
 }  // namespace
