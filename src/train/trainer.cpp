@@ -148,15 +148,6 @@ Trainer::Trainer(const config::Config& cfg, const engine::RunPlan& plan, DeviceM
     : s_(std::make_unique<State>(cfg, plan, mesh, device)) {
   State& s = *s_;
   if (plan.compute == at::kHalf) s.scaler = std::make_unique<LossScaler>(loss_scale_options(plan));
-  // On a CPU run the allocator's cache holds what a step frees and allocates again, within the
-  // estimated peak of the tensors (memory.h).
-  if (!device.cuda) {
-    const engine::MemoryEstimate& estimate = plan.memory;
-    // The MPI reduce-scatter's receive buffers are tensors too (mpi_communicator.cpp).
-    set_cpu_cache_limit(static_cast<std::int64_t>(estimate.gathered + estimate.activations + estimate.buffers +
-                                                  estimate.gradients + estimate.mpi_staging));
-    set_cpu_memory_budget(static_cast<std::int64_t>(estimate.total() + estimate.mpi_staging + estimate.checkpoint_staging));
-  }
   s.data = std::make_unique<TrainingData>(s.options.data, mesh.world());
   s.data->set_pad_to_multiple_of(s.options.pad_multiple);
   if (s.options.async_checkpoint) s.async_saver = std::make_unique<ckpt::AsyncSaver>(mesh.world());
@@ -348,7 +339,6 @@ int Trainer::run() {
     });
   }
   set_graceful_stop(true);
-  trim_cpu_cache(/*everything=*/true);
   while (s.step < s.total) {
     if (stop_requested()) {
       save();
@@ -357,7 +347,6 @@ int Trainer::run() {
       return kCheckpointedExitCode;
     }
     const StepResult r = step();
-    trim_cpu_cache();
     if (r.step == first_step + 1 && r.step % every != 0 && r.step != s.total)
       log0("step " + std::to_string(r.step) + "/" + std::to_string(s.total) + " took " + format_seconds(r.seconds) +
            " (this run's first; a line every " + std::to_string(every) + " steps)");

@@ -7,7 +7,6 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/alignment.h>
 
-#include <climits>
 #include <cstdint>
 #include <cstring>
 
@@ -78,29 +77,6 @@ TEST(CpuMemoryCounter, Bf16MatmulAndItsBackwardRun) {
   // A linear layer in bf16 (the path autocast takes in training).
   const at::Tensor w = at::randn({48, 96}).to(at::kBFloat16);
   EXPECT_EQ(at::linear(a16.detach(), w).sizes(), (at::IntArrayRef{64, 48}));
-}
-
-// The cache of freed blocks stays within the memory budget: a fresh allocation of another size
-// frees cached blocks first, and blocks that no allocation took since the last trim are dropped.
-TEST(CpuMemoryCounter, CachedBlocksStayWithinTheBudgetAndAreTrimmed) {
-  install_cpu_memory_counter();
-  trim_cpu_cache(/*everything=*/true);
-  const std::int64_t mib = std::int64_t{1} << 20;
-  set_cpu_memory_budget(cpu_bytes_in_use() + 5 * mib);
-  { const at::Tensor a = at::empty({2 * mib}, at::kByte); }  // freed: cached
-  EXPECT_GE(cpu_cached_bytes(), 2 * mib);
-  {
-    const at::Tensor b = at::empty({4 * mib}, at::kByte);  // 2 cached + 4 new > 5: the 2 are freed
-    EXPECT_EQ(cpu_cached_bytes(), 0);
-  }
-  // 4 MiB freed: cached (in use + cached = 4 <= 5); reused by the same size, then trimmed.
-  EXPECT_GE(cpu_cached_bytes(), 4 * mib);
-  { const at::Tensor c = at::empty({4 * mib}, at::kByte); EXPECT_EQ(cpu_cached_bytes(), 0); }
-  trim_cpu_cache();  // cached in this period: kept
-  EXPECT_GE(cpu_cached_bytes(), 4 * mib);
-  trim_cpu_cache();  // not taken since: freed
-  EXPECT_EQ(cpu_cached_bytes(), 0);
-  set_cpu_memory_budget(INT64_MAX);
 }
 
 }  // namespace

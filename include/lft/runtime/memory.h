@@ -18,13 +18,6 @@ void reset_cpu_peak_bytes();
 // The largest single tensor allocation since the last reset (shows which tensors a step forms).
 std::int64_t cpu_largest_allocation();
 
-// The counter keeps freed blocks of >= 1 MiB for reuse by allocations of the same size, up to a
-// limit (2 GiB until set; the trainer sets it to what a step allocates and frees again).
-void set_cpu_cache_limit(std::int64_t bytes);
-// Keeps tensors in use + cached blocks within `bytes` (the run's estimated peak): cached blocks are
-// freed before a fresh allocation would exceed it, and freed blocks are not kept beyond it.
-void set_cpu_memory_budget(std::int64_t bytes);
-std::int64_t cpu_cached_bytes();
 // Resident bytes of this process now (/proc/self/statm).
 std::int64_t current_rss_bytes();
 // What this node's ranks can hold: the memory the kernel reports available (MemAvailable) plus
@@ -32,8 +25,5 @@ std::int64_t current_rss_bytes();
 // the node's memory (the rest is the kernel's and the page cache's working room). Without
 // /proc/meminfo, 95% of the node's memory.
 double usable_node_memory_bytes(int local_ranks);
-// Frees the cached blocks that no allocation took since the previous call (once a step), or with
-// `everything` all of them (before training: the loading phase's blocks).
-void trim_cpu_cache(bool everything = false);
 
 }  // namespace lft
