@@ -184,9 +184,11 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
     const Groups groups = groups_of(sizes, given);
     const Stacks w = cast_weights(list, 0, groups.sizes, dtype);
     const at::Tensor x = to_layout(given, groups);
-    const at::Tensor gu = rows_times(x, w.gate_up.transpose(1, 2), groups);
-    const at::Tensor out = from_layout(rows_times(swiglu(gu), w.down.transpose(1, 2), groups), groups);
-    variable_list saved{x, gu, sizes};
+    const at::Tensor gu = rows_times(x, w.gate_up.transpose(1, 2), groups), h = swiglu(gu);
+    const at::Tensor out = from_layout(rows_times(h, w.down.transpose(1, 2), groups), groups);
+    // h kept for the down weight's gradient: recomputing it costs an exp per element (4% of the
+    // layer's backward), keeping it half of gu's bytes (the memory estimate counts it).
+    variable_list saved{x, gu, h, sizes};
     saved.insert(saved.end(), list.begin(), list.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["rows_dtype"] = static_cast<std::int64_t>(rows.scalar_type());
@@ -195,16 +197,15 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &gu = saved[1];
-    const Groups groups = groups_of(saved[2], x);
+    const at::Tensor &x = saved[0], &gu = saved[1], &h = saved[2];
+    const Groups groups = groups_of(saved[3], x);
     const auto experts = static_cast<std::int64_t>(groups.sizes.size());
-    const Stacks w = cast_weights(saved, 3, groups.sizes, x.scalar_type());
+    const Stacks w = cast_weights(saved, 4, groups.sizes, x.scalar_type());
     const at::Tensor dy = to_layout(grads[0].to(x.scalar_type()).contiguous(), groups);
-    const at::Tensor h = swiglu(gu);  // recomputed: cheaper than keeping it
     const at::Tensor dgu = swiglu_backward(rows_times(dy, w.down, groups), gu);
     const at::Tensor dx = from_layout(rows_times(dgu, w.gate_up, groups), groups);
     // The weight gradients, converted to the parameters' dtype once per kind; each a view of them.
-    const at::ScalarType param_dtype = saved[3].scalar_type();
+    const at::ScalarType param_dtype = saved[4].scalar_type();
     const std::int64_t width = w.down.size(2);
     const at::Tensor dgate_up = outer_per_expert(dgu, x, groups).to(param_dtype),
                      ddown = outer_per_expert(dy, h, groups).to(param_dtype);

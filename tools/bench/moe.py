@@ -5,12 +5,13 @@ by transformers 5 (its default experts implementation, no torch.compile; AdamW o
 the forward under CPU autocast), on the same batch shape (4 sequences of 512 tokens), with the
 same threads, in one run, on random printable bytes (both sides: routing spreads over the
 experts; repetitive text sends nearly every token to the same few). bf16 where the CPU's bf16 matmul beats its fp32 one, else fp32.
-Prints tokens/s and their ratio, the model FLOP/s of the active parameters (router, the 4 experts a
+Both rates leave out the first third of the steps (warm-up: oneDNN builds a kernel for each new
+expert row count in the first steps). Prints tokens/s and their ratio, the model FLOP/s of the active parameters (router, the 4 experts a
 token uses, attention, head) against the measured GEMM rate (MFU), and lftrain's peak RSS against
 its memory estimate. Then expert parallelism at 2 ranks (one thread each, fsdp2, 2 sequences a
 rank): ep 1 against ep 2 on the same ranks, tokens/s, the bytes the experts' exchanges move per
 step and how much of that time a rank waited, and peak RSS against the estimate.
-  .venv/bin/python tools/bench/moe.py [--build build] [--steps 8] [--threads 2]"""
+  .venv/bin/python tools/bench/moe.py [--build build] [--steps 15] [--threads 2]"""
 import argparse
 import json
 import os
@@ -59,14 +60,16 @@ def random_text(path, seed=1):
 
 
 def transformers_step_rate(folder, bf16, threads, steps):
-    """tokens/s of transformers' training steps (after two warm-up steps)."""
+    """tokens/s of transformers' training steps after the first third (lftrain's first logging
+    window, which its rate leaves out too), each step as lftrain's: clipped at norm 1, AdamW at
+    inputs/bench_moe.toml's learning rate and weight decay."""
     import torch
     from transformers import AutoModelForCausalLM
     torch.set_num_threads(threads)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     model.train()
     impl = getattr(model.config, "_experts_implementation", None)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(33, 127, (BATCH, SEQ), generator=gen)  # the bytes of random_text
     times = []
@@ -75,9 +78,10 @@ def transformers_step_rate(folder, bf16, threads, steps):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if i >= 2:
+        if i >= steps // 3:
             times.append(time.perf_counter() - start)
     return BATCH * SEQ / (sum(times) / len(times)), impl
 
@@ -85,7 +89,7 @@ def transformers_step_rate(folder, bf16, threads, steps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", default="build")
-    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     os.chdir(ROOT)
