@@ -1,7 +1,9 @@
 // grouped_experts (one autograd node for a layer's routed experts) against each expert's SwiGLU MLP
 // written with autograd ops, forward and every gradient, in fp32 (MKL's GEMMs, rows as given) and
 // bf16 (oneDNN's GEMMs over rows laid out in padded groups), with row counts that are zero, one,
-// a multiple of the padding quantum and not, and large enough for a coarser quantum (600 -> 640).
+// a multiple of the padding quantum and not, and large enough for a coarser quantum (600 -> 640);
+// the gate and up weights go through one stacked GEMM ([g | u] rows), with the paired SwiGLU
+// kernels and without them.
 #include <limits>
 
 #include <gtest/gtest.h>
