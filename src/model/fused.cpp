@@ -31,16 +31,25 @@ bool fp32_or_bf16(const at::Tensor& t) {
 
 bool on_cpu(const at::Tensor& t) { return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided; }
 
-// ---- RMSNorm (fp32 input and weight) ----
+template <typename F>
+void with_dtype(at::ScalarType dtype, F f) {
+  if (dtype == at::kFloat) f(float{});
+  else f(c10::BFloat16{});
+}
+
+// ---- RMSNorm (fp32 or bfloat16 input, fp32 weight, fp32 output) ----
 
 struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps) {
     const at::Tensor xc = x.contiguous();
     const std::int64_t n = x.size(-1), rows = xc.numel() / n;
-    at::Tensor y = at::empty_like(xc);
-    at::Tensor rstd = at::empty({rows}, xc.options());
-    kernels::rmsnorm_forward(xc.data_ptr<float>(), weight.data_ptr<float>(), y.data_ptr<float>(),
-                             rstd.data_ptr<float>(), rows, n, static_cast<float>(eps));
+    at::Tensor y = at::empty(xc.sizes(), xc.options().dtype(at::kFloat));
+    at::Tensor rstd = at::empty({rows}, y.options());
+    with_dtype(xc.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::rmsnorm_forward<T>(xc.data_ptr<T>(), weight.data_ptr<float>(), y.data_ptr<float>(),
+                                  rstd.data_ptr<float>(), rows, n, static_cast<float>(eps));
+    });
     ctx->save_for_backward({xc, weight, rstd});
     return y;
   }
@@ -48,23 +57,20 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &weight = saved[1], &rstd = saved[2];
-    const at::Tensor dy = grads[0].contiguous();
+    const at::Tensor dy = grads[0].to(at::kFloat).contiguous();
     const std::int64_t n = x.size(-1), rows = x.numel() / n;
     at::Tensor dx = at::empty_like(x);
     at::Tensor dw = at::zeros_like(weight);
-    kernels::rmsnorm_backward(dy.data_ptr<float>(), x.data_ptr<float>(), weight.data_ptr<float>(),
-                              rstd.data_ptr<float>(), dx.data_ptr<float>(), dw.data_ptr<float>(), rows, n);
+    with_dtype(x.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      kernels::rmsnorm_backward<T>(dy.data_ptr<float>(), x.data_ptr<T>(), weight.data_ptr<float>(),
+                                   rstd.data_ptr<float>(), dx.data_ptr<T>(), dw.data_ptr<float>(), rows, n);
+    });
     return {dx, ctx->needs_input_grad(1) ? dw : at::Tensor(), at::Tensor()};
   }
 };
 
 // ---- SwiGLU ----
-
-template <typename F>
-void with_dtype(at::ScalarType dtype, F f) {
-  if (dtype == at::kFloat) f(float{});
-  else f(c10::BFloat16{});
-}
 
 struct SwiGluFunction : torch::autograd::Function<SwiGluFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
@@ -208,7 +214,7 @@ bool fused_kernels_supported() {
 }
 
 at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  if (!enabled(kFusedRmsNorm) || !on_cpu(x) || !on_cpu(weight) || x.scalar_type() != at::kFloat ||
+  if (!enabled(kFusedRmsNorm) || !on_cpu(x) || !on_cpu(weight) || !fp32_or_bf16(x) ||
       weight.scalar_type() != at::kFloat || weight.dim() != 1 || x.size(-1) != weight.size(0))
     return {};
   return RmsNormFunction::apply(x, weight, eps);

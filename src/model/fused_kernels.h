@@ -9,12 +9,15 @@
 
 namespace lft::model::kernels {
 
-// RMSNorm over rows of n: y = w * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps).
-void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, std::int64_t rows,
-                     std::int64_t n, float eps);
-// dx, and dw accumulated into `dw` (n floats, zeroed by the caller).
-void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
-                      float* dw, std::int64_t rows, std::int64_t n);
+// RMSNorm over rows of n: y = w * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps); for bfloat16 x,
+// x * rstd is rounded to bfloat16 before the fp32 weight multiplies it (y stays fp32).
+template <typename T>
+void rmsnorm_forward(const T* x, const float* w, float* y, float* rstd, std::int64_t rows, std::int64_t n,
+                     float eps);
+// dx (in x's type), and dw accumulated into `dw` (n floats, zeroed by the caller).
+template <typename T>
+void rmsnorm_backward(const float* dy, const T* x, const float* w, const float* rstd, T* dx, float* dw,
+                      std::int64_t rows, std::int64_t n);
 
 // SwiGLU: h = silu(g) * u, elementwise over n, in T (float or bfloat16), computed in fp32.
 template <typename T>

@@ -1,10 +1,9 @@
 // Compiled with -mavx2 -mfma and CPU_CAPABILITY=AVX2 (CMakeLists.txt): ATen's Vectorized<float>
 // is then 8 lanes and its exp() is Sleef's, which LibTorch exports.
 #include "fused_kernels.h"
+#include "fused_vec.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/cpu/vec/functional.h>
-#include <ATen/cpu/vec/vec.h>
 
 #include <immintrin.h>
 
@@ -12,62 +11,11 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace lft::model::kernels {
 namespace {
-
-using Vec = at::vec::Vectorized<float>;
-constexpr std::int64_t kLanes = Vec::size();
-constexpr std::int64_t kBlock = 512;  // elements converted at a time for bfloat16
-
-float sum_lanes(const Vec& v) {
-  float lanes[kLanes];
-  v.store(lanes);
-  float s = 0;
-  for (float x : lanes) s += x;
-  return s;
-}
-
-float max_lanes(const Vec& v) {
-  float lanes[kLanes];
-  v.store(lanes);
-  float m = lanes[0];
-  for (float x : lanes) m = std::max(m, x);
-  return m;
-}
-
-Vec sigmoid(const Vec& g) { return Vec(1.f) / (Vec(1.f) + g.neg().exp()); }
-float sigmoid(float g) { return 1.f / (1.f + std::exp(-g)); }
-
-// Loads n <= kBlock elements of T as floats (a copy for bfloat16, the pointer itself for float).
-const float* as_float(const float* p, std::int64_t, float*) { return p; }
-using VecB = at::vec::Vectorized<c10::BFloat16>;  // 16 lanes: two Vecs of floats
-const float* as_float(const c10::BFloat16* p, std::int64_t n, float* buf) {
-  std::int64_t i = 0;
-  for (; i + VecB::size() <= n; i += VecB::size()) {
-    const auto [lo, hi] = at::vec::convert_bfloat16_float(VecB::loadu(p + i));
-    lo.store(buf + i);
-    hi.store(buf + i + kLanes);
-  }
-  for (; i < n; ++i) buf[i] = static_cast<float>(p[i]);
-  return buf;
-}
-void store(const float* src, float* dst, std::int64_t n) {
-  if (src != dst) std::copy(src, src + n, dst);
-}
-// Rounded to nearest even, as c10::BFloat16(float).
-void store(const float* src, c10::BFloat16* dst, std::int64_t n) {
-  std::int64_t i = 0;
-  for (; i + VecB::size() <= n; i += VecB::size())
-    at::vec::convert_float_bfloat16(Vec::loadu(src + i), Vec::loadu(src + i + kLanes)).store(dst + i);
-  for (; i < n; ++i) dst[i] = c10::BFloat16(src[i]);
-}
-template <typename T>
-float* out_buffer(T* p, float* buf) {
-  if constexpr (std::is_same_v<T, float>) return p;
-  else return buf;
-}
 
 // Elementwise `f(i0, n)` over [0, total) in blocks, in parallel.
 template <typename F>
@@ -83,12 +31,17 @@ void for_blocks(std::int64_t total, F f) {
 }  // namespace
 
 // ---- RMSNorm ----
+// For bfloat16 x the arithmetic is the formula's (layers.cpp) under autograd: x * rstd in fp32,
+// rounded to bfloat16, times the fp32 weight (y in fp32); backward rounds dy * w to bfloat16 as
+// autograd does where that product meets the rounded value, and dx comes back in bfloat16.
 
-void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, std::int64_t rows,
-                     std::int64_t n, float eps) {
+template <typename T>
+void rmsnorm_forward(const T* x, const float* w, float* y, float* rstd, std::int64_t rows, std::int64_t n,
+                     float eps) {
   at::parallel_for(0, rows, 1, [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<float> buf;
     for (std::int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * n;
+      const float* xr = row_as_float(x + r * n, n, buf);
       float* yr = y + r * n;
       Vec acc(0.f);
       std::int64_t i = 0;
@@ -102,41 +55,44 @@ void rmsnorm_forward(const float* x, const float* w, float* y, float* rstd, std:
       rstd[r] = rs;
       const Vec vrs(rs);
       for (i = 0; i + kLanes <= n; i += kLanes)
-        ((Vec::loadu(xr + i) * vrs) * Vec::loadu(w + i)).store(yr + i);
-      for (; i < n; ++i) yr[i] = (xr[i] * rs) * w[i];
+        (as_stored<T>(Vec::loadu(xr + i) * vrs) * Vec::loadu(w + i)).store(yr + i);
+      for (; i < n; ++i) yr[i] = static_cast<float>(static_cast<T>(xr[i] * rs)) * w[i];
     }
   });
 }
 
-void rmsnorm_backward(const float* dy, const float* x, const float* w, const float* rstd, float* dx,
-                      float* dw, std::int64_t rows, std::int64_t n) {
+template <typename T>
+void rmsnorm_backward(const float* dy, const T* x, const float* w, const float* rstd, T* dx, float* dw,
+                      std::int64_t rows, std::int64_t n) {
   // Each thread sums its rows' share of dw; the partial sums are added at the end.
   const int threads = at::get_num_threads();
   std::vector<float> partial(static_cast<std::size_t>(threads * n), 0.f);
   at::parallel_for(0, rows, 1, [&](std::int64_t r0, std::int64_t r1) {
     float* dwp = partial.data() + static_cast<std::int64_t>(at::get_thread_num()) * n;
+    std::vector<float> xbuf, dxbuf(static_cast<std::size_t>(n));
     for (std::int64_t r = r0; r < r1; ++r) {
-      const float *xr = x + r * n, *gr = dy + r * n;
-      float* dxr = dx + r * n;
+      const float *xr = row_as_float(x + r * n, n, xbuf), *gr = dy + r * n;
+      float* dxr = out_buffer(dx + r * n, dxbuf.data());
       const float rs = rstd[r];
       Vec acc(0.f);
       std::int64_t i = 0;
       for (; i + kLanes <= n; i += kLanes)
-        acc = at::vec::fmadd(Vec::loadu(gr + i) * Vec::loadu(w + i), Vec::loadu(xr + i), acc);
+        acc = at::vec::fmadd(as_stored<T>(Vec::loadu(gr + i) * Vec::loadu(w + i)), Vec::loadu(xr + i), acc);
       float c = sum_lanes(acc);
-      for (; i < n; ++i) c += gr[i] * w[i] * xr[i];
+      for (; i < n; ++i) c += static_cast<float>(static_cast<T>(gr[i] * w[i])) * xr[i];
       // d/dx of x * rs: rs * gw - x * rs^3 * mean(gw * x)
       const float k = rs * rs * rs * c / static_cast<float>(n);
       const Vec vrs(rs), vk(k);
       for (i = 0; i + kLanes <= n; i += kLanes) {
         const Vec xv = Vec::loadu(xr + i), gv = Vec::loadu(gr + i);
-        (vrs * gv * Vec::loadu(w + i) - xv * vk).store(dxr + i);
-        at::vec::fmadd(gv, xv * vrs, Vec::loadu(dwp + i)).store(dwp + i);
+        (vrs * as_stored<T>(gv * Vec::loadu(w + i)) - xv * vk).store(dxr + i);
+        at::vec::fmadd(gv, as_stored<T>(xv * vrs), Vec::loadu(dwp + i)).store(dwp + i);
       }
       for (; i < n; ++i) {
-        dxr[i] = rs * gr[i] * w[i] - xr[i] * k;
-        dwp[i] += gr[i] * xr[i] * rs;
+        dxr[i] = rs * static_cast<float>(static_cast<T>(gr[i] * w[i])) - xr[i] * k;
+        dwp[i] += gr[i] * static_cast<float>(static_cast<T>(xr[i] * rs));
       }
+      store(dxr, dx + r * n, n);
     }
   });
   for (int th = 0; th < threads; ++th)
@@ -157,7 +113,7 @@ void swiglu_block(const T* g, const T* u, T* h, std::int64_t m) {
   std::int64_t i = 0;
   for (; i + kLanes <= m; i += kLanes) {
     const Vec gv = Vec::loadu(gf + i);
-    (gv * sigmoid(gv) * Vec::loadu(uf + i)).store(hf + i);
+    (gv * sigmoid<T>(gv) * Vec::loadu(uf + i)).store(hf + i);
   }
   for (; i < m; ++i) hf[i] = gf[i] * sigmoid(gf[i]) * uf[i];
   store(hf, h, m);
@@ -174,7 +130,7 @@ void swiglu_backward_block(const T* dh, const T* g, const T* u, T* dg, T* du, st
   float* duf = out_buffer(du, dub);
   std::int64_t i = 0;
   for (; i + kLanes <= m; i += kLanes) {
-    const Vec gv = Vec::loadu(gf + i), hv = Vec::loadu(hf + i), s = sigmoid(gv);
+    const Vec gv = Vec::loadu(gf + i), hv = Vec::loadu(hf + i), s = sigmoid<T>(gv);
     (hv * gv * s).store(duf + i);
     // d silu(g) / dg = s * (1 + g * (1 - s))
     (hv * Vec::loadu(uf + i) * s * (Vec(1.f) + gv * (Vec(1.f) - s))).store(dgf + i);
@@ -283,7 +239,8 @@ void rotary_backward(const float* dy, const float* cos, const float* sin, T* dx,
 
 namespace {
 
-// logsumexp of a row of v floats.
+// logsumexp of a row of v floats that came as T.
+template <typename T>
 float row_logsumexp(const float* x, std::int64_t v) {
   Vec vm(-std::numeric_limits<float>::infinity());
   std::int64_t i = 0;
@@ -293,17 +250,10 @@ float row_logsumexp(const float* x, std::int64_t v) {
   if (std::isinf(m)) return m;
   const Vec vmax(m);
   Vec acc(0.f);
-  for (i = 0; i + kLanes <= v; i += kLanes) acc = acc + (Vec::loadu(x + i) - vmax).exp();
+  for (i = 0; i + kLanes <= v; i += kLanes) acc = acc + exp_of<T>(Vec::loadu(x + i) - vmax);
   float s = sum_lanes(acc);
   for (; i < v; ++i) s += std::exp(x[i] - m);
   return m + std::log(s);
-}
-
-// A row of logits as floats: the row itself, or a converted copy in `buf`.
-const float* logits_row(const float* p, std::int64_t, std::vector<float>&) { return p; }
-const float* logits_row(const c10::BFloat16* p, std::int64_t v, std::vector<float>& buf) {
-  buf.resize(static_cast<std::size_t>(v));
-  return as_float(p, v, buf.data());
 }
 
 }  // namespace
@@ -328,8 +278,8 @@ std::int64_t cross_entropy_forward(const T* logits, const std::int64_t* ids, flo
         loss[r] = lse[r] = 0.f;
         continue;
       }
-      const float* x = logits_row(logits + (i * t + j) * v, v, buf);
-      lse[r] = row_logsumexp(x, v);
+      const float* x = row_as_float(logits + (i * t + j) * v, v, buf);
+      lse[r] = row_logsumexp<T>(x, v);
       loss[r] = lse[r] - x[target];
     }
   });
@@ -351,11 +301,11 @@ void cross_entropy_backward(const float* grad, const T* logits, const std::int64
         std::fill(dr, dr + v, T(0));
         continue;
       }
-      const float* x = logits_row(logits + r * v, v, buf);
+      const float* x = row_as_float(logits + r * v, v, buf);
       float* o = out_buffer(dr, out.data());
       const Vec vg(grad[k]), vl(lse[k]);
       std::int64_t e = 0;
-      for (; e + kLanes <= v; e += kLanes) (vg * (Vec::loadu(x + e) - vl).exp()).store(o + e);
+      for (; e + kLanes <= v; e += kLanes) (vg * exp_of<T>(Vec::loadu(x + e) - vl)).store(o + e);
       for (; e < v; ++e) o[e] = grad[k] * std::exp(x[e] - lse[k]);
       o[target] -= grad[k];
       store(o, dr, v);
@@ -392,6 +342,10 @@ double sum_squares(const float* x, std::int64_t n) {
 }
 
 #define LFT_FUSED_INSTANTIATE(T)                                                                   \
+  template void rmsnorm_forward<T>(const T*, const float*, float*, float*, std::int64_t, std::int64_t, \
+                                   float);                                                         \
+  template void rmsnorm_backward<T>(const float*, const T*, const float*, const float*, T*, float*, \
+                                    std::int64_t, std::int64_t);                                  \
   template void swiglu_forward<T>(const T*, const T*, T*, std::int64_t);                           \
   template void swiglu_backward<T>(const T*, const T*, const T*, T*, T*, std::int64_t);            \
   template void swiglu_forward_paired<T>(const T*, T*, std::int64_t, std::int64_t);                 \

@@ -97,6 +97,30 @@ TEST(Fused, RmsNormMatchesThePlainFormula) {
   if (fused_kernels_supported()) expect_close(weight_grad(kFusedRmsNorm), weight_grad(0), 2e-6, "weight gradient");
 }
 
+// Qwen3's query/key norm: bfloat16 rows (the projection's output under autocast), fp32 weight, a
+// fp32 result (the weight times x * rstd rounded to bfloat16, as the formula computes it).
+TEST(Fused, RmsNormOfBfloat16RowsMatchesThePlainFormula) {
+  RMSNorm norm(64, 1e-6, at::TensorOptions());
+  {
+    at::NoGradGuard g;
+    norm->weight.copy_(randn({64}, 3).detach() * 0.3 + 1);
+  }
+  norm->weight.requires_grad_(true);
+  compare(kFusedRmsNorm, {randn({2, 9, 4, 64}, 1, at::kBFloat16)}, [&](const auto& x) {
+    norm->weight.mutable_grad().reset();
+    const at::Tensor y = norm(x[0]);
+    EXPECT_EQ(y.scalar_type(), at::kFloat);
+    return y;
+  }, 1e-2);
+  auto weight_grad = [&](unsigned mask) {
+    FusedScope scope(mask);
+    norm->weight.mutable_grad().reset();
+    (norm(randn({3, 17, 64}, 2, at::kBFloat16)) * randn({3, 17, 64}, 5).detach()).sum().backward();
+    return norm->weight.grad().clone();
+  };
+  if (fused_kernels_supported()) expect_close(weight_grad(kFusedRmsNorm), weight_grad(0), 1e-2, "weight gradient");
+}
+
 TEST(Fused, SwiGluMatchesThePlainFormula) {
   auto f = [](const auto& x) {
     const at::Tensor fused = fused_swiglu(x[0], x[1]);
