@@ -6,6 +6,10 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <torch/autograd.h>
+
+#include "fused_kernels.h"
+#include "lft/model/fused.h"
 
 namespace lft::model {
 namespace {
@@ -36,6 +40,65 @@ at::ScalarType compute_dtype(const at::Tensor& q) {
              : q.scalar_type();
 }
 
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The query heads of a key/value head as one stack of rows: [B, kv_heads, group * rows, d].
+at::Tensor stacked_rows(const at::Tensor& x, std::int64_t first, std::int64_t rows, std::int64_t kv_heads) {
+  return x.narrow(2, first, rows).reshape({x.size(0), kv_heads, -1, x.size(3)});
+}
+
+// bf16 blocked attention with the fused causal softmax (kernels::causal_softmax_*): per block one
+// GEMM for the scores, one kernel pass for scale, mask, softmax and cast, one GEMM with v; the
+// bf16 probabilities are saved (2 bytes a score, where the formula's autograd keeps its fp32
+// softmax and the bf16 copy). Backward accumulates k's and v's gradients over the blocks in fp32.
+struct FusedBlockedAttention : torch::autograd::Function<FusedBlockedAttention> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k_given,
+                            const at::Tensor& v_given, double scale) {
+    const at::Tensor k = k_given.contiguous(), v = v_given.contiguous();
+    const std::int64_t b = q.size(0), heads = q.size(1), t = q.size(2), d = q.size(3), kv_heads = k.size(1);
+    // Written block by block in [B, T, heads, d], the layout o_proj reads.
+    at::Tensor out = at::empty({b, t, heads, d}, q.options());
+    variable_list saved{q, k, v};
+    for (std::int64_t first = 0; first < t; first += kBlockRows) {
+      const std::int64_t rows = std::min(kBlockRows, t - first), keys = first + rows;
+      const at::Tensor scores = at::matmul(stacked_rows(q, first, rows, kv_heads), k.narrow(2, 0, keys).transpose(2, 3));
+      at::Tensor p = at::empty_like(scores);
+      kernels::causal_softmax_forward(scores.data_ptr<at::BFloat16>(), p.data_ptr<at::BFloat16>(),
+                                      scores.numel() / keys, rows, first, keys, static_cast<float>(scale));
+      out.narrow(1, first, rows).copy_(at::matmul(p, v.narrow(2, 0, keys)).view({b, heads, rows, d}).transpose(1, 2));
+      saved.push_back(p);
+    }
+    ctx->save_for_backward(saved);
+    ctx->saved_data["scale"] = scale;
+    return out.transpose(1, 2);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2];
+    const float scale = static_cast<float>(ctx->saved_data["scale"].toDouble());
+    const at::Tensor dout = grads[0].to(q.scalar_type());
+    const std::int64_t b = q.size(0), heads = q.size(1), t = q.size(2), d = q.size(3), kv_heads = k.size(1);
+    at::Tensor dq = at::empty({b, t, heads, d}, q.options());
+    at::Tensor dk = at::zeros(k.sizes(), k.options().dtype(at::kFloat)), dv = at::zeros_like(dk);
+    std::size_t block = 3;
+    for (std::int64_t first = 0; first < t; first += kBlockRows, ++block) {
+      const std::int64_t rows = std::min(kBlockRows, t - first), keys = first + rows;
+      const at::Tensor& p = saved[block];
+      const at::Tensor g = stacked_rows(dout, first, rows, kv_heads), keys_k = k.narrow(2, 0, keys);
+      const at::Tensor dp = at::matmul(g, v.narrow(2, 0, keys).transpose(2, 3));
+      dv.narrow(2, 0, keys).add_(at::matmul(p.transpose(2, 3), g));
+      at::Tensor ds = at::empty_like(p);
+      kernels::causal_softmax_backward(p.data_ptr<at::BFloat16>(), dp.data_ptr<at::BFloat16>(),
+                                       ds.data_ptr<at::BFloat16>(), p.numel() / keys, rows, first, keys, scale);
+      dq.narrow(1, first, rows).copy_(at::matmul(ds, keys_k).view({b, heads, rows, d}).transpose(1, 2));
+      dk.narrow(2, 0, keys).add_(at::matmul(ds.transpose(2, 3), stacked_rows(q, first, rows, kv_heads)));
+    }
+    return {dq.transpose(1, 2), dk.to(k.scalar_type()), dv.to(v.scalar_type()), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 bool blocked_attention_applies(const at::Tensor& q) {
@@ -50,12 +113,13 @@ at::Tensor blocked_causal_attention(const at::Tensor& q_given, const at::Tensor&
   TORCH_CHECK(heads % kv_heads == 0 && k.size(2) == t && v.size(2) == t, "blocked_causal_attention: q ", q.sizes(),
               " does not match k ", k.sizes(), " and v ", v.sizes());
   const std::int64_t group = heads / kv_heads;
+  if (dtype == at::kBFloat16 && (fused_kernels() & kFusedAttention) != 0 && fused_kernels_supported())
+    return FusedBlockedAttention::apply(q, k, v, scale);
   const at::ScalarType softmax_type = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   std::vector<at::Tensor> blocks;
   for (std::int64_t first = 0; first < t; first += kBlockRows) {
     const std::int64_t rows = std::min(kBlockRows, t - first), keys = first + rows;
-    // The query heads of a key/value head as one stack of rows: [B, kv_heads, group * rows, d].
-    const at::Tensor queries = q.narrow(2, first, rows).reshape({b, kv_heads, group * rows, d});
+    const at::Tensor queries = stacked_rows(q, first, rows, kv_heads);
     const at::Tensor scores = at::matmul(queries, k.narrow(2, 0, keys).transpose(2, 3)) * scale +
                               diagonal_mask(first, rows, group, q.options());
     const at::Tensor probabilities = at::softmax(scores, -1, softmax_type).to(q.scalar_type());

@@ -21,6 +21,7 @@ const std::pair<const char*, FusedKernel> kNames[] = {
     {"swiglu", kFusedSwiGlu},
     {"rotary", kFusedRotary},
     {"cross_entropy", kFusedCrossEntropy},
+    {"attention", kFusedAttention},
 };
 
 bool enabled(FusedKernel k) { return (g_fused & k) != 0; }
@@ -184,7 +185,7 @@ unsigned parse_fused_kernels(const std::string& value) {
       }
     if (!known)
       throw std::invalid_argument("'" + item + "' is not a fused kernel: use \"all\", \"none\" or a comma list of "
-                                  "rmsnorm, swiglu, rotary, cross_entropy");
+                                  "rmsnorm, swiglu, rotary, cross_entropy, attention");
   }
   return mask;
 }

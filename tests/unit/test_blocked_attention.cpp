@@ -1,7 +1,8 @@
 // Blocked causal attention (model/blocked_attention.h) against LibTorch's scaled_dot_product_attention:
 // in float64 the same function to rounding (so the blocks, the diagonal masks and the grouping of
 // query heads are right), output and every input gradient; in bf16 within what bf16 scores allow,
-// against the same attention computed in fp32.
+// against the same attention computed in fp32; the fused softmax (fused_kernels "attention")
+// against the formula in bf16.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "lft/model/blocked_attention.h"
+#include "lft/model/fused.h"
 
 namespace lft::model {
 namespace {
@@ -68,6 +70,28 @@ TEST(BlockedAttention, Bfloat16StaysWithinBfloat16OfTheFp32Attention) {
     // are rounded to bf16 before the softmax, as transformers' eager attention does in bf16.
     expect_close(blocked, attend(fp32(q), fp32(k), fp32(v), g.to(at::kFloat), 0.125, true), 0.05, 0.1, t);
     EXPECT_EQ(blocked.out.scalar_type(), at::kBFloat16);
+  }
+}
+
+// The fused causal softmax (one kernel pass for scale, mask, softmax and casts; k's and v's
+// gradients summed over the blocks in fp32) against the formula's ATen operations, both bf16.
+TEST(BlockedAttention, FusedSoftmaxEqualsTheFormulaWithinBfloat16) {
+  if (!fused_kernels_supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the fused softmax never runs here";
+  for (const std::int64_t t : kLengths) {
+    const std::int64_t b = 2, heads = 4, kv_heads = 2, d = 32;
+    const at::Tensor q = randn({b, heads, t, d}, 13, at::kBFloat16), k = randn({b, kv_heads, t, d}, 14, at::kBFloat16),
+                     v = randn({b, kv_heads, t, d}, 15, at::kBFloat16), g = randn({b, heads, t, d}, 16, at::kBFloat16);
+    const Outcome formula = attend(q, k, v, g, 0.17, false);
+    set_fused_kernels(kFusedAttention);
+    const Outcome fused = attend(q, k, v, g, 0.17, false);
+    set_fused_kernels(0);
+    EXPECT_EQ(fused.out.scalar_type(), at::kBFloat16);
+    EXPECT_EQ(fused.dk.scalar_type(), at::kBFloat16);
+    // One bf16 rounding apart (the probabilities are saved in bf16, the sums run in another order).
+    expect_close(fused, formula, 0.02, 0.05, t);
+    // and as close to the fp32 attention as the formula is
+    auto fp32 = [](const at::Tensor& x) { return x.detach().to(at::kFloat).requires_grad_(true); };
+    expect_close(fused, attend(fp32(q), fp32(k), fp32(v), g.to(at::kFloat), 0.17, true), 0.05, 0.1, t);
   }
 }
 

@@ -1,10 +1,11 @@
 // Fused CPU kernels for the decoder's memory-bound operations (config `fused_kernels`): RMSNorm,
-// SwiGLU, rotary embedding and the causal-LM cross-entropy, each one pass forward and one pass
-// backward with its own autograd function, instead of the 4-8 ATen operations (and their
-// intermediate tensors) of the plain formulas. Same arithmetic in fp32, in another order, so
-// results differ from the plain path by rounding (a few ulp; tests/unit/test_fused.cpp). Each
-// applies where its inputs are CPU tensors of the dtypes it handles and the CPU has AVX2 + FMA;
-// elsewhere (CUDA, other dtypes) the plain formula runs.
+// SwiGLU, rotary embedding, the causal-LM cross-entropy and the blocked attention's softmax, each
+// one pass forward and one pass backward with its own autograd function, instead of the 4-8 ATen
+// operations (and their intermediate tensors) of the plain formulas. Same arithmetic in fp32, in
+// another order, so results differ from the plain path by rounding (a few ulp;
+// tests/unit/test_fused.cpp); where values are bf16, exp is ATen's 20-ulp exp_u20. Each applies
+// where its inputs are CPU tensors of the dtypes it handles and the CPU has AVX2 + FMA; elsewhere
+// (CUDA, other dtypes) the plain formula runs.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,10 +19,11 @@ enum FusedKernel : unsigned {
   kFusedSwiGlu = 2,
   kFusedRotary = 4,
   kFusedCrossEntropy = 8,
-  kFusedAll = 15,
+  kFusedAttention = 16,  // the blocked causal attention's softmax (bf16; model/blocked_attention.h)
+  kFusedAll = 31,
 };
 
-// "all", "none" or a comma list of rmsnorm, swiglu, rotary, cross_entropy; throws
+// "all", "none" or a comma list of rmsnorm, swiglu, rotary, cross_entropy, attention; throws
 // std::invalid_argument naming what is not one of those.
 unsigned parse_fused_kernels(const std::string& value);
 std::string fused_kernels_name(unsigned mask);
