@@ -174,6 +174,9 @@ at::Tensor outer_per_expert(const at::Tensor& a, const at::Tensor& b, const Grou
   return out;
 }
 
+// Where the weights start in the saved variables (after x, gu, h, sizes and the two stacks).
+constexpr std::size_t kFirstWeight = 6;
+
 struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, at::TensorList weights, const at::Tensor& sizes) {
     const at::DeviceType device = rows.device().type();
@@ -187,8 +190,12 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
     const at::Tensor gu = rows_times(x, w.gate_up.transpose(1, 2), groups), h = swiglu(gu);
     const at::Tensor out = from_layout(rows_times(h, w.down.transpose(1, 2), groups), groups);
     // h kept for the down weight's gradient: recomputing it costs an exp per element (4% of the
-    // layer's backward), keeping it half of gu's bytes (the memory estimate counts it).
-    variable_list saved{x, gu, h, sizes};
+    // layer's backward), keeping it half of gu's bytes (the memory estimate counts it). The 16-bit
+    // stacks of fp32 weights are kept too, as autocast keeps its copies of the dense layers'
+    // weights for their backward (the estimate's 2 bytes a weight), rather than cast again there;
+    // weights already in the compute dtype (gathered by a sharding engine) are stacked again.
+    const bool keep_stacks = list.front().scalar_type() != dtype;
+    variable_list saved{x, gu, h, sizes, keep_stacks ? w.gate_up : at::Tensor(), keep_stacks ? w.down : at::Tensor()};
     saved.insert(saved.end(), list.begin(), list.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["rows_dtype"] = static_cast<std::int64_t>(rows.scalar_type());
@@ -200,12 +207,12 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
     const at::Tensor &x = saved[0], &gu = saved[1], &h = saved[2];
     const Groups groups = groups_of(saved[3], x);
     const auto experts = static_cast<std::int64_t>(groups.sizes.size());
-    const Stacks w = cast_weights(saved, 4, groups.sizes, x.scalar_type());
+    const Stacks w = saved[4].defined() ? Stacks{saved[4], saved[5]} : cast_weights(saved, kFirstWeight, groups.sizes, x.scalar_type());
     const at::Tensor dy = to_layout(grads[0].to(x.scalar_type()).contiguous(), groups);
     const at::Tensor dgu = swiglu_backward(rows_times(dy, w.down, groups), gu);
     const at::Tensor dx = from_layout(rows_times(dgu, w.gate_up, groups), groups);
     // The weight gradients, converted to the parameters' dtype once per kind; each a view of them.
-    const at::ScalarType param_dtype = saved[4].scalar_type();
+    const at::ScalarType param_dtype = saved[kFirstWeight].scalar_type();
     const std::int64_t width = w.down.size(2);
     const at::Tensor dgate_up = outer_per_expert(dgu, x, groups).to(param_dtype),
                      ddown = outer_per_expert(dy, h, groups).to(param_dtype);
