@@ -82,6 +82,7 @@ std::string startup_report(const Runtime& rt, const config::Config& cfg,
   out += "  timeouts   comm_timeout " + fmt("%g", cfg.real("comm_timeout")) + " s, setup_timeout " +
          fmt("%g", cfg.real("setup_timeout")) + " s\n";
   out += "  kernels    fused " + model::fused_kernels_name(model::fused_kernels()) +
+         (model::fused_kernels() != 0 ? " (" + model::kernel_isa() + " build)" : "") +
          (model::fused_kernels() == 0 && cfg.string("fused_kernels") != "none" ? " (this CPU lacks AVX2/FMA)" : "") +
          (device.cuda ? " (CPU kernels: CUDA tensors take the plain formulas)" : "") + "\n";
   const double progress_us = cfg.real("comm_progress_us");

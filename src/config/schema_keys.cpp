@@ -411,9 +411,13 @@ std::vector<KeySpec> build() {
           .min(0),
       K("fused_kernels", S,
         "Fused CPU kernels for the memory-bound parts of the step: \"all\", \"none\" or a "
-        "comma list of rmsnorm, swiglu, rotary, cross_entropy (one pass forward and one "
-        "backward each; same arithmetic as the plain formulas, rounded in another order; CPUs "
-        "with AVX2 and FMA; CUDA tensors take the plain formulas)")
+        "comma list of rmsnorm, swiglu, rotary, cross_entropy, attention (the blocked bf16 "
+        "attention's scale, causal mask, softmax and casts), moe_combine (the routed experts' "
+        "weighted outputs summed into their tokens); one pass forward and one backward each; same "
+        "arithmetic as the plain formulas, rounded in another order, exp to 20 ulp where the "
+        "values are bf16; CPUs with AVX2 and FMA, an AVX-512 build where the CPU has AVX-512 "
+        "F/BW/VL/DQ (the start-up report's kernels line names it); CUDA tensors take the plain "
+        "formulas")
           .def("all"),
       K("intra_op_threads", I,
         "LibTorch threads per rank; 0: cores on the node / ranks on the node")

@@ -4,6 +4,8 @@
 #include <torch/autograd.h>
 
 #include <sstream>
+#include <string>
+#include <vector>
 #include <stdexcept>
 
 #include "fused_kernels.h"
@@ -22,6 +24,7 @@ const std::pair<const char*, FusedKernel> kNames[] = {
     {"rotary", kFusedRotary},
     {"cross_entropy", kFusedCrossEntropy},
     {"attention", kFusedAttention},
+    {"moe_combine", kFusedMoeCombine},
 };
 
 bool enabled(FusedKernel k) { return (g_fused & k) != 0; }
@@ -48,7 +51,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     at::Tensor rstd = at::empty({rows}, y.options());
     with_dtype(xc.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      kernels::rmsnorm_forward<T>(xc.data_ptr<T>(), weight.data_ptr<float>(), y.data_ptr<float>(),
+      LFT_KERNEL(rmsnorm_forward<T>)(xc.data_ptr<T>(), weight.data_ptr<float>(), y.data_ptr<float>(),
                                   rstd.data_ptr<float>(), rows, n, static_cast<float>(eps));
     });
     ctx->save_for_backward({xc, weight, rstd});
@@ -64,7 +67,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     at::Tensor dw = at::zeros_like(weight);
     with_dtype(x.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      kernels::rmsnorm_backward<T>(dy.data_ptr<float>(), x.data_ptr<T>(), weight.data_ptr<float>(),
+      LFT_KERNEL(rmsnorm_backward<T>)(dy.data_ptr<float>(), x.data_ptr<T>(), weight.data_ptr<float>(),
                                    rstd.data_ptr<float>(), dx.data_ptr<T>(), dw.data_ptr<float>(), rows, n);
     });
     return {dx, ctx->needs_input_grad(1) ? dw : at::Tensor(), at::Tensor()};
@@ -79,7 +82,7 @@ struct SwiGluFunction : torch::autograd::Function<SwiGluFunction> {
     at::Tensor h = at::empty_like(g);
     with_dtype(g.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      kernels::swiglu_forward<T>(g.data_ptr<T>(), u.data_ptr<T>(), h.data_ptr<T>(), g.numel());
+      LFT_KERNEL(swiglu_forward<T>)(g.data_ptr<T>(), u.data_ptr<T>(), h.data_ptr<T>(), g.numel());
     });
     ctx->save_for_backward({g, u});
     return h;
@@ -92,7 +95,7 @@ struct SwiGluFunction : torch::autograd::Function<SwiGluFunction> {
     at::Tensor dg = at::empty_like(g), du = at::empty_like(u);
     with_dtype(g.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      kernels::swiglu_backward<T>(dh.data_ptr<T>(), g.data_ptr<T>(), u.data_ptr<T>(), dg.data_ptr<T>(),
+      LFT_KERNEL(swiglu_backward<T>)(dh.data_ptr<T>(), g.data_ptr<T>(), u.data_ptr<T>(), dg.data_ptr<T>(),
                                   du.data_ptr<T>(), g.numel());
     });
     return {dg, du};
@@ -107,7 +110,7 @@ struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
     at::Tensor y = at::empty(x.sizes(), x.options().dtype(at::kFloat));
     with_dtype(x.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      kernels::rotary_forward<T>(x.data_ptr<T>(), cos.data_ptr<float>(), sin.data_ptr<float>(),
+      LFT_KERNEL(rotary_forward<T>)(x.data_ptr<T>(), cos.data_ptr<float>(), sin.data_ptr<float>(),
                                  y.data_ptr<float>(), b, t, heads, d);
     });
     ctx->save_for_backward({cos, sin});
@@ -124,7 +127,7 @@ struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
     at::Tensor dx = at::empty(dy.sizes(), dy.options().dtype(dtype));
     with_dtype(dtype, [&](auto tag) {
       using T = decltype(tag);
-      kernels::rotary_backward<T>(dy.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(),
+      LFT_KERNEL(rotary_backward<T>)(dy.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(),
                                   dx.data_ptr<T>(), b, t, heads, d);
     });
     return {dx, at::Tensor(), at::Tensor()};
@@ -142,7 +145,7 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
     std::int64_t bad = -1;
     with_dtype(logits.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      bad = kernels::cross_entropy_forward<T>(logits.data_ptr<T>(), ids.data_ptr<std::int64_t>(),
+      bad = LFT_KERNEL(cross_entropy_forward<T>)(logits.data_ptr<T>(), ids.data_ptr<std::int64_t>(),
                                               loss.data_ptr<float>(), lse.data_ptr<float>(), b, t, v, ignore_id);
     });
     TORCH_CHECK(bad < 0, "Target ", bad, " is out of bounds.");
@@ -159,11 +162,50 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
     at::Tensor dlogits = at::empty_like(logits);
     with_dtype(logits.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      kernels::cross_entropy_backward<T>(grad.data_ptr<float>(), logits.data_ptr<T>(), ids.data_ptr<std::int64_t>(),
+      LFT_KERNEL(cross_entropy_backward<T>)(grad.data_ptr<float>(), logits.data_ptr<T>(), ids.data_ptr<std::int64_t>(),
                                          lse.data_ptr<float>(), dlogits.data_ptr<T>(), b, t, v,
                                          ctx->saved_data["ignore_id"].toInt());
     });
     return {dlogits, at::Tensor(), at::Tensor()};
+  }
+};
+
+// ---- the routed experts' outputs back to their tokens ----
+
+struct CombineRowsFunction : torch::autograd::Function<CombineRowsFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& out, const at::Tensor& weights,
+                            const at::Tensor& token_of, std::int64_t tokens) {
+    const at::Tensor o = out.contiguous(), w = weights.contiguous(), index = token_of.contiguous();
+    const std::int64_t rows = index.numel(), width = o.size(1);
+    // Each token's rows, ascending (counting sort by token).
+    std::vector<std::int64_t> starts(static_cast<std::size_t>(tokens) + 1, 0), by_token(static_cast<std::size_t>(rows));
+    const std::int64_t* t = index.data_ptr<std::int64_t>();
+    for (std::int64_t r = 0; r < rows; ++r) ++starts[static_cast<std::size_t>(t[r]) + 1];
+    for (std::size_t i = 1; i < starts.size(); ++i) starts[i] += starts[i - 1];
+    std::vector<std::int64_t> cursor(starts.begin(), starts.end() - 1);
+    for (std::int64_t r = 0; r < rows; ++r) by_token[static_cast<std::size_t>(cursor[static_cast<std::size_t>(t[r])]++)] = r;
+    at::Tensor y = at::empty({tokens, width}, o.options().dtype(at::kFloat));
+    with_dtype(o.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      LFT_KERNEL(combine_rows_forward<T>)(o.data_ptr<T>(), w.data_ptr<float>(), starts.data(), by_token.data(),
+                                          y.data_ptr<float>(), tokens, width);
+    });
+    ctx->save_for_backward({o, w, index});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &o = saved[0], &w = saved[1], &index = saved[2];
+    const at::Tensor g = grads[0].to(at::kFloat).contiguous();
+    at::Tensor dout = at::empty_like(o), dw = at::empty_like(w);
+    with_dtype(o.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      LFT_KERNEL(combine_rows_backward<T>)(g.data_ptr<float>(), o.data_ptr<T>(), w.data_ptr<float>(),
+                                           index.data_ptr<std::int64_t>(), dout.data_ptr<T>(), dw.data_ptr<float>(),
+                                           o.size(0), o.size(1));
+    });
+    return {dout, dw, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -185,7 +227,7 @@ unsigned parse_fused_kernels(const std::string& value) {
       }
     if (!known)
       throw std::invalid_argument("'" + item + "' is not a fused kernel: use \"all\", \"none\" or a comma list of "
-                                  "rmsnorm, swiglu, rotary, cross_entropy, attention");
+                                  "rmsnorm, swiglu, rotary, cross_entropy, attention, moe_combine");
   }
   return mask;
 }
@@ -214,6 +256,39 @@ bool fused_kernels_supported() {
 #endif
 }
 
+namespace {
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
+bool g_avx512 = cpu_has_avx512();
+
+}  // namespace
+
+namespace kernels {
+bool avx512_selected() { return g_avx512; }
+}  // namespace kernels
+
+void set_kernel_isa(const std::string& isa) {
+  if (isa == "avx2") {
+    g_avx512 = false;
+  } else if (isa == "avx512" || isa == "auto") {
+    if (isa == "avx512" && !cpu_has_avx512())
+      throw std::invalid_argument("the AVX-512 kernels need AVX-512 F, BW, VL and DQ, which this CPU lacks");
+    g_avx512 = cpu_has_avx512();
+  } else {
+    throw std::invalid_argument("'" + isa + "' is not a kernel instruction set: use auto, avx2 or avx512");
+  }
+}
+
+std::string kernel_isa() { return g_avx512 ? "avx512" : "avx2"; }
+
 at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (!enabled(kFusedRmsNorm) || !on_cpu(x) || !on_cpu(weight) || !fp32_or_bf16(x) ||
       weight.scalar_type() != at::kFloat || weight.dim() != 1 || x.size(-1) != weight.size(0))
@@ -240,7 +315,7 @@ at::Tensor fused_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 
 double sum_of_squares(const at::Tensor& t) {
   if (fused_kernels_supported() && on_cpu(t) && t.scalar_type() == at::kFloat && t.is_contiguous())
-    return kernels::sum_squares(t.data_ptr<float>(), t.numel());
+    return LFT_KERNEL(sum_squares)(t.data_ptr<float>(), t.numel());
   return t.to(at::kDouble).pow(2).sum().item<double>();
 }
 
@@ -250,6 +325,36 @@ at::Tensor fused_token_losses(const at::Tensor& logits, const at::Tensor& input_
       !input_ids.is_contiguous() || logits.size(1) < 2)
     return {};
   return CrossEntropyFunction::apply(logits, input_ids, ignore_id);
+}
+
+at::Tensor gather_rows(const at::Tensor& rows, const at::Tensor& index, at::ScalarType dtype, bool allow_kernel) {
+  const bool kernel = allow_kernel && fused_kernels_supported() && on_cpu(rows) && rows.dim() == 2 &&
+                      fp32_or_bf16(rows) && (dtype == at::kFloat || dtype == at::kBFloat16);
+  if (!kernel) {
+    const at::Tensor kept = at::where(index >= 0, index, 0);
+    return rows.to(dtype).index_select(0, kept).masked_fill_((index < 0).unsqueeze(1), 0);
+  }
+  const at::Tensor src = rows.contiguous(), idx = index.contiguous();
+  at::Tensor out = at::empty({index.size(0), src.size(1)}, src.options().dtype(dtype));
+  with_dtype(src.scalar_type(), [&](auto s) {
+    with_dtype(dtype, [&](auto d) {
+      using S = decltype(s);
+      using D = decltype(d);
+      LFT_KERNEL(gather_rows<S, D>)(src.data_ptr<S>(), idx.data_ptr<std::int64_t>(), out.data_ptr<D>(), out.size(0),
+                                 out.size(1));
+    });
+  });
+  return out;
+}
+
+at::Tensor fused_combine_rows(const at::Tensor& out, const at::Tensor& weights, const at::Tensor& token_of,
+                              std::int64_t tokens, at::ScalarType result_dtype) {
+  if (!enabled(kFusedMoeCombine) || !on_cpu(out) || !on_cpu(weights) || !on_cpu(token_of) || out.dim() != 2 ||
+      !fp32_or_bf16(out) || weights.scalar_type() != at::kFloat || weights.dim() != 1 ||
+      token_of.scalar_type() != at::kLong || weights.numel() != out.size(0) || token_of.numel() != out.size(0) ||
+      result_dtype != at::kFloat)
+    return {};
+  return CombineRowsFunction::apply(out, weights, token_of, tokens);
 }
 
 }  // namespace lft::model

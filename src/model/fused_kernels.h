@@ -1,6 +1,8 @@
-// The CPU kernels behind model/fused.h, on raw contiguous buffers. They live in their own
-// translation unit, compiled for AVX2 + FMA (ATen's vectorized types, its Sleef exp): call them
-// only when fused_kernels_supported() says this CPU has those instructions.
+// The CPU kernels behind model/fused.h. Their sources (fused_kernels_simd.cpp,
+// attention_kernels_simd.cpp) are compiled twice (CMakeLists.txt): for AVX2 + FMA into namespace
+// avx2 and for AVX-512 (F, BW, VL, DQ) into namespace avx512, through ATen's vectorized types (8 or
+// 16 lanes, Sleef's exp). Call them as LFT_KERNEL(name)(...): the AVX-512 build where the CPU has it
+// (kernel_isa()), else the AVX2 one; only when fused_kernels_supported() says the CPU has AVX2 + FMA.
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -9,61 +11,19 @@
 
 namespace lft::model::kernels {
 
-// RMSNorm over rows of n: y = w * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps); for bfloat16 x,
-// x * rstd is rounded to bfloat16 before the fp32 weight multiplies it (y stays fp32).
-template <typename T>
-void rmsnorm_forward(const T* x, const float* w, float* y, float* rstd, std::int64_t rows, std::int64_t n,
-                     float eps);
-// dx (in x's type), and dw accumulated into `dw` (n floats, zeroed by the caller).
-template <typename T>
-void rmsnorm_backward(const float* dy, const T* x, const float* w, const float* rstd, T* dx, float* dw,
-                      std::int64_t rows, std::int64_t n);
+namespace avx2 {
+#include "fused_kernels_api.h"
+}  // namespace avx2
 
-// SwiGLU: h = silu(g) * u, elementwise over n, in T (float or bfloat16), computed in fp32.
-template <typename T>
-void swiglu_forward(const T* g, const T* u, T* h, std::int64_t n);
-template <typename T>
-void swiglu_backward(const T* dh, const T* g, const T* u, T* dg, T* du, std::int64_t n);
-// The same over `rows` rows whose gate and up halves sit side by side (gu and dgu rows of
-// 2 x width: [g | u]), h and dh rows of width: the experts' fused gate-up GEMM's layout.
-template <typename T>
-void swiglu_forward_paired(const T* gu, T* h, std::int64_t rows, std::int64_t width);
-template <typename T>
-void swiglu_backward_paired(const T* dh, const T* gu, T* dgu, std::int64_t rows, std::int64_t width);
+namespace avx512 {
+#include "fused_kernels_api.h"
+}  // namespace avx512
 
-// Rotary embedding on x [rows = b*t*heads, d] (t-major: row r has position (r / heads) % t),
-// cos/sin [t, d] in fp32; y in fp32 (the promotion of x * cos).
-template <typename T>
-void rotary_forward(const T* x, const float* cos, const float* sin, float* y, std::int64_t b,
-                    std::int64_t t, std::int64_t heads, std::int64_t d);
-template <typename T>
-void rotary_backward(const float* dy, const float* cos, const float* sin, T* dx, std::int64_t b,
-                     std::int64_t t, std::int64_t heads, std::int64_t d);
-
-// Causal-LM cross-entropy on logits [b, t, v]: row (i, j < t-1) predicts ids[i, j+1]; loss and
-// logsumexp [b, t-1] (0 where the target is ignore_id). Returns the first out-of-range target,
-// or -1.
-template <typename T>
-std::int64_t cross_entropy_forward(const T* logits, const std::int64_t* ids, float* loss, float* lse,
-                                   std::int64_t b, std::int64_t t, std::int64_t v,
-                                   std::int64_t ignore_id);
-// dlogits = grad * (softmax - onehot) on the predicting rows, 0 on the last position and ignored rows.
-template <typename T>
-void cross_entropy_backward(const float* grad, const T* logits, const std::int64_t* ids,
-                            const float* lse, T* dlogits, std::int64_t b, std::int64_t t,
-                            std::int64_t v, std::int64_t ignore_id);
-
-// The blocked causal attention's softmax over `rows` bf16 score rows of `keys` (attention_kernels_avx2.cpp):
-// row r is query position first + r % block_rows and sees keys [0, first + r % block_rows]; the
-// rest of its row is 0 in p. Forward: p = softmax(bf16(scores * scale)) in fp32, rounded to bf16.
-void causal_softmax_forward(const c10::BFloat16* scores, c10::BFloat16* p, std::int64_t rows,
-                            std::int64_t block_rows, std::int64_t first, std::int64_t keys, float scale);
-// The scores' gradient: bf16(bf16(p * (dp - <p, dp>)) * scale).
-void causal_softmax_backward(const c10::BFloat16* p, const c10::BFloat16* dp, c10::BFloat16* ds,
-                             std::int64_t rows, std::int64_t block_rows, std::int64_t first, std::int64_t keys,
-                             float scale);
-
-// sum(x^2) over n floats, accumulated in double.
-double sum_squares(const float* x, std::int64_t n);
+// Whether the kernels run their AVX-512 build (the CPU has it and set_kernel_isa did not say avx2).
+bool avx512_selected();
 
 }  // namespace lft::model::kernels
+
+#define LFT_KERNEL(...)                                                                              \
+  (::lft::model::kernels::avx512_selected() ? ::lft::model::kernels::avx512::__VA_ARGS__            \
+                                            : ::lft::model::kernels::avx2::__VA_ARGS__)

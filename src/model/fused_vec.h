@@ -1,6 +1,7 @@
-// Lane helpers of the fused CPU kernels, for the translation units compiled with AVX2 + FMA
-// (fused_kernels_avx2.cpp, attention_kernels_avx2.cpp): ATen's Vectorized<float> is 8 lanes there.
-// Internal linkage: each such unit gets its own copy, built with its own flags.
+// Lane helpers of the fused CPU kernels, for the translation units compiled per instruction set
+// (fused_kernels_simd.cpp, attention_kernels_simd.cpp): ATen's Vectorized<float> is 8 lanes in the
+// AVX2 build, 16 in the AVX-512 one. Internal linkage: each unit gets its own copy, built with its
+// own flags.
 #pragma once
 
 #include <ATen/cpu/vec/functional.h>

@@ -29,9 +29,9 @@ at::Tensor swiglu(const at::Tensor& gu) {
   if (!kernels_apply(gu)) return at::silu(gu.narrow(1, 0, width)) * gu.narrow(1, width, width);
   at::Tensor h = at::empty({gu.size(0), width}, gu.options());
   if (gu.scalar_type() == at::kFloat)
-    kernels::swiglu_forward_paired(gu.data_ptr<float>(), h.data_ptr<float>(), gu.size(0), width);
+    LFT_KERNEL(swiglu_forward_paired<float>)(gu.data_ptr<float>(), h.data_ptr<float>(), gu.size(0), width);
   else
-    kernels::swiglu_forward_paired(gu.data_ptr<at::BFloat16>(), h.data_ptr<at::BFloat16>(), gu.size(0), width);
+    LFT_KERNEL(swiglu_forward_paired<at::BFloat16>)(gu.data_ptr<at::BFloat16>(), h.data_ptr<at::BFloat16>(), gu.size(0), width);
   return h;
 }
 
@@ -44,9 +44,9 @@ at::Tensor swiglu_backward(const at::Tensor& dh, const at::Tensor& gu) {
   }
   at::Tensor dgu = at::empty_like(gu);
   if (gu.scalar_type() == at::kFloat)
-    kernels::swiglu_backward_paired(dh.data_ptr<float>(), gu.data_ptr<float>(), dgu.data_ptr<float>(), gu.size(0), width);
+    LFT_KERNEL(swiglu_backward_paired<float>)(dh.data_ptr<float>(), gu.data_ptr<float>(), dgu.data_ptr<float>(), gu.size(0), width);
   else
-    kernels::swiglu_backward_paired(dh.data_ptr<at::BFloat16>(), gu.data_ptr<at::BFloat16>(),
+    LFT_KERNEL(swiglu_backward_paired<at::BFloat16>)(dh.data_ptr<at::BFloat16>(), gu.data_ptr<at::BFloat16>(),
                                     dgu.data_ptr<at::BFloat16>(), gu.size(0), width);
   return dgu;
 }
@@ -106,47 +106,57 @@ struct Groups {
   std::vector<std::int64_t> sizes;  // rows per expert as laid out (padded or not), in order
   at::Tensor ends;                  // their running sums, int32 (_grouped_mm's offs; only where it runs)
   at::Tensor positions;             // each row's place in the padded layout; undefined without padding
+  at::Tensor sources;               // each laid-out row's row, -1 for padding; undefined without padding
   std::int64_t rows = 0;            // rows as laid out
 };
 
 // ATen's grouped GEMM on a CPU; a loop of GEMMs elsewhere.
-bool grouped_gemm_applies(const at::Tensor& t) { return t.device().is_cpu(); }
+bool grouped_gemm_applies(c10::Device device) { return device.is_cpu(); }
 
-bool pads_rows(const at::Tensor& like) {
-  return like.device().is_cpu() && like.scalar_type() != at::kFloat && like.scalar_type() != at::kDouble;
+bool pads_rows(c10::Device device, at::ScalarType dtype) {
+  return device.is_cpu() && dtype != at::kFloat && dtype != at::kDouble;
 }
 
-// The layout of rows grouped by `sizes` (int64, host) for GEMMs over tensors like `like`.
-Groups groups_of(const at::Tensor& sizes, const at::Tensor& like) {
-  Groups groups{sizes_of(sizes), {}, {}, 0};
-  if (pads_rows(like)) {
-    std::vector<std::int64_t> positions;
+// The layout of rows grouped by `sizes` (int64, host) for GEMMs in `dtype` on `device`.
+Groups groups_of(const at::Tensor& sizes, c10::Device device, at::ScalarType dtype) {
+  Groups groups{sizes_of(sizes), {}, {}, {}, 0};
+  if (pads_rows(device, dtype)) {
+    std::vector<std::int64_t> positions, sources;
     for (std::int64_t& n : groups.sizes) {
-      for (std::int64_t i = 0; i < n; ++i) positions.push_back(groups.rows + i);
-      n = padded_group_rows(n);
+      const std::int64_t first = static_cast<std::int64_t>(positions.size());
+      for (std::int64_t i = 0; i < n; ++i) {
+        positions.push_back(groups.rows + i);
+        sources.push_back(first + i);
+      }
+      const std::int64_t padded = padded_group_rows(n);
+      sources.insert(sources.end(), static_cast<std::size_t>(padded - n), -1);
+      n = padded;
       groups.rows += n;
     }
-    groups.positions = at::tensor(positions, at::TensorOptions().dtype(at::kLong));
+    const auto index = at::TensorOptions().dtype(at::kLong);
+    groups.positions = at::tensor(positions, index);
+    groups.sources = at::tensor(sources, index);
   } else {
     for (const std::int64_t n : groups.sizes) groups.rows += n;
   }
-  if (grouped_gemm_applies(like))
+  if (grouped_gemm_applies(device))
     groups.ends = at::tensor(groups.sizes, at::TensorOptions().dtype(at::kLong)).cumsum(0).to(at::kInt);
   return groups;
 }
 
-// rows [R, width] in the groups' layout, and back.
-at::Tensor to_layout(const at::Tensor& rows, const Groups& groups) {
-  if (!groups.positions.defined()) return rows;
-  return at::zeros({groups.rows, rows.size(1)}, rows.options()).index_copy_(0, groups.positions, rows);
+// rows [R, width] in the groups' layout (cast to `dtype`), and back.
+at::Tensor to_layout(const at::Tensor& rows, const Groups& groups, at::ScalarType dtype) {
+  if (!groups.sources.defined()) return rows.to(dtype).contiguous();
+  return gather_rows(rows, groups.sources, dtype);
 }
-at::Tensor from_layout(const at::Tensor& rows, const Groups& groups) {
-  return groups.positions.defined() ? rows.index_select(0, groups.positions) : rows;
+at::Tensor from_layout(const at::Tensor& rows, const Groups& groups, at::ScalarType dtype) {
+  if (!groups.positions.defined()) return rows.to(dtype);
+  return gather_rows(rows, groups.positions, dtype);
 }
 
 // [R, K] rows, b [E, K, N]: each expert's rows times its matrix, [R, N].
 at::Tensor rows_times(const at::Tensor& a, const at::Tensor& b, const Groups& groups) {
-  if (grouped_gemm_applies(a)) return at::_grouped_mm(a, b, groups.ends);
+  if (grouped_gemm_applies(a.device())) return at::_grouped_mm(a, b, groups.ends);
   at::Tensor out = at::empty({a.size(0), b.size(2)}, a.options());
   std::int64_t row = 0;
   for (std::size_t e = 0; e < groups.sizes.size(); row += groups.sizes[e], ++e) {
@@ -161,7 +171,7 @@ at::Tensor rows_times(const at::Tensor& a, const at::Tensor& b, const Groups& gr
 // a [R, M], b [R, N]: each expert's a_e^T b_e over its rows, [E, M, N] (zero for an expert no row
 // reached).
 at::Tensor outer_per_expert(const at::Tensor& a, const at::Tensor& b, const Groups& groups) {
-  if (grouped_gemm_applies(a)) return at::_grouped_mm(a.t(), b, groups.ends);
+  if (grouped_gemm_applies(a.device())) return at::_grouped_mm(a.t(), b, groups.ends);
   const auto experts = static_cast<std::int64_t>(groups.sizes.size());
   at::Tensor out = at::zeros({experts, a.size(1), b.size(1)}, a.options());
   std::int64_t row = 0;
@@ -183,12 +193,11 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
     const at::ScalarType dtype =
         at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : rows.scalar_type();
     const variable_list list(weights.begin(), weights.end());
-    const at::Tensor given = rows.to(dtype).contiguous();
-    const Groups groups = groups_of(sizes, given);
+    const Groups groups = groups_of(sizes, rows.device(), dtype);
     const Stacks w = cast_weights(list, 0, groups.sizes, dtype);
-    const at::Tensor x = to_layout(given, groups);
+    const at::Tensor x = to_layout(rows, groups, dtype);
     const at::Tensor gu = rows_times(x, w.gate_up.transpose(1, 2), groups), h = swiglu(gu);
-    const at::Tensor out = from_layout(rows_times(h, w.down.transpose(1, 2), groups), groups);
+    const at::Tensor out = from_layout(rows_times(h, w.down.transpose(1, 2), groups), groups, dtype);
     // h kept for the down weight's gradient: recomputing it costs an exp per element (4% of the
     // layer's backward), keeping it half of gu's bytes (the memory estimate counts it). The 16-bit
     // stacks of fp32 weights are kept too, as autocast keeps its copies of the dense layers'
@@ -205,19 +214,20 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &gu = saved[1], &h = saved[2];
-    const Groups groups = groups_of(saved[3], x);
+    const Groups groups = groups_of(saved[3], x.device(), x.scalar_type());
     const auto experts = static_cast<std::int64_t>(groups.sizes.size());
     const Stacks w = saved[4].defined() ? Stacks{saved[4], saved[5]} : cast_weights(saved, kFirstWeight, groups.sizes, x.scalar_type());
-    const at::Tensor dy = to_layout(grads[0].to(x.scalar_type()).contiguous(), groups);
+    const at::Tensor dy = to_layout(grads[0], groups, x.scalar_type());
     const at::Tensor dgu = swiglu_backward(rows_times(dy, w.down, groups), gu);
-    const at::Tensor dx = from_layout(rows_times(dgu, w.gate_up, groups), groups);
+    const auto rows_dtype = static_cast<at::ScalarType>(ctx->saved_data["rows_dtype"].toInt());
+    const at::Tensor dx = from_layout(rows_times(dgu, w.gate_up, groups), groups, rows_dtype);
     // The weight gradients, converted to the parameters' dtype once per kind; each a view of them.
     const at::ScalarType param_dtype = saved[kFirstWeight].scalar_type();
     const std::int64_t width = w.down.size(2);
     const at::Tensor dgate_up = outer_per_expert(dgu, x, groups).to(param_dtype),
                      ddown = outer_per_expert(dy, h, groups).to(param_dtype);
     variable_list out(static_cast<std::size_t>(3 * experts + 2));
-    out[0] = dx.to(static_cast<at::ScalarType>(ctx->saved_data["rows_dtype"].toInt()));
+    out[0] = dx;
     for (std::int64_t e = 0; e < experts; ++e) {
       const auto i = static_cast<std::size_t>(e), stride = static_cast<std::size_t>(experts);
       out[1 + i] = dgate_up[e].narrow(0, 0, width);

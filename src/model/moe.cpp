@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "lft/model/fused.h"
 #include "lft/model/grouped_experts.h"
 #include "lft/model/qwen3.h"
 
@@ -186,7 +187,9 @@ at::Tensor SparseMoeBlockImpl::route_experts(const at::Tensor& flat, const at::T
     out = grouped_experts(rows, sizes, gate, up, down);
     meanwhile();
   }
-  at::Tensor ys = out * top_weights.reshape({-1}).index_select(0, order).unsqueeze(1);
+  const at::Tensor weights = top_weights.reshape({-1}).index_select(0, order);
+  if (at::Tensor y = fused_combine_rows(out, weights, token_of, flat.size(0), flat.scalar_type()); y.defined()) return y;
+  at::Tensor ys = out * weights.unsqueeze(1);
   return at::zeros_like(flat).index_add(0, token_of, ys.to(flat.scalar_type()));
 }
 

@@ -82,16 +82,21 @@ TEST(BlockedAttention, FusedSoftmaxEqualsTheFormulaWithinBfloat16) {
     const at::Tensor q = randn({b, heads, t, d}, 13, at::kBFloat16), k = randn({b, kv_heads, t, d}, 14, at::kBFloat16),
                      v = randn({b, kv_heads, t, d}, 15, at::kBFloat16), g = randn({b, heads, t, d}, 16, at::kBFloat16);
     const Outcome formula = attend(q, k, v, g, 0.17, false);
-    set_fused_kernels(kFusedAttention);
-    const Outcome fused = attend(q, k, v, g, 0.17, false);
-    set_fused_kernels(0);
-    EXPECT_EQ(fused.out.scalar_type(), at::kBFloat16);
-    EXPECT_EQ(fused.dk.scalar_type(), at::kBFloat16);
-    // One bf16 rounding apart (the probabilities are saved in bf16, the sums run in another order).
-    expect_close(fused, formula, 0.02, 0.05, t);
-    // and as close to the fp32 attention as the formula is
     auto fp32 = [](const at::Tensor& x) { return x.detach().to(at::kFloat).requires_grad_(true); };
-    expect_close(fused, attend(fp32(q), fp32(k), fp32(v), g.to(at::kFloat), 0.17, true), 0.05, 0.1, t);
+    const Outcome exact = attend(fp32(q), fp32(k), fp32(v), g.to(at::kFloat), 0.17, true);
+    for (const char* build : {"avx2", "auto"}) {  // the AVX2 build, and AVX-512's where the CPU has it
+      SCOPED_TRACE(build);
+      set_kernel_isa(build);
+      set_fused_kernels(kFusedAttention);
+      const Outcome fused = attend(q, k, v, g, 0.17, false);
+      set_fused_kernels(0);
+      EXPECT_EQ(fused.out.scalar_type(), at::kBFloat16);
+      EXPECT_EQ(fused.dk.scalar_type(), at::kBFloat16);
+      // One bf16 rounding apart (the probabilities are saved in bf16, the sums run in another order).
+      expect_close(fused, formula, 0.02, 0.05, t);
+      // and as close to the fp32 attention as the formula is
+      expect_close(fused, exact, 0.05, 0.1, t);
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // The fused CPU kernels (model/fused.h) against the plain formulas they replace: outputs and
 // every input gradient, fp32 and bfloat16, on shapes with tails (sizes not multiples of the
-// vector width), ignored targets and the last position of a sequence.
+// vector width), ignored targets and the last position of a sequence; each comparison in every
+// build of the kernels the CPU runs (AVX2, and AVX-512 where it has it).
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -9,6 +10,7 @@
 #include <torch/csrc/autograd/function.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "lft/model/fused.h"
@@ -64,15 +66,29 @@ void expect_close(const at::Tensor& a, const at::Tensor& b, double tol, const ch
   EXPECT_LE((a - b).abs().max().item<double>() / scale, tol) << what;
 }
 
+// The kernel builds this CPU runs; each test restores the automatic choice.
+std::vector<std::string> kernel_builds() {
+  set_kernel_isa("auto");
+  std::vector<std::string> builds{"avx2"};
+  if (kernel_isa() == "avx512") builds.push_back("avx512");
+  return builds;
+}
+
 void compare(FusedKernel k, const std::vector<at::Tensor>& inputs,
              const std::function<at::Tensor(const std::vector<at::Tensor>&)>& f, double tol) {
   if (!fused_kernels_supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the fused kernels never run here";
-  const Run fused = run(k, inputs, f), plain = run(0, inputs, f);
-  EXPECT_TRUE(fused.custom_node) << "the fused kernel did not run";
+  const Run plain = run(0, inputs, f);
   EXPECT_FALSE(plain.custom_node);
-  expect_close(fused.out, plain.out, tol, "output");
-  for (std::size_t i = 0; i < inputs.size(); ++i)
-    if (plain.grads[i].defined()) expect_close(fused.grads[i], plain.grads[i], tol, "gradient");
+  for (const std::string& build : kernel_builds()) {
+    SCOPED_TRACE(build + " build");
+    set_kernel_isa(build);
+    const Run fused = run(k, inputs, f);
+    EXPECT_TRUE(fused.custom_node) << "the fused kernel did not run";
+    expect_close(fused.out, plain.out, tol, "output");
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (plain.grads[i].defined()) expect_close(fused.grads[i], plain.grads[i], tol, "gradient");
+  }
+  set_kernel_isa("auto");
 }
 
 TEST(Fused, RmsNormMatchesThePlainFormula) {
@@ -158,12 +174,57 @@ TEST(Fused, CrossEntropyRefusesATargetOutsideTheVocabulary) {
   EXPECT_THROW(token_losses(at::zeros({1, 3, 10}), ids, -100), c10::Error);
 }
 
+// The grouped experts' layout moves: rows picked by index (zeros at -1), cast on the way, equal to
+// index_select and masked_fill_ bit for bit in every dtype pair.
+TEST(Fused, GatherRowsEqualsIndexSelect) {
+  if (!fused_kernels_supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the kernel never runs here";
+  const at::Tensor index = at::tensor(std::vector<std::int64_t>{3, -1, 0, 0, 6, -1, 2}, at::kLong);
+  for (const auto from : {at::kFloat, at::kBFloat16})
+    for (const auto to : {at::kFloat, at::kBFloat16}) {
+      const at::Tensor rows = randn({7, 45}, 9, from).detach();
+      const at::Tensor want = gather_rows(rows, index, to, /*allow_kernel=*/false);
+      for (const std::string& build : kernel_builds()) {
+        set_kernel_isa(build);
+        const at::Tensor got = gather_rows(rows, index, to);
+        EXPECT_EQ(got.scalar_type(), to);
+        EXPECT_TRUE(at::equal(got, want)) << from << " -> " << to << ", " << build << " build";
+      }
+      set_kernel_isa("auto");
+      EXPECT_EQ(want[1].abs().sum().item<float>(), 0.f);
+      EXPECT_TRUE(at::equal(want[4], rows[6].to(to)));
+    }
+}
+
+// The routed experts' outputs back to their tokens: several rows a token, a token with none, the
+// rows in no token order; forward as zeros + index_add of the products (fp32: the same sums, bit
+// for bit), backward both gradients.
+TEST(Fused, MoeCombineMatchesIndexAdd) {
+  const at::Tensor token_of = at::tensor(std::vector<std::int64_t>{3, 0, 5, 3, 1, 0, 5, 2, 3}, at::kLong);
+  auto f = [&](const std::vector<at::Tensor>& x) {
+    if (at::Tensor y = fused_combine_rows(x[0], x[1], token_of, 6, at::kFloat); y.defined()) return y;
+    return at::zeros({6, x[0].size(1)}).index_add(0, token_of, (x[0] * x[1].unsqueeze(1)).to(at::kFloat));
+  };
+  compare(kFusedMoeCombine, {randn({9, 37}, 1), randn({9}, 2)}, f, 1e-6);
+  compare(kFusedMoeCombine, {randn({9, 37}, 3, at::kBFloat16), randn({9}, 4)}, f, 1e-2);
+  if (!fused_kernels_supported()) return;
+  const std::vector<at::Tensor> x{randn({9, 37}, 5).detach(), randn({9}, 6).detach()};
+  at::Tensor fused;
+  {
+    FusedScope scope(kFusedMoeCombine);
+    fused = f(x);
+  }
+  EXPECT_TRUE(at::equal(fused, f(x)));
+}
+
 TEST(Fused, ParsesItsConfigValue) {
   EXPECT_EQ(parse_fused_kernels("all"), unsigned{kFusedAll});
   EXPECT_EQ(parse_fused_kernels("none"), 0u);
   EXPECT_EQ(parse_fused_kernels("rmsnorm, cross_entropy"), unsigned{kFusedRmsNorm | kFusedCrossEntropy});
   EXPECT_EQ(fused_kernels_name(kFusedSwiGlu | kFusedRotary), "swiglu,rotary");
   EXPECT_THROW(parse_fused_kernels("rmsnorm,layernorm"), std::invalid_argument);
+  EXPECT_EQ(parse_fused_kernels("attention,moe_combine"), unsigned{kFusedAttention | kFusedMoeCombine});
+  EXPECT_THROW(set_kernel_isa("sse4"), std::invalid_argument);
+  EXPECT_EQ(kernel_isa(), kernel_builds().back());
 }
 
 }  // namespace

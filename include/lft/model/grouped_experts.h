@@ -2,11 +2,12 @@
 // forward and backward, as grouped GEMMs over buffers of all the rows (one SwiGLU pass over every
 // row; in bf16 on a CPU the groups padded so that oneDNN's per-shape kernels repeat), instead of a
 // dozen autograd nodes, casts and small tensors per expert. The experts keep their own parameters
-// (the Hub's layout, tensor-parallel splits, checkpoints): the node casts them into three
-// compute-dtype stacks per forward (and again in backward, rather than keep a copy of every
-// expert's weights per layer for it), and returns each weight's gradient, zero for an expert no
-// row reached, so that every parameter takes part in every backward (what the data-parallel
-// engines' gradient hooks need of each rank).
+// (the Hub's layout, tensor-parallel splits, checkpoints): the node casts them into two
+// compute-dtype stacks per forward ([gate | up] and down; kept for backward where the weights are
+// fp32 under autocast, as autocast keeps its copies of the dense layers' weights, and stacked again
+// there where they come in the compute dtype, gathered by a sharding engine), and returns each
+// weight's gradient, zero for an expert no row reached, so that every parameter takes part in
+// every backward (what the data-parallel engines' gradient hooks need of each rank).
 #pragma once
 
 #include <cstdint>

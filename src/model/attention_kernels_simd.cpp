@@ -1,7 +1,7 @@
 // The causal softmax of the blocked attention (blocked_attention.cpp) on bf16 score rows, forward
 // and backward, one pass each: the scale, the causal mask, the softmax and the bf16 casts that
-// would otherwise be five ATen operations with fp32 intermediates. Compiled with AVX2 + FMA
-// (CMakeLists.txt), like fused_kernels_avx2.cpp.
+// would otherwise be five ATen operations with fp32 intermediates. Compiled once per instruction
+// set, like fused_kernels_simd.cpp.
 #include "fused_kernels.h"
 #include "fused_vec.h"
 
@@ -10,7 +10,7 @@
 #include <limits>
 #include <vector>
 
-namespace lft::model::kernels {
+namespace lft::model::kernels::LFT_KERNEL_ISA {
 namespace {
 
 // f(row, visible keys, thread's buffers) for each stacked score row, in parallel: row r is query
@@ -88,4 +88,4 @@ void causal_softmax_backward(const c10::BFloat16* p, const c10::BFloat16* dp, c1
   });
 }
 
-}  // namespace lft::model::kernels
+}  // namespace lft::model::kernels::LFT_KERNEL_ISA

@@ -1,5 +1,6 @@
-// Compiled with -mavx2 -mfma and CPU_CAPABILITY=AVX2 (CMakeLists.txt): ATen's Vectorized<float>
-// is then 8 lanes and its exp() is Sleef's, which LibTorch exports.
+// The fused kernels (fused_kernels_api.h), compiled once per instruction set into namespace
+// LFT_KERNEL_ISA (CMakeLists.txt): avx2 (-mavx2 -mfma, CPU_CAPABILITY=AVX2: ATen's Vectorized<float>
+// is 8 lanes) and avx512 (16 lanes); exp() is Sleef's, which LibTorch exports.
 #include "fused_kernels.h"
 #include "fused_vec.h"
 
@@ -14,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace lft::model::kernels {
+namespace lft::model::kernels::LFT_KERNEL_ISA {
 namespace {
 
 // Elementwise `f(i0, n)` over [0, total) in blocks, in parallel.
@@ -313,6 +314,97 @@ void cross_entropy_backward(const float* grad, const T* logits, const std::int64
   });
 }
 
+// ---- rows moved between layouts ----
+
+template <typename S, typename D>
+void gather_rows(const S* src, const std::int64_t* rows, D* dst, std::int64_t n, std::int64_t width) {
+  at::parallel_for(0, n, 16, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) {
+      D* out = dst + i * width;
+      if (rows[i] < 0) {
+        std::fill(out, out + width, D(0.f));
+        continue;
+      }
+      const S* in = src + rows[i] * width;
+      if constexpr (std::is_same_v<S, D>) {
+        std::copy(in, in + width, out);
+      } else if constexpr (std::is_same_v<D, float>) {
+        as_float(in, width, out);
+      } else {
+        store(in, out, width);
+      }
+    }
+  });
+}
+
+template void gather_rows<float, float>(const float*, const std::int64_t*, float*, std::int64_t, std::int64_t);
+template void gather_rows<float, c10::BFloat16>(const float*, const std::int64_t*, c10::BFloat16*, std::int64_t,
+                                                std::int64_t);
+template void gather_rows<c10::BFloat16, float>(const c10::BFloat16*, const std::int64_t*, float*, std::int64_t,
+                                                std::int64_t);
+template void gather_rows<c10::BFloat16, c10::BFloat16>(const c10::BFloat16*, const std::int64_t*, c10::BFloat16*,
+                                                        std::int64_t, std::int64_t);
+
+// ---- routed rows back to their tokens ----
+
+template <typename T>
+void combine_rows_forward(const T* out, const float* w, const std::int64_t* starts, const std::int64_t* rows,
+                          float* y, std::int64_t tokens, std::int64_t width) {
+  at::parallel_for(0, tokens, 16, [&](std::int64_t t0, std::int64_t t1) {
+    std::vector<float> buf(static_cast<std::size_t>(width));
+    for (std::int64_t t = t0; t < t1; ++t) {
+      float* yt = y + t * width;
+      std::fill(yt, yt + width, 0.f);
+      for (std::int64_t j = starts[t]; j < starts[t + 1]; ++j) {
+        const std::int64_t r = rows[j];
+        const float* o = as_float(out + r * width, width, buf.data());
+        const Vec vw(w[r]);
+        std::int64_t i = 0;
+        for (; i + kLanes <= width; i += kLanes) (Vec::loadu(yt + i) + Vec::loadu(o + i) * vw).store(yt + i);
+        for (; i < width; ++i) yt[i] += o[i] * w[r];
+      }
+    }
+  });
+}
+
+template <typename T>
+void combine_rows_backward(const float* g, const T* out, const float* w, const std::int64_t* token_of, T* dout,
+                           float* dw, std::int64_t rows, std::int64_t width) {
+  at::parallel_for(0, rows, 16, [&](std::int64_t r0, std::int64_t r1) {
+    std::vector<float> obuf(static_cast<std::size_t>(width)), dbuf(static_cast<std::size_t>(width));
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const float* gt = g + token_of[r] * width;
+      const float* o = as_float(out + r * width, width, obuf.data());
+      float* d = out_buffer(dout + r * width, dbuf.data());
+      const Vec vw(w[r]);
+      Vec acc(0.f);
+      std::int64_t i = 0;
+      for (; i + kLanes <= width; i += kLanes) {
+        const Vec gv = Vec::loadu(gt + i);
+        (gv * vw).store(d + i);
+        acc = at::vec::fmadd(gv, Vec::loadu(o + i), acc);
+      }
+      float dot = sum_lanes(acc);
+      for (; i < width; ++i) {
+        d[i] = gt[i] * w[r];
+        dot += gt[i] * o[i];
+      }
+      dw[r] = dot;
+      store(d, dout + r * width, width);
+    }
+  });
+}
+
+template void combine_rows_forward<float>(const float*, const float*, const std::int64_t*, const std::int64_t*,
+                                          float*, std::int64_t, std::int64_t);
+template void combine_rows_forward<c10::BFloat16>(const c10::BFloat16*, const float*, const std::int64_t*,
+                                                  const std::int64_t*, float*, std::int64_t, std::int64_t);
+template void combine_rows_backward<float>(const float*, const float*, const float*, const std::int64_t*, float*,
+                                           float*, std::int64_t, std::int64_t);
+template void combine_rows_backward<c10::BFloat16>(const float*, const c10::BFloat16*, const float*,
+                                                   const std::int64_t*, c10::BFloat16*, float*, std::int64_t,
+                                                   std::int64_t);
+
 // ---- sum of squares, in double ----
 
 double sum_squares(const float* x, std::int64_t n) {
@@ -364,4 +456,4 @@ LFT_FUSED_INSTANTIATE(float)
 LFT_FUSED_INSTANTIATE(c10::BFloat16)
 #undef LFT_FUSED_INSTANTIATE
 
-}  // namespace lft::model::kernels
+}  // namespace lft::model::kernels::LFT_KERNEL_ISA
