@@ -175,7 +175,9 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
 struct CombineRowsFunction : torch::autograd::Function<CombineRowsFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& out, const at::Tensor& weights,
                             const at::Tensor& token_of, std::int64_t tokens) {
-    const at::Tensor o = out.contiguous(), w = weights.contiguous(), index = token_of.contiguous();
+    // bf16 rows times bf16 weights (the router's dtype under autocast) give bf16 products.
+    const bool bf16_products = out.scalar_type() == at::kBFloat16 && weights.scalar_type() == at::kBFloat16;
+    const at::Tensor o = out.contiguous(), w = weights.to(at::kFloat).contiguous(), index = token_of.contiguous();
     const std::int64_t rows = index.numel(), width = o.size(1);
     // Each token's rows, ascending (counting sort by token).
     std::vector<std::int64_t> starts(static_cast<std::size_t>(tokens) + 1, 0), by_token(static_cast<std::size_t>(rows));
@@ -188,9 +190,11 @@ struct CombineRowsFunction : torch::autograd::Function<CombineRowsFunction> {
     with_dtype(o.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
       LFT_KERNEL(combine_rows_forward<T>)(o.data_ptr<T>(), w.data_ptr<float>(), starts.data(), by_token.data(),
-                                          y.data_ptr<float>(), tokens, width);
+                                          y.data_ptr<float>(), tokens, width, bf16_products);
     });
     ctx->save_for_backward({o, w, index});
+    ctx->saved_data["bf16_products"] = bf16_products;
+    ctx->saved_data["weights_dtype"] = static_cast<std::int64_t>(weights.scalar_type());
     return y;
   }
 
@@ -198,14 +202,16 @@ struct CombineRowsFunction : torch::autograd::Function<CombineRowsFunction> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &o = saved[0], &w = saved[1], &index = saved[2];
     const at::Tensor g = grads[0].to(at::kFloat).contiguous();
+    const bool bf16_products = ctx->saved_data["bf16_products"].toBool();
     at::Tensor dout = at::empty_like(o), dw = at::empty_like(w);
     with_dtype(o.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
       LFT_KERNEL(combine_rows_backward<T>)(g.data_ptr<float>(), o.data_ptr<T>(), w.data_ptr<float>(),
                                            index.data_ptr<std::int64_t>(), dout.data_ptr<T>(), dw.data_ptr<float>(),
-                                           o.size(0), o.size(1));
+                                           o.size(0), o.size(1), bf16_products);
     });
-    return {dout, dw, at::Tensor(), at::Tensor()};
+    return {dout, dw.to(static_cast<at::ScalarType>(ctx->saved_data["weights_dtype"].toInt())), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -350,7 +356,7 @@ at::Tensor gather_rows(const at::Tensor& rows, const at::Tensor& index, at::Scal
 at::Tensor fused_combine_rows(const at::Tensor& out, const at::Tensor& weights, const at::Tensor& token_of,
                               std::int64_t tokens, at::ScalarType result_dtype) {
   if (!enabled(kFusedMoeCombine) || !on_cpu(out) || !on_cpu(weights) || !on_cpu(token_of) || out.dim() != 2 ||
-      !fp32_or_bf16(out) || weights.scalar_type() != at::kFloat || weights.dim() != 1 ||
+      !fp32_or_bf16(out) || !fp32_or_bf16(weights) || weights.dim() != 1 ||
       token_of.scalar_type() != at::kLong || weights.numel() != out.size(0) || token_of.numel() != out.size(0) ||
       result_dtype != at::kFloat)
     return {};

@@ -61,15 +61,17 @@ template <typename S, typename D>
 void gather_rows(const S* src, const std::int64_t* rows, D* dst, std::int64_t n, std::int64_t width);
 
 // The routed experts' outputs back to their tokens: y[t] = sum over token t's rows (rows[starts[t]]
-// .. rows[starts[t + 1] - 1], ascending) of out[r] * w[r], each product rounded to fp32 and added
-// in that order (index_add's arithmetic).
+// .. rows[starts[t + 1] - 1], ascending) of out[r] * w[r], each product rounded to fp32 (to bf16
+// with bf16_products: bf16 rows times bf16 weights) and added in fp32 in that order (index_add's
+// arithmetic).
 template <typename T>
 void combine_rows_forward(const T* out, const float* w, const std::int64_t* starts, const std::int64_t* rows,
-                          float* y, std::int64_t tokens, std::int64_t width);
-// dout[r] = g[token_of[r]] * w[r] rounded to T, dw[r] = <g[token_of[r]], out[r]>.
+                          float* y, std::int64_t tokens, std::int64_t width, bool bf16_products);
+// dout[r] = g[token_of[r]] * w[r] rounded to T, dw[r] = <g[token_of[r]], out[r]>; with
+// bf16_products g is rounded to bf16 first (the products' dtype).
 template <typename T>
 void combine_rows_backward(const float* g, const T* out, const float* w, const std::int64_t* token_of, T* dout,
-                           float* dw, std::int64_t rows, std::int64_t width);
+                           float* dw, std::int64_t rows, std::int64_t width, bool bf16_products);
 
 // sum(x^2) over n floats, accumulated in double.
 double sum_squares(const float* x, std::int64_t n);

@@ -347,9 +347,16 @@ template void gather_rows<c10::BFloat16, c10::BFloat16>(const c10::BFloat16*, co
 
 // ---- routed rows back to their tokens ----
 
+namespace {
+
+Vec rounded_if(bool bf16, const Vec& v) { return bf16 ? round_bf16(v) : v; }
+float rounded_if(bool bf16, float v) { return bf16 ? static_cast<float>(c10::BFloat16(v)) : v; }
+
+}  // namespace
+
 template <typename T>
 void combine_rows_forward(const T* out, const float* w, const std::int64_t* starts, const std::int64_t* rows,
-                          float* y, std::int64_t tokens, std::int64_t width) {
+                          float* y, std::int64_t tokens, std::int64_t width, bool bf16_products) {
   at::parallel_for(0, tokens, 16, [&](std::int64_t t0, std::int64_t t1) {
     std::vector<float> buf(static_cast<std::size_t>(width));
     for (std::int64_t t = t0; t < t1; ++t) {
@@ -360,8 +367,9 @@ void combine_rows_forward(const T* out, const float* w, const std::int64_t* star
         const float* o = as_float(out + r * width, width, buf.data());
         const Vec vw(w[r]);
         std::int64_t i = 0;
-        for (; i + kLanes <= width; i += kLanes) (Vec::loadu(yt + i) + Vec::loadu(o + i) * vw).store(yt + i);
-        for (; i < width; ++i) yt[i] += o[i] * w[r];
+        for (; i + kLanes <= width; i += kLanes)
+          (Vec::loadu(yt + i) + rounded_if(bf16_products, Vec::loadu(o + i) * vw)).store(yt + i);
+        for (; i < width; ++i) yt[i] += rounded_if(bf16_products, o[i] * w[r]);
       }
     }
   });
@@ -369,7 +377,7 @@ void combine_rows_forward(const T* out, const float* w, const std::int64_t* star
 
 template <typename T>
 void combine_rows_backward(const float* g, const T* out, const float* w, const std::int64_t* token_of, T* dout,
-                           float* dw, std::int64_t rows, std::int64_t width) {
+                           float* dw, std::int64_t rows, std::int64_t width, bool bf16_products) {
   at::parallel_for(0, rows, 16, [&](std::int64_t r0, std::int64_t r1) {
     std::vector<float> obuf(static_cast<std::size_t>(width)), dbuf(static_cast<std::size_t>(width));
     for (std::int64_t r = r0; r < r1; ++r) {
@@ -380,14 +388,15 @@ void combine_rows_backward(const float* g, const T* out, const float* w, const s
       Vec acc(0.f);
       std::int64_t i = 0;
       for (; i + kLanes <= width; i += kLanes) {
-        const Vec gv = Vec::loadu(gt + i);
+        const Vec gv = rounded_if(bf16_products, Vec::loadu(gt + i));
         (gv * vw).store(d + i);
         acc = at::vec::fmadd(gv, Vec::loadu(o + i), acc);
       }
       float dot = sum_lanes(acc);
       for (; i < width; ++i) {
-        d[i] = gt[i] * w[r];
-        dot += gt[i] * o[i];
+        const float gi = rounded_if(bf16_products, gt[i]);
+        d[i] = gi * w[r];
+        dot += gi * o[i];
       }
       dw[r] = dot;
       store(d, dout + r * width, width);
@@ -396,14 +405,14 @@ void combine_rows_backward(const float* g, const T* out, const float* w, const s
 }
 
 template void combine_rows_forward<float>(const float*, const float*, const std::int64_t*, const std::int64_t*,
-                                          float*, std::int64_t, std::int64_t);
+                                          float*, std::int64_t, std::int64_t, bool);
 template void combine_rows_forward<c10::BFloat16>(const c10::BFloat16*, const float*, const std::int64_t*,
-                                                  const std::int64_t*, float*, std::int64_t, std::int64_t);
+                                                  const std::int64_t*, float*, std::int64_t, std::int64_t, bool);
 template void combine_rows_backward<float>(const float*, const float*, const float*, const std::int64_t*, float*,
-                                           float*, std::int64_t, std::int64_t);
+                                           float*, std::int64_t, std::int64_t, bool);
 template void combine_rows_backward<c10::BFloat16>(const float*, const c10::BFloat16*, const float*,
                                                    const std::int64_t*, c10::BFloat16*, float*, std::int64_t,
-                                                   std::int64_t);
+                                                   std::int64_t, bool);
 
 // ---- sum of squares, in double ----
 

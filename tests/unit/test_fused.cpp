@@ -206,6 +206,8 @@ TEST(Fused, MoeCombineMatchesIndexAdd) {
   };
   compare(kFusedMoeCombine, {randn({9, 37}, 1), randn({9}, 2)}, f, 1e-6);
   compare(kFusedMoeCombine, {randn({9, 37}, 3, at::kBFloat16), randn({9}, 4)}, f, 1e-2);
+  // bf16 weights (the router's dtype under autocast): bf16 products, summed in fp32
+  compare(kFusedMoeCombine, {randn({9, 37}, 3, at::kBFloat16), randn({9}, 4, at::kBFloat16)}, f, 1e-2);
   if (!fused_kernels_supported()) return;
   const std::vector<at::Tensor> x{randn({9, 37}, 5).detach(), randn({9}, 6).detach()};
   at::Tensor fused;
@@ -214,6 +216,12 @@ TEST(Fused, MoeCombineMatchesIndexAdd) {
     fused = f(x);
   }
   EXPECT_TRUE(at::equal(fused, f(x)));
+  const std::vector<at::Tensor> x16{x[0].to(at::kBFloat16), x[1].to(at::kBFloat16)};
+  {
+    FusedScope scope(kFusedMoeCombine);
+    fused = f(x16);
+  }
+  EXPECT_TRUE(at::equal(fused, f(x16)));
 }
 
 TEST(Fused, ParsesItsConfigValue) {
