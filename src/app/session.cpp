@@ -4,8 +4,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <sstream>
+#include <string>
 
 #include "lft/app/agreement.h"
 #include "lft/app/init_model.h"
@@ -63,6 +65,15 @@ void choose_fused_kernels(const config::Config& cfg) {
     mask = 0;
   }
   model::set_fused_kernels(mask);
+  // LFT_KERNEL_ISA=avx2 runs the AVX2 build on an AVX-512 CPU (with ONEDNN_MAX_CPU_ISA=AVX2 and
+  // MKL_ENABLE_INSTRUCTIONS=AVX2, an AVX2-only machine's kernels; docs/testing.md).
+  if (const char* isa = std::getenv("LFT_KERNEL_ISA"); isa != nullptr && *isa != '\0') {
+    try {
+      model::set_kernel_isa(isa);
+    } catch (const std::invalid_argument& e) {
+      throw config::ConfigError(std::string("environment LFT_KERNEL_ISA: ") + e.what());
+    }
+  }
 }
 
 }  // namespace

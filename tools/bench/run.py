@@ -332,7 +332,7 @@ def main_table(args, cfg):
                   + (f"  (compile failed: {compiled['error']})" if "error" in compiled else ""), flush=True)
 
 
-ABLATION = ("all", "none", "rmsnorm", "swiglu", "rotary", "cross_entropy")
+ABLATION = ("all", "none", "rmsnorm", "swiglu", "rotary", "cross_entropy", "attention")
 
 
 def ablation_table(args, cfg):
