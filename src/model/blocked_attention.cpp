@@ -65,7 +65,7 @@ struct FusedBlockedAttention : torch::autograd::Function<FusedBlockedAttention> 
       const at::Tensor scores = at::matmul(stacked_rows(q, first, rows, kv_heads), k.narrow(2, 0, keys).transpose(2, 3));
       at::Tensor p = at::empty_like(scores);
       LFT_KERNEL(causal_softmax_forward)(scores.data_ptr<at::BFloat16>(), p.data_ptr<at::BFloat16>(),
-                                      scores.numel() / keys, rows, first, keys, static_cast<float>(scale));
+                                         scores.numel() / keys, rows, first, keys, static_cast<float>(scale));
       out.narrow(1, first, rows).copy_(at::matmul(p, v.narrow(2, 0, keys)).view({b, heads, rows, d}).transpose(1, 2));
       saved.push_back(p);
     }
@@ -91,7 +91,7 @@ struct FusedBlockedAttention : torch::autograd::Function<FusedBlockedAttention> 
       dv.narrow(2, 0, keys).add_(at::matmul(p.transpose(2, 3), g));
       at::Tensor ds = at::empty_like(p);
       LFT_KERNEL(causal_softmax_backward)(p.data_ptr<at::BFloat16>(), dp.data_ptr<at::BFloat16>(),
-                                       ds.data_ptr<at::BFloat16>(), p.numel() / keys, rows, first, keys, scale);
+                                          ds.data_ptr<at::BFloat16>(), p.numel() / keys, rows, first, keys, scale);
       dq.narrow(1, first, rows).copy_(at::matmul(ds, keys_k).view({b, heads, rows, d}).transpose(1, 2));
       dk.narrow(2, 0, keys).add_(at::matmul(ds.transpose(2, 3), stacked_rows(q, first, rows, kv_heads)));
     }

@@ -4,9 +4,9 @@
 #include <torch/autograd.h>
 
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
-#include <stdexcept>
 
 #include "fused_kernels.h"
 
@@ -52,7 +52,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     with_dtype(xc.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
       LFT_KERNEL(rmsnorm_forward<T>)(xc.data_ptr<T>(), weight.data_ptr<float>(), y.data_ptr<float>(),
-                                  rstd.data_ptr<float>(), rows, n, static_cast<float>(eps));
+                                     rstd.data_ptr<float>(), rows, n, static_cast<float>(eps));
     });
     ctx->save_for_backward({xc, weight, rstd});
     return y;
@@ -68,7 +68,7 @@ struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
     with_dtype(x.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
       LFT_KERNEL(rmsnorm_backward<T>)(dy.data_ptr<float>(), x.data_ptr<T>(), weight.data_ptr<float>(),
-                                   rstd.data_ptr<float>(), dx.data_ptr<T>(), dw.data_ptr<float>(), rows, n);
+                                      rstd.data_ptr<float>(), dx.data_ptr<T>(), dw.data_ptr<float>(), rows, n);
     });
     return {dx, ctx->needs_input_grad(1) ? dw : at::Tensor(), at::Tensor()};
   }
@@ -96,7 +96,7 @@ struct SwiGluFunction : torch::autograd::Function<SwiGluFunction> {
     with_dtype(g.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
       LFT_KERNEL(swiglu_backward<T>)(dh.data_ptr<T>(), g.data_ptr<T>(), u.data_ptr<T>(), dg.data_ptr<T>(),
-                                  du.data_ptr<T>(), g.numel());
+                                     du.data_ptr<T>(), g.numel());
     });
     return {dg, du};
   }
@@ -111,7 +111,7 @@ struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
     with_dtype(x.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
       LFT_KERNEL(rotary_forward<T>)(x.data_ptr<T>(), cos.data_ptr<float>(), sin.data_ptr<float>(),
-                                 y.data_ptr<float>(), b, t, heads, d);
+                                    y.data_ptr<float>(), b, t, heads, d);
     });
     ctx->save_for_backward({cos, sin});
     ctx->saved_data["dtype"] = static_cast<std::int64_t>(x.scalar_type());
@@ -128,7 +128,7 @@ struct RotaryFunction : torch::autograd::Function<RotaryFunction> {
     with_dtype(dtype, [&](auto tag) {
       using T = decltype(tag);
       LFT_KERNEL(rotary_backward<T>)(dy.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(),
-                                  dx.data_ptr<T>(), b, t, heads, d);
+                                     dx.data_ptr<T>(), b, t, heads, d);
     });
     return {dx, at::Tensor(), at::Tensor()};
   }
@@ -146,7 +146,7 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
     with_dtype(logits.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
       bad = LFT_KERNEL(cross_entropy_forward<T>)(logits.data_ptr<T>(), ids.data_ptr<std::int64_t>(),
-                                              loss.data_ptr<float>(), lse.data_ptr<float>(), b, t, v, ignore_id);
+                                                 loss.data_ptr<float>(), lse.data_ptr<float>(), b, t, v, ignore_id);
     });
     TORCH_CHECK(bad < 0, "Target ", bad, " is out of bounds.");
     ctx->save_for_backward({logits, ids, lse});
@@ -163,8 +163,8 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
     with_dtype(logits.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
       LFT_KERNEL(cross_entropy_backward<T>)(grad.data_ptr<float>(), logits.data_ptr<T>(), ids.data_ptr<std::int64_t>(),
-                                         lse.data_ptr<float>(), dlogits.data_ptr<T>(), b, t, v,
-                                         ctx->saved_data["ignore_id"].toInt());
+                                            lse.data_ptr<float>(), dlogits.data_ptr<T>(), b, t, v,
+                                            ctx->saved_data["ignore_id"].toInt());
     });
     return {dlogits, at::Tensor(), at::Tensor()};
   }
@@ -231,9 +231,12 @@ unsigned parse_fused_kernels(const std::string& value) {
         mask |= bit;
         known = true;
       }
-    if (!known)
-      throw std::invalid_argument("'" + item + "' is not a fused kernel: use \"all\", \"none\" or a comma list of "
-                                  "rmsnorm, swiglu, rotary, cross_entropy, attention, moe_combine");
+    if (!known) {
+      std::string names;
+      for (const auto& [name, bit] : kNames) names += (names.empty() ? "" : ", ") + std::string(name);
+      throw std::invalid_argument("'" + item + "' is not a fused kernel: use \"all\", \"none\" or a comma list of " +
+                                  names);
+    }
   }
   return mask;
 }
@@ -347,7 +350,7 @@ at::Tensor gather_rows(const at::Tensor& rows, const at::Tensor& index, at::Scal
       using S = decltype(s);
       using D = decltype(d);
       LFT_KERNEL(gather_rows<S, D>)(src.data_ptr<S>(), idx.data_ptr<std::int64_t>(), out.data_ptr<D>(), out.size(0),
-                                 out.size(1));
+                                    out.size(1));
     });
   });
   return out;

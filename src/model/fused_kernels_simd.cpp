@@ -404,16 +404,6 @@ void combine_rows_backward(const float* g, const T* out, const float* w, const s
   });
 }
 
-template void combine_rows_forward<float>(const float*, const float*, const std::int64_t*, const std::int64_t*,
-                                          float*, std::int64_t, std::int64_t, bool);
-template void combine_rows_forward<c10::BFloat16>(const c10::BFloat16*, const float*, const std::int64_t*,
-                                                  const std::int64_t*, float*, std::int64_t, std::int64_t, bool);
-template void combine_rows_backward<float>(const float*, const float*, const float*, const std::int64_t*, float*,
-                                           float*, std::int64_t, std::int64_t, bool);
-template void combine_rows_backward<c10::BFloat16>(const float*, const c10::BFloat16*, const float*,
-                                                   const std::int64_t*, c10::BFloat16*, float*, std::int64_t,
-                                                   std::int64_t, bool);
-
 // ---- sum of squares, in double ----
 
 double sum_squares(const float* x, std::int64_t n) {
@@ -460,7 +450,11 @@ double sum_squares(const float* x, std::int64_t n) {
                                                  std::int64_t);                                    \
   template void cross_entropy_backward<T>(const float*, const T*, const std::int64_t*,             \
                                           const float*, T*, std::int64_t, std::int64_t,            \
-                                          std::int64_t, std::int64_t);
+                                          std::int64_t, std::int64_t);                             \
+  template void combine_rows_forward<T>(const T*, const float*, const std::int64_t*, const std::int64_t*, \
+                                        float*, std::int64_t, std::int64_t, bool);                 \
+  template void combine_rows_backward<T>(const float*, const T*, const float*, const std::int64_t*, T*, \
+                                         float*, std::int64_t, std::int64_t, bool);
 LFT_FUSED_INSTANTIATE(float)
 LFT_FUSED_INSTANTIATE(c10::BFloat16)
 #undef LFT_FUSED_INSTANTIATE

@@ -31,7 +31,8 @@ at::Tensor swiglu(const at::Tensor& gu) {
   if (gu.scalar_type() == at::kFloat)
     LFT_KERNEL(swiglu_forward_paired<float>)(gu.data_ptr<float>(), h.data_ptr<float>(), gu.size(0), width);
   else
-    LFT_KERNEL(swiglu_forward_paired<at::BFloat16>)(gu.data_ptr<at::BFloat16>(), h.data_ptr<at::BFloat16>(), gu.size(0), width);
+    LFT_KERNEL(swiglu_forward_paired<at::BFloat16>)(gu.data_ptr<at::BFloat16>(), h.data_ptr<at::BFloat16>(),
+                                                    gu.size(0), width);
   return h;
 }
 
@@ -44,10 +45,11 @@ at::Tensor swiglu_backward(const at::Tensor& dh, const at::Tensor& gu) {
   }
   at::Tensor dgu = at::empty_like(gu);
   if (gu.scalar_type() == at::kFloat)
-    LFT_KERNEL(swiglu_backward_paired<float>)(dh.data_ptr<float>(), gu.data_ptr<float>(), dgu.data_ptr<float>(), gu.size(0), width);
+    LFT_KERNEL(swiglu_backward_paired<float>)(dh.data_ptr<float>(), gu.data_ptr<float>(), dgu.data_ptr<float>(),
+                                              gu.size(0), width);
   else
     LFT_KERNEL(swiglu_backward_paired<at::BFloat16>)(dh.data_ptr<at::BFloat16>(), gu.data_ptr<at::BFloat16>(),
-                                    dgu.data_ptr<at::BFloat16>(), gu.size(0), width);
+                                                     dgu.data_ptr<at::BFloat16>(), gu.size(0), width);
   return dgu;
 }
 
@@ -216,7 +218,8 @@ struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
     const at::Tensor &x = saved[0], &gu = saved[1], &h = saved[2];
     const Groups groups = groups_of(saved[3], x.device(), x.scalar_type());
     const auto experts = static_cast<std::int64_t>(groups.sizes.size());
-    const Stacks w = saved[4].defined() ? Stacks{saved[4], saved[5]} : cast_weights(saved, kFirstWeight, groups.sizes, x.scalar_type());
+    const Stacks w = saved[4].defined() ? Stacks{saved[4], saved[5]}
+                                        : cast_weights(saved, kFirstWeight, groups.sizes, x.scalar_type());
     const at::Tensor dy = to_layout(grads[0], groups, x.scalar_type());
     const at::Tensor dgu = swiglu_backward(rows_times(dy, w.down, groups), gu);
     const auto rows_dtype = static_cast<at::ScalarType>(ctx->saved_data["rows_dtype"].toInt());

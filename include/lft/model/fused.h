@@ -57,8 +57,9 @@ at::Tensor gather_rows(const at::Tensor& rows, const at::Tensor& index, at::Scal
 // out [R, H] (fp32 or bf16, the routed rows' expert outputs), weights [R] (fp32 or bf16), token_of
 // [R] int64: the [tokens, H] fp32 sum of out * weights into each row's token, as zeros + index_add
 // of the products (each product rounded to its dtype, the promotion of out's and weights', a
-// token's rows added in fp32 in row order), in one pass and without the [R, H] products. Undefined where it does not apply (not enabled, not these dtypes,
-// a result dtype other than fp32): the caller runs the formula.
+// token's rows added in fp32 in row order), in one pass and without the [R, H] products.
+// Undefined where it does not apply (not enabled, not these dtypes, a result dtype other than
+// fp32): the caller runs the formula.
 at::Tensor fused_combine_rows(const at::Tensor& out, const at::Tensor& weights, const at::Tensor& token_of,
                               std::int64_t tokens, at::ScalarType result_dtype);
 // logits [b, t, v]: the per-token losses [b, t - 1] (0 where the target is ignore_id).
