@@ -50,12 +50,7 @@ int print_example(const config::Config& cfg, std::int64_t index) {
 
 // The fused CPU kernels the config asks for; the default "all" on a CPU without AVX2 means none.
 void choose_fused_kernels(const config::Config& cfg) {
-  unsigned mask = 0;
-  try {
-    mask = model::parse_fused_kernels(cfg.string("fused_kernels"));
-  } catch (const std::invalid_argument& e) {
-    throw config::ConfigError("config error: " + cfg.where("fused_kernels") + ": " + e.what());
-  }
+  unsigned mask = engine::fused_kernels_of(cfg);
   if (mask != 0 && !model::fused_kernels_supported()) {
     if (cfg.is_set("fused_kernels"))
       throw config::ConfigError("config error: " + cfg.where("fused_kernels") + ": fused_kernels = \"" +
@@ -139,7 +134,7 @@ int run_session(Runtime& rt, const CliOptions& opts) {
   log0(check_communication(world, mesh));
   std::optional<engine::RunPlan> plan;
   run_agreed([&] {
-    plan = engine::resolve_run_plan(cfg, shape, device.cuda && !device.shared);
+    plan = engine::resolve_run_plan(cfg, shape, device.cuda && !device.shared, !device.cuda);
     if (!device.cuda) plan->memory.process = static_cast<double>(current_rss_bytes() - cpu_bytes_in_use());
     if (!device.cuda)
       engine::check_fits_in_memory(*plan, rt.local_size(), usable_node_memory_bytes(rt.local_size()));

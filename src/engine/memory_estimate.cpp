@@ -10,6 +10,7 @@
 #include "lft/engine/megatron_plan.h"
 #include "lft/engine/pipeline_schedule.h"
 #include "lft/engine/shard_layout.h"
+#include "lft/model/blocked_attention.h"
 #include "lft/model/finetuning.h"
 #include "lft/model/moe.h"
 #include "lft/model/muon_matrices.h"
@@ -82,13 +83,31 @@ double numel(const std::vector<Shape>& shapes) {
 // the MLP's and the vocabulary's widths for the forward's transient peak.
 struct Widths {
   double layer, head, stream, ffn, vocab;
+  double scores = 0;  // bytes per token a layer's blocked attention keeps (its probabilities)
 };
 
-Widths model_widths(const model::CausalLM& m, int tp, bool sequence_parallel) {
+// The probabilities the blocked attention keeps per token in a layer (on a CPU, where it serves
+// the run's dtype and sequence length; not under ring attention, packed sequences' masks,
+// sliding windows shorter than the sequence or soft-capping, which take other paths): the
+// query heads of a tensor-parallel rank over the whole sequence (Ulysses' ranks hold heads / cp
+// of cp times the tokens: as many).
+double attention_score_bytes(const RunPlan& run, int tp) {
+  const model::ModelConfig& c = run.model;
+  const std::int64_t t = run.seq_len;
+  if (!run.cpu || !model::blocked_attention_serves(run.compute, t, run.fused_attention) ||
+      (run.mesh[MeshDim::CP] > 1 && run.parallel.cp_ring) || run.joined_micro_batches ||
+      c.attn_logit_softcapping > 0 || (c.sliding_window > 0 && c.sliding_window < t))
+    return 0;
+  return static_cast<double>((c.num_attention_heads + tp - 1) / tp) *
+         model::blocked_attention_saved_bytes_per_token(t, run.compute);
+}
+
+Widths model_widths(const RunPlan& run, const model::CausalLM& m, int tp, bool sequence_parallel) {
   const model::ModelConfig& c = m.config();
   return {m.layer_saved_elements_per_token(tp, sequence_parallel), m.head_saved_elements_per_token(tp),
           static_cast<double>(c.hidden_size) / (sequence_parallel ? tp : 1),
-          static_cast<double>((c.intermediate_size + tp - 1) / tp), static_cast<double>((c.vocab_size + tp - 1) / tp)};
+          static_cast<double>((c.intermediate_size + tp - 1) / tp), static_cast<double>((c.vocab_size + tp - 1) / tp),
+          attention_score_bytes(run, tp)};
 }
 
 // Activations one micro-batch keeps through `layers` decoder layers, with the embedding's output
@@ -104,7 +123,8 @@ double activation_bytes(const RunPlan& run, double layers, const Widths& w, bool
   if (embed) kept += w.stream;
   if (head) kept += w.head;
   const double transient = head ? 2 * w.vocab : w.ffn;
-  return tokens * (kept + transient) * bytes;
+  const double score_layers = run.gradient_checkpointing ? std::min(layers, 1.0) : layers;
+  return tokens * ((kept + transient) * bytes + score_layers * w.scores);
 }
 
 }  // namespace
@@ -167,7 +187,7 @@ MemoryEstimate estimate_replicated(const RunPlan& run, bool buckets) {
   // copy of every weight it casts for the forward.
   e.gathered = (buckets ? 4 * trained : 0.0) + (run.compute != at::kFloat ? 2 * p : 0.0);
   e.activations = activation_bytes(run, static_cast<double>(run.model.num_hidden_layers),
-                                   model_widths(*model, 1, false), true, true);
+                                   model_widths(run, *model, 1, false), true, true);
   e.gradients_during_forward = run.accumulation > 1;
   return e;
 }
@@ -306,7 +326,7 @@ MemoryEstimate estimate_sharded(const RunPlan& run, const ShardingPlan& plan) {
   MemoryEstimate e = sharded_terms(sharding_units(*model, Counted::All), sharding_units(*model, Counted::Trained),
                                    sharding_units(*model, Counted::Frozen), n, plan, run.nccl);
   e.activations = activation_bytes(run, static_cast<double>(run.model.num_hidden_layers),
-                                   model_widths(*model, 1, false), true, true);
+                                   model_widths(run, *model, 1, false), true, true);
   return e;
 }
 
@@ -318,7 +338,7 @@ MemoryEstimate estimate_megatron(const RunPlan& run) {
   const int shards = plan.distributed_optimizer ? dp : run.mesh[MeshDim::DPShard] * run.mesh[MeshDim::CP];
   // The plan's policy (with offload where asked); without a sharding strategy its defaults.
   const ShardingPlan sharding = run.parallel.sharded ? *run.parallel.sharded : megatron_sharding_plan(plan, run.compute);
-  const Widths widths = model_widths(*m, plan.tp, plan.sequence_parallel);
+  const Widths widths = model_widths(run, *m, plan.tp, plan.sequence_parallel);
   // Chunks whose activations a stage holds at once, from the schedule itself.
   std::vector<int> live(static_cast<std::size_t>(plan.pp), 1);
   if (plan.pp > 1)

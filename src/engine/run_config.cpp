@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "lft/engine/run_plan.h"
 #include "lft/model/adapter_weights.h"
 #include "lft/model/float8.h"
+#include "lft/model/fused.h"
 #include "lft/model/prequantized.h"
 #include "lft/model/layers.h"
 #include "lft/model/score_head.h"
@@ -165,9 +167,19 @@ std::shared_ptr<model::CausalLM> checked_meta_model(const config::Config& cfg, c
   }
 }
 
-RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool nccl) {
+unsigned fused_kernels_of(const config::Config& cfg) {
+  try {
+    return model::parse_fused_kernels(cfg.string("fused_kernels"));
+  } catch (const std::invalid_argument& e) {
+    throw config::ConfigError("config error: " + cfg.where("fused_kernels") + ": " + e.what());
+  }
+}
+
+RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool nccl, bool cpu) {
   RunPlan p;
   p.nccl = nccl;
+  p.cpu = cpu;
+  p.fused_attention = (fused_kernels_of(cfg) & model::kFusedAttention) != 0 && model::fused_kernels_supported();
   p.model = model::ModelConfig::from_run_config(cfg);
   p.mesh = mesh;
   p.micro_batch = cfg.integer("per_device_train_batch_size");

@@ -19,6 +19,12 @@ namespace {
 // scaled_dot_product_attention; blocks of 64 spend 84 ms, 256 64 ms, one block 80 ms).
 constexpr std::int64_t kBlockRows = 128;
 
+// The probabilities' bytes per token and query head the blocked attention may keep for backward:
+// fp32 up to 1024 tokens, bf16 up to 2176 (2304 bytes: 576 keys a row on average in fp32). A
+// Qwen3-0.6B layer keeps ~6.6 KiB of other activations per token and head in fp32, so the scores
+// add at most ~35% to a layer's activations.
+constexpr double kMaxSavedBytesPerTokenAndHead = 2304;
+
 // Additive mask of the query rows [first, first + rows) over keys [0, first + rows): -inf above
 // the diagonal, repeated for the `group` query heads whose rows are stacked in one block.
 at::Tensor diagonal_mask(std::int64_t first, std::int64_t rows, std::int64_t group, const at::TensorOptions& options) {
@@ -48,10 +54,26 @@ at::Tensor stacked_rows(const at::Tensor& x, std::int64_t first, std::int64_t ro
   return x.narrow(2, first, rows).reshape({x.size(0), kv_heads, -1, x.size(3)});
 }
 
-// bf16 blocked attention with the fused causal softmax (kernels::causal_softmax_*): per block one
-// GEMM for the scores, one kernel pass for scale, mask, softmax and cast, one GEMM with v; the
-// bf16 probabilities are saved (2 bytes a score, where the formula's autograd keeps its fp32
-// softmax and the bf16 copy). Backward accumulates k's and v's gradients over the blocks in fp32.
+// The fused causal softmax on a block's scores of bf16 or fp32 (kernels::causal_softmax_*).
+template <typename T>
+void softmax_forward(const at::Tensor& scores, const at::Tensor& p, std::int64_t rows, std::int64_t first,
+                     float scale) {
+  const std::int64_t keys = scores.size(-1);
+  LFT_KERNEL(causal_softmax_forward<T>)(scores.data_ptr<T>(), p.data_ptr<T>(), scores.numel() / keys, rows, first,
+                                        keys, scale);
+}
+template <typename T>
+void softmax_backward(const at::Tensor& p, const at::Tensor& dp, const at::Tensor& ds, std::int64_t rows,
+                      std::int64_t first, float scale) {
+  const std::int64_t keys = p.size(-1);
+  LFT_KERNEL(causal_softmax_backward<T>)(p.data_ptr<T>(), dp.data_ptr<T>(), ds.data_ptr<T>(), p.numel() / keys, rows,
+                                         first, keys, scale);
+}
+
+// Blocked attention with the fused causal softmax, bf16 or fp32: per block one GEMM for the
+// scores, one kernel pass for scale, mask, softmax and cast, one GEMM with v; the probabilities
+// are saved in the compute dtype (where the formula's autograd keeps its fp32 softmax and, in
+// bf16, the bf16 copy). Backward accumulates k's and v's gradients over the blocks in fp32.
 struct FusedBlockedAttention : torch::autograd::Function<FusedBlockedAttention> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k_given,
                             const at::Tensor& v_given, double scale) {
@@ -64,8 +86,8 @@ struct FusedBlockedAttention : torch::autograd::Function<FusedBlockedAttention> 
       const std::int64_t rows = std::min(kBlockRows, t - first), keys = first + rows;
       const at::Tensor scores = at::matmul(stacked_rows(q, first, rows, kv_heads), k.narrow(2, 0, keys).transpose(2, 3));
       at::Tensor p = at::empty_like(scores);
-      LFT_KERNEL(causal_softmax_forward)(scores.data_ptr<at::BFloat16>(), p.data_ptr<at::BFloat16>(),
-                                         scores.numel() / keys, rows, first, keys, static_cast<float>(scale));
+      if (q.scalar_type() == at::kFloat) softmax_forward<float>(scores, p, rows, first, static_cast<float>(scale));
+      else softmax_forward<at::BFloat16>(scores, p, rows, first, static_cast<float>(scale));
       out.narrow(1, first, rows).copy_(at::matmul(p, v.narrow(2, 0, keys)).view({b, heads, rows, d}).transpose(1, 2));
       saved.push_back(p);
     }
@@ -85,13 +107,13 @@ struct FusedBlockedAttention : torch::autograd::Function<FusedBlockedAttention> 
     std::size_t block = 3;
     for (std::int64_t first = 0; first < t; first += kBlockRows, ++block) {
       const std::int64_t rows = std::min(kBlockRows, t - first), keys = first + rows;
-      const at::Tensor& p = saved[block];
+      const at::Tensor& p = saved[block];  // [B, kv_heads, group * rows, keys]
       const at::Tensor g = stacked_rows(dout, first, rows, kv_heads), keys_k = k.narrow(2, 0, keys);
       const at::Tensor dp = at::matmul(g, v.narrow(2, 0, keys).transpose(2, 3));
       dv.narrow(2, 0, keys).add_(at::matmul(p.transpose(2, 3), g));
       at::Tensor ds = at::empty_like(p);
-      LFT_KERNEL(causal_softmax_backward)(p.data_ptr<at::BFloat16>(), dp.data_ptr<at::BFloat16>(),
-                                          ds.data_ptr<at::BFloat16>(), p.numel() / keys, rows, first, keys, scale);
+      if (q.scalar_type() == at::kFloat) softmax_backward<float>(p, dp, ds, rows, first, scale);
+      else softmax_backward<at::BFloat16>(p, dp, ds, rows, first, scale);
       dq.narrow(1, first, rows).copy_(at::matmul(ds, keys_k).view({b, heads, rows, d}).transpose(1, 2));
       dk.narrow(2, 0, keys).add_(at::matmul(ds.transpose(2, 3), stacked_rows(q, first, rows, kv_heads)));
     }
@@ -101,8 +123,33 @@ struct FusedBlockedAttention : torch::autograd::Function<FusedBlockedAttention> 
 
 }  // namespace
 
+namespace {
+bool fused_softmax_on() { return (fused_kernels() & kFusedAttention) != 0 && fused_kernels_supported(); }
+bool fused_softmax_serves(at::ScalarType dtype) {
+  return (dtype == at::kBFloat16 || dtype == at::kFloat) && fused_softmax_on();
+}
+}  // namespace
+
+// bf16 always (its GEMMs beat LibTorch's MKL path without the fused softmax too); fp32 with the
+// fused softmax only (without it LibTorch's flash attention is as fast). Up to the length where
+// the probabilities kept for backward reach kMaxSavedBytesPerTokenAndHead; beyond it LibTorch's
+// flash attention, which keeps O(T) per head (its output and log-sum-exp) where these grow as T^2.
+bool blocked_attention_serves(at::ScalarType compute, std::int64_t t, bool fused_softmax) {
+  return t > kBlockRows && (compute == at::kBFloat16 || (compute == at::kFloat && fused_softmax)) &&
+         blocked_attention_saved_bytes_per_token(t, compute) <= kMaxSavedBytesPerTokenAndHead;
+}
+
 bool blocked_attention_applies(const at::Tensor& q) {
-  return q.device().is_cpu() && compute_dtype(q) == at::kBFloat16 && q.size(2) > kBlockRows;
+  return q.device().is_cpu() && blocked_attention_serves(compute_dtype(q), q.size(2), fused_softmax_on());
+}
+
+double blocked_attention_saved_bytes_per_token(std::int64_t t, at::ScalarType dtype) {
+  double scores = 0;  // the rows of every block times the keys up to its end
+  for (std::int64_t first = 0; first < t; first += kBlockRows) {
+    const std::int64_t rows = std::min(kBlockRows, t - first);
+    scores += static_cast<double>(rows) * static_cast<double>(first + rows);
+  }
+  return scores / static_cast<double>(t) * static_cast<double>(c10::elementSize(dtype));
 }
 
 at::Tensor blocked_causal_attention(const at::Tensor& q_given, const at::Tensor& k_given, const at::Tensor& v_given,
@@ -113,8 +160,7 @@ at::Tensor blocked_causal_attention(const at::Tensor& q_given, const at::Tensor&
   TORCH_CHECK(heads % kv_heads == 0 && k.size(2) == t && v.size(2) == t, "blocked_causal_attention: q ", q.sizes(),
               " does not match k ", k.sizes(), " and v ", v.sizes());
   const std::int64_t group = heads / kv_heads;
-  if (dtype == at::kBFloat16 && (fused_kernels() & kFusedAttention) != 0 && fused_kernels_supported())
-    return FusedBlockedAttention::apply(q, k, v, scale);
+  if (fused_softmax_serves(dtype)) return FusedBlockedAttention::apply(q, k, v, scale);
   const at::ScalarType softmax_type = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   std::vector<at::Tensor> blocks;
   for (std::int64_t first = 0; first < t; first += kBlockRows) {

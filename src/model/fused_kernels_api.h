@@ -45,15 +45,17 @@ void cross_entropy_backward(const float* grad, const T* logits, const std::int64
                             const float* lse, T* dlogits, std::int64_t b, std::int64_t t,
                             std::int64_t v, std::int64_t ignore_id);
 
-// The blocked causal attention's softmax over `rows` bf16 score rows of `keys` (attention_kernels_simd.cpp):
-// row r is query position first + r % block_rows and sees keys [0, first + r % block_rows]; the
-// rest of its row is 0 in p. Forward: p = softmax(bf16(scores * scale)) in fp32, rounded to bf16.
-void causal_softmax_forward(const c10::BFloat16* scores, c10::BFloat16* p, std::int64_t rows,
-                            std::int64_t block_rows, std::int64_t first, std::int64_t keys, float scale);
-// The scores' gradient: bf16(bf16(p * (dp - <p, dp>)) * scale).
-void causal_softmax_backward(const c10::BFloat16* p, const c10::BFloat16* dp, c10::BFloat16* ds,
-                             std::int64_t rows, std::int64_t block_rows, std::int64_t first, std::int64_t keys,
-                             float scale);
+// The blocked causal attention's softmax over `rows` score rows of `keys`, bf16 or fp32
+// (attention_kernels_simd.cpp): row r is query position first + r % block_rows and sees keys
+// [0, first + r % block_rows]; the rest of its row is 0 in p. Forward: p = softmax(T(scores *
+// scale)) computed in fp32, stored as T.
+template <typename T>
+void causal_softmax_forward(const T* scores, T* p, std::int64_t rows, std::int64_t block_rows, std::int64_t first,
+                            std::int64_t keys, float scale);
+// The scores' gradient: T(T(p * (dp - <p, dp>)) * scale).
+template <typename T>
+void causal_softmax_backward(const T* p, const T* dp, T* ds, std::int64_t rows, std::int64_t block_rows,
+                             std::int64_t first, std::int64_t keys, float scale);
 
 // Row i of dst (n rows of width) = row rows[i] of src converted from S to D, or zeros where
 // rows[i] < 0: the grouped experts' padded layout and back (float/bfloat16 either way).

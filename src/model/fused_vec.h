@@ -109,6 +109,10 @@ inline Vec as_stored(const Vec& v) {
   if constexpr (std::is_same_v<T, c10::BFloat16>) return round_bf16(v);
   else return v;
 }
+template <typename T>
+inline float as_stored(float x) {
+  return static_cast<float>(T(x));
+}
 
 // A row of n values of T as floats: the row itself, or a converted copy in `buf`.
 inline const float* row_as_float(const float* p, std::int64_t, std::vector<float>&) { return p; }

@@ -252,7 +252,7 @@ PlanResult make_plan(const PlanRequest& r) {
   for (Candidate& c : predicted) {
     if (static_cast<int>(result.ranked.size()) >= r.top) break;
     try {
-      const engine::RunPlan plan = engine::resolve_run_plan(parse_with(r, c.overrides), c.layout.mesh);
+      const engine::RunPlan plan = engine::resolve_run_plan(parse_with(r, c.overrides), c.layout.mesh, false, r.cluster.cpus());
       c.prediction.memory_bytes = plan.memory.device_total();
       c.memory_report = plan.memory.str();
     } catch (const config::ConfigError& e) {
@@ -276,7 +276,7 @@ Candidate predict_config_layout(const PlanRequest& r, PlanResult& context) {
   const std::shared_ptr<model::CausalLM> model = meta_model(cfg);
   describe_model(cfg, *model, context);
   const MeshShape mesh = engine::plan_mesh(cfg, engine::engine_for(cfg), r.cluster.world_size());
-  const engine::RunPlan plan = engine::resolve_run_plan(cfg, mesh);
+  const engine::RunPlan plan = engine::resolve_run_plan(cfg, mesh, false, r.cluster.cpus());
   context.global_batch = plan.global_batch;
 
   Candidate c;

@@ -2,7 +2,7 @@
 // in float64 the same function to rounding (so the blocks, the diagonal masks and the grouping of
 // query heads are right), output and every input gradient; in bf16 within what bf16 scores allow,
 // against the same attention computed in fp32; the fused softmax (fused_kernels "attention")
-// against the formula in bf16.
+// against the formula in bf16, and in fp32 against the float64 attention.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -10,6 +10,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "lft/model/blocked_attention.h"
@@ -100,10 +101,51 @@ TEST(BlockedAttention, FusedSoftmaxEqualsTheFormulaWithinBfloat16) {
   }
 }
 
-TEST(BlockedAttention, AppliesToBfloat16OnACpuBeyondOneBlock) {
+// In fp32 the fused softmax's sums and exp (Sleef's 1 ulp) against the attention in float64:
+// as close as LibTorch's own fp32 attention is (the probabilities are kept in fp32).
+TEST(BlockedAttention, FusedSoftmaxInFp32IsAsExactAsLibTorchsFp32Attention) {
+  if (!fused_kernels_supported()) GTEST_SKIP() << "this CPU has no AVX2/FMA: the fused softmax never runs here";
+  for (const std::int64_t t : kLengths) {
+    const std::int64_t b = 2, heads = 4, kv_heads = 2, d = 32;
+    const at::Tensor q = randn({b, heads, t, d}, 17, at::kFloat), k = randn({b, kv_heads, t, d}, 18, at::kFloat),
+                     v = randn({b, kv_heads, t, d}, 19, at::kFloat), g = randn({b, heads, t, d}, 20, at::kFloat);
+    auto fp64 = [](const at::Tensor& x) { return x.detach().to(at::kDouble).requires_grad_(true); };
+    const Outcome exact = attend(fp64(q), fp64(k), fp64(v), g.to(at::kDouble), 0.17, true);
+    const Outcome libtorch = attend(q, k, v, g, 0.17, true);
+    const double out_bound = 2 * std::max(gap(libtorch.out, exact.out), 1e-7);
+    const double grad_bound = 2 * std::max({gap(libtorch.dq, exact.dq), gap(libtorch.dk, exact.dk),
+                                            gap(libtorch.dv, exact.dv), 1e-7});
+    for (const char* build : {"avx2", "auto"}) {
+      SCOPED_TRACE(build);
+      set_kernel_isa(build);
+      set_fused_kernels(kFusedAttention);
+      const bool applies = blocked_attention_applies(q);
+      const Outcome fused = attend(q, k, v, g, 0.17, false);
+      set_fused_kernels(0);
+      EXPECT_EQ(applies, t > 128);
+      EXPECT_EQ(fused.dk.scalar_type(), at::kFloat);
+      expect_close(fused, exact, out_bound, grad_bound, t);
+    }
+  }
+}
+
+TEST(BlockedAttention, AppliesBeyondOneBlockUpToALengthInBfloat16AndInFp32WithTheFusedSoftmax) {
   EXPECT_TRUE(blocked_attention_applies(at::zeros({1, 2, 129, 8}, at::kBFloat16)));
   EXPECT_FALSE(blocked_attention_applies(at::zeros({1, 2, 128, 8}, at::kBFloat16)));
   EXPECT_FALSE(blocked_attention_applies(at::zeros({1, 2, 512, 8}, at::kFloat)));
+  EXPECT_TRUE(blocked_attention_serves(at::kFloat, 512, true));
+  EXPECT_FALSE(blocked_attention_serves(at::kFloat, 128, true));
+  EXPECT_FALSE(blocked_attention_serves(at::kHalf, 512, true));
+  EXPECT_FALSE(blocked_attention_serves(at::kDouble, 512, true));
+  // Beyond the length where its kept probabilities outgrow a layer's other activations: LibTorch's.
+  EXPECT_TRUE(blocked_attention_serves(at::kFloat, 1024, true));
+  EXPECT_FALSE(blocked_attention_serves(at::kFloat, 1025, true));
+  EXPECT_TRUE(blocked_attention_serves(at::kBFloat16, 2048, false));
+  EXPECT_FALSE(blocked_attention_serves(at::kBFloat16, 4096, false));
+  EXPECT_FALSE(blocked_attention_applies(at::zeros({1, 2, 4096, 8}, at::kBFloat16)));
+  // Per token of 300 (blocks of 128, 128, 44 rows over 128, 256, 300 keys), per head, fp32.
+  EXPECT_DOUBLE_EQ(blocked_attention_saved_bytes_per_token(300, at::kFloat),
+                   (128.0 * 128 + 128.0 * 256 + 44.0 * 300) / 300 * 4);
 }
 
 // fp32 query and key (Qwen3's, out of their fp32 norms and rotary) under CPU autocast: attention in

@@ -90,6 +90,11 @@ struct RunPlan {
   // The data-parallel collectives run over NCCL (a GPU per rank), which reduces 16-bit gradients
   // as fp32; else over MPI, whose reduce-scatter carries them in 16 bits (Communicator).
   bool nccl = false;
+  // The ranks compute on CPUs (not GPUs); fused_kernels has "attention" and the CPU runs the
+  // kernels. On a CPU the blocked attention keeps its probabilities for backward (with the fused
+  // softmax also in fp32; model/blocked_attention.h), which the estimate counts.
+  bool cpu = true;
+  bool fused_attention = false;
   MemoryEstimate memory;                             // from the engine (EngineInfo::estimate_memory)
 };
 
@@ -105,9 +110,13 @@ std::shared_ptr<model::CausalLM> create_run_model(const RunPlan& plan, const c10
 // create_run_model on the meta device, a module name the model lacks a ConfigError at its key.
 std::shared_ptr<model::CausalLM> checked_meta_model(const config::Config& cfg, const RunPlan& plan);
 
+// The fused_kernels key as a mask (model/fused.h); a name that is not a kernel is a ConfigError.
+unsigned fused_kernels_of(const config::Config& cfg);
+
 // Resolves the plan of `cfg` on `mesh` (collective-free; every rank reaches the same plan).
 // Throws config::ConfigError for a model or DeepSpeed file that does not fit.
-RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool nccl = false);
+// `cpu`: the ranks compute on CPUs (false: on GPUs).
+RunPlan resolve_run_plan(const config::Config& cfg, const MeshShape& mesh, bool nccl = false, bool cpu = true);
 
 // A ConfigError when the per-rank estimate of `plan` exceeds what `ranks_on_node` ranks can have
 // of `node_bytes` of memory: the run could not fit, so it does not start.

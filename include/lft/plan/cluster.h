@@ -26,6 +26,8 @@ struct Cluster {
   double usable_memory_bytes() const;
   // 16-bit reductions travel (and are counted) as fp32: the MPI backend (docs/communication.md).
   bool reductions_upcast() const { return backend == "mpi"; }
+  // The devices are CPUs: MPI is lftrain's backend for CPU tensors (NCCL's for GPUs).
+  bool cpus() const { return backend == "mpi"; }
   // "h100-8x8: 8 nodes x 8 devices, 80 GiB, 989 TFLOP/s x 0.50, ..."
   std::string summary() const;
 };
