@@ -411,8 +411,9 @@ std::vector<KeySpec> build() {
           .min(0),
       K("fused_kernels", S,
         "Fused CPU kernels for the memory-bound parts of the step: \"all\", \"none\" or a "
-        "comma list of rmsnorm, swiglu, rotary, cross_entropy, attention (the blocked bf16 "
-        "attention's scale, causal mask, softmax and casts), moe_combine (the routed experts' "
+        "comma list of rmsnorm, swiglu, rotary, cross_entropy, attention (the blocked "
+        "attention's scale, causal mask, softmax and casts; with it the blocked attention serves "
+        "fp32 as well as bf16), moe_combine (the routed experts' "
         "weighted outputs summed into their tokens); one pass forward and one backward each; same "
         "arithmetic as the plain formulas, rounded in another order, exp to 20 ulp where the "
         "values are bf16; CPUs with AVX2 and FMA, an AVX-512 build where the CPU has AVX-512 "

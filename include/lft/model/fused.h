@@ -19,7 +19,7 @@ enum FusedKernel : unsigned {
   kFusedSwiGlu = 2,
   kFusedRotary = 4,
   kFusedCrossEntropy = 8,
-  kFusedAttention = 16,  // the blocked causal attention's softmax (bf16; model/blocked_attention.h)
+  kFusedAttention = 16,  // the blocked causal attention's softmax (bf16, fp32; model/blocked_attention.h)
   kFusedMoeCombine = 32,  // the routed experts' outputs, weighted, back to their tokens (model/moe.cpp)
   kFusedAll = 63,
 };
