@@ -99,7 +99,7 @@ double attention_score_bytes(const RunPlan& run, int tp) {
       c.attn_logit_softcapping > 0 || (c.sliding_window > 0 && c.sliding_window < t))
     return 0;
   return static_cast<double>((c.num_attention_heads + tp - 1) / tp) *
-         model::blocked_attention_saved_bytes_per_token(t, run.compute);
+         model::blocked_attention_saved_bytes_per_token(t, run.compute, run.fused_attention);
 }
 
 Widths model_widths(const RunPlan& run, const model::CausalLM& m, int tp, bool sequence_parallel) {

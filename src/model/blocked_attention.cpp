@@ -20,7 +20,8 @@ namespace {
 constexpr std::int64_t kBlockRows = 128;
 
 // The probabilities' bytes per token and query head the blocked attention may keep for backward:
-// fp32 up to 1024 tokens, bf16 up to 2176 (2304 bytes: 576 keys a row on average in fp32). A
+// fp32 up to 1024 tokens, bf16 up to 2176 (without the fused softmax, 6 bytes a score: 640;
+// 2304 bytes: 576 keys a row on average in fp32). A
 // Qwen3-0.6B layer keeps ~6.6 KiB of other activations per token and head in fp32, so the scores
 // add at most ~35% to a layer's activations.
 constexpr double kMaxSavedBytesPerTokenAndHead = 2304;
@@ -136,20 +137,21 @@ bool fused_softmax_serves(at::ScalarType dtype) {
 // flash attention, which keeps O(T) per head (its output and log-sum-exp) where these grow as T^2.
 bool blocked_attention_serves(at::ScalarType compute, std::int64_t t, bool fused_softmax) {
   return t > kBlockRows && (compute == at::kBFloat16 || (compute == at::kFloat && fused_softmax)) &&
-         blocked_attention_saved_bytes_per_token(t, compute) <= kMaxSavedBytesPerTokenAndHead;
+         blocked_attention_saved_bytes_per_token(t, compute, fused_softmax) <= kMaxSavedBytesPerTokenAndHead;
 }
 
 bool blocked_attention_applies(const at::Tensor& q) {
   return q.device().is_cpu() && blocked_attention_serves(compute_dtype(q), q.size(2), fused_softmax_on());
 }
 
-double blocked_attention_saved_bytes_per_token(std::int64_t t, at::ScalarType dtype) {
+double blocked_attention_saved_bytes_per_token(std::int64_t t, at::ScalarType dtype, bool fused_softmax) {
   double scores = 0;  // the rows of every block times the keys up to its end
   for (std::int64_t first = 0; first < t; first += kBlockRows) {
     const std::int64_t rows = std::min(kBlockRows, t - first);
     scores += static_cast<double>(rows) * static_cast<double>(first + rows);
   }
-  return scores / static_cast<double>(t) * static_cast<double>(c10::elementSize(dtype));
+  const double bytes = static_cast<double>(c10::elementSize(dtype)) + (fused_softmax ? 0.0 : 4.0);
+  return scores / static_cast<double>(t) * bytes;
 }
 
 at::Tensor blocked_causal_attention(const at::Tensor& q_given, const at::Tensor& k_given, const at::Tensor& v_given,

@@ -140,12 +140,17 @@ TEST(BlockedAttention, AppliesBeyondOneBlockUpToALengthInBfloat16AndInFp32WithTh
   // Beyond the length where its kept probabilities outgrow a layer's other activations: LibTorch's.
   EXPECT_TRUE(blocked_attention_serves(at::kFloat, 1024, true));
   EXPECT_FALSE(blocked_attention_serves(at::kFloat, 1025, true));
-  EXPECT_TRUE(blocked_attention_serves(at::kBFloat16, 2048, false));
-  EXPECT_FALSE(blocked_attention_serves(at::kBFloat16, 4096, false));
+  EXPECT_TRUE(blocked_attention_serves(at::kBFloat16, 2048, true));
+  EXPECT_FALSE(blocked_attention_serves(at::kBFloat16, 4096, true));
   EXPECT_FALSE(blocked_attention_applies(at::zeros({1, 2, 4096, 8}, at::kBFloat16)));
   // Per token of 300 (blocks of 128, 128, 44 rows over 128, 256, 300 keys), per head, fp32.
-  EXPECT_DOUBLE_EQ(blocked_attention_saved_bytes_per_token(300, at::kFloat),
+  EXPECT_DOUBLE_EQ(blocked_attention_saved_bytes_per_token(300, at::kFloat, true),
                    (128.0 * 128 + 128.0 * 256 + 44.0 * 300) / 300 * 4);
+  // bf16 without the fused softmax: autograd's fp32 softmax and its bf16 copy.
+  EXPECT_DOUBLE_EQ(blocked_attention_saved_bytes_per_token(300, at::kBFloat16, false),
+                   (128.0 * 128 + 128.0 * 256 + 44.0 * 300) / 300 * 6);
+  EXPECT_TRUE(blocked_attention_serves(at::kBFloat16, 640, false));
+  EXPECT_FALSE(blocked_attention_serves(at::kBFloat16, 768, false));
 }
 
 // fp32 query and key (Qwen3's, out of their fp32 norms and rotary) under CPU autocast: attention in

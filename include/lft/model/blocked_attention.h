@@ -1,5 +1,5 @@
-// Causal attention in blocks of query rows on a CPU, for bf16 (and fp32 with the fused softmax). LibTorch's CPU flash attention
-// runs its block products through MKL's bf16 GEMM, which on a CPU that MKL does not recognise as
+// Causal attention in blocks of query rows on a CPU, for bf16 (and fp32 with the fused softmax).
+// LibTorch's CPU flash attention runs its block products through MKL's bf16 GEMM, which on a CPU that MKL does not recognise as
 // Intel's (AMD Zen 4 here) converts both operands to fp32 and runs fp32 GEMMs, at half the bf16
 // rate or less. This keeps the products in at::matmul (oneDNN's bf16 kernels), and skips the
 // keys above the diagonal block by block. The arithmetic is transformers' eager attention in bf16
@@ -25,8 +25,9 @@ bool blocked_attention_applies(const at::Tensor& q);
 bool blocked_attention_serves(at::ScalarType compute, std::int64_t t, bool fused_softmax);
 
 // Bytes of probabilities the blocked attention keeps for backward per token of a t-token
-// sequence and per query head (each block's rows over the keys up to the block's end), in dtype.
-double blocked_attention_saved_bytes_per_token(std::int64_t t, at::ScalarType dtype);
+// sequence and per query head: each block's rows over the keys up to the block's end, in dtype
+// with the fused softmax; without it autograd keeps the fp32 softmax and its copy in dtype.
+double blocked_attention_saved_bytes_per_token(std::int64_t t, at::ScalarType dtype, bool fused_softmax);
 
 // q [B, heads, T, d], k and v [B, kv_heads, T, d], kv head g serving query heads g*r .. g*r+r-1 ->
 // [B, heads, T, d]: softmax(q k^T * scale, causal) v, in bf16 (fp32 inputs cast to it under
