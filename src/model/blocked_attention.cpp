@@ -19,11 +19,10 @@ namespace {
 // scaled_dot_product_attention; blocks of 64 spend 84 ms, 256 64 ms, one block 80 ms).
 constexpr std::int64_t kBlockRows = 128;
 
-// The probabilities' bytes per token and query head the blocked attention may keep for backward:
-// fp32 up to 1024 tokens, bf16 up to 2176 (without the fused softmax, 6 bytes a score: 640;
-// 2304 bytes: 576 keys a row on average in fp32). A
-// Qwen3-0.6B layer keeps ~6.6 KiB of other activations per token and head in fp32, so the scores
-// add at most ~35% to a layer's activations.
+// The probabilities' bytes per token and query head the blocked attention may keep for backward
+// (576 keys a row on average in fp32): up to 1024 tokens in fp32, 2176 in bf16, 640 in bf16
+// without the fused softmax (6 bytes a score). A Qwen3-0.6B layer keeps ~6.6 KiB of other
+// activations per token and head in fp32, so the scores add at most ~35% to a layer's.
 constexpr double kMaxSavedBytesPerTokenAndHead = 2304;
 
 // Additive mask of the query rows [first, first + rows) over keys [0, first + rows): -inf above
@@ -55,22 +54,6 @@ at::Tensor stacked_rows(const at::Tensor& x, std::int64_t first, std::int64_t ro
   return x.narrow(2, first, rows).reshape({x.size(0), kv_heads, -1, x.size(3)});
 }
 
-// The fused causal softmax on a block's scores of bf16 or fp32 (kernels::causal_softmax_*).
-template <typename T>
-void softmax_forward(const at::Tensor& scores, const at::Tensor& p, std::int64_t rows, std::int64_t first,
-                     float scale) {
-  const std::int64_t keys = scores.size(-1);
-  LFT_KERNEL(causal_softmax_forward<T>)(scores.data_ptr<T>(), p.data_ptr<T>(), scores.numel() / keys, rows, first,
-                                        keys, scale);
-}
-template <typename T>
-void softmax_backward(const at::Tensor& p, const at::Tensor& dp, const at::Tensor& ds, std::int64_t rows,
-                      std::int64_t first, float scale) {
-  const std::int64_t keys = p.size(-1);
-  LFT_KERNEL(causal_softmax_backward<T>)(p.data_ptr<T>(), dp.data_ptr<T>(), ds.data_ptr<T>(), p.numel() / keys, rows,
-                                         first, keys, scale);
-}
-
 // Blocked attention with the fused causal softmax, bf16 or fp32: per block one GEMM for the
 // scores, one kernel pass for scale, mask, softmax and cast, one GEMM with v; the probabilities
 // are saved in the compute dtype (where the formula's autograd keeps its fp32 softmax and, in
@@ -87,8 +70,11 @@ struct FusedBlockedAttention : torch::autograd::Function<FusedBlockedAttention> 
       const std::int64_t rows = std::min(kBlockRows, t - first), keys = first + rows;
       const at::Tensor scores = at::matmul(stacked_rows(q, first, rows, kv_heads), k.narrow(2, 0, keys).transpose(2, 3));
       at::Tensor p = at::empty_like(scores);
-      if (q.scalar_type() == at::kFloat) softmax_forward<float>(scores, p, rows, first, static_cast<float>(scale));
-      else softmax_forward<at::BFloat16>(scores, p, rows, first, static_cast<float>(scale));
+      kernels::with_dtype(q.scalar_type(), [&](auto tag) {
+        using T = decltype(tag);
+        LFT_KERNEL(causal_softmax_forward<T>)(scores.data_ptr<T>(), p.data_ptr<T>(), scores.numel() / keys, rows,
+                                              first, keys, static_cast<float>(scale));
+      });
       out.narrow(1, first, rows).copy_(at::matmul(p, v.narrow(2, 0, keys)).view({b, heads, rows, d}).transpose(1, 2));
       saved.push_back(p);
     }
@@ -113,8 +99,11 @@ struct FusedBlockedAttention : torch::autograd::Function<FusedBlockedAttention> 
       const at::Tensor dp = at::matmul(g, v.narrow(2, 0, keys).transpose(2, 3));
       dv.narrow(2, 0, keys).add_(at::matmul(p.transpose(2, 3), g));
       at::Tensor ds = at::empty_like(p);
-      if (q.scalar_type() == at::kFloat) softmax_backward<float>(p, dp, ds, rows, first, scale);
-      else softmax_backward<at::BFloat16>(p, dp, ds, rows, first, scale);
+      kernels::with_dtype(q.scalar_type(), [&](auto tag) {
+        using T = decltype(tag);
+        LFT_KERNEL(causal_softmax_backward<T>)(p.data_ptr<T>(), dp.data_ptr<T>(), ds.data_ptr<T>(), p.numel() / keys,
+                                               rows, first, keys, scale);
+      });
       dq.narrow(1, first, rows).copy_(at::matmul(ds, keys_k).view({b, heads, rows, d}).transpose(1, 2));
       dk.narrow(2, 0, keys).add_(at::matmul(ds.transpose(2, 3), stacked_rows(q, first, rows, kv_heads)));
     }
@@ -122,13 +111,11 @@ struct FusedBlockedAttention : torch::autograd::Function<FusedBlockedAttention> 
   }
 };
 
-}  // namespace
-
-namespace {
 bool fused_softmax_on() { return (fused_kernels() & kFusedAttention) != 0 && fused_kernels_supported(); }
 bool fused_softmax_serves(at::ScalarType dtype) {
   return (dtype == at::kBFloat16 || dtype == at::kFloat) && fused_softmax_on();
 }
+
 }  // namespace
 
 // bf16 always (its GEMMs beat LibTorch's MKL path without the fused softmax too); fp32 with the

@@ -35,11 +35,7 @@ bool fp32_or_bf16(const at::Tensor& t) {
 
 bool on_cpu(const at::Tensor& t) { return t.defined() && t.device().is_cpu() && t.layout() == at::kStrided; }
 
-template <typename F>
-void with_dtype(at::ScalarType dtype, F f) {
-  if (dtype == at::kFloat) f(float{});
-  else f(c10::BFloat16{});
-}
+using kernels::with_dtype;
 
 // ---- RMSNorm (fp32 or bfloat16 input, fp32 weight, fp32 output) ----
 

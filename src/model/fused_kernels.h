@@ -5,6 +5,7 @@
 // (kernel_isa()), else the AVX2 one; only when fused_kernels_supported() says the CPU has AVX2 + FMA.
 #pragma once
 
+#include <c10/core/ScalarType.h>
 #include <c10/util/BFloat16.h>
 
 #include <cstdint>
@@ -18,6 +19,14 @@ namespace avx2 {
 namespace avx512 {
 #include "fused_kernels_api.h"
 }  // namespace avx512
+
+// f(float{}) for fp32, f(c10::BFloat16{}) otherwise: the kernels' element type from a tensor's
+// dtype (callers have checked it is one of the two).
+template <typename F>
+void with_dtype(c10::ScalarType dtype, F f) {
+  if (dtype == c10::ScalarType::Float) f(float{});
+  else f(c10::BFloat16{});
+}
 
 // Whether the kernels run their AVX-512 build (the CPU has it and set_kernel_isa did not say avx2).
 bool avx512_selected();

@@ -28,11 +28,10 @@ at::Tensor swiglu(const at::Tensor& gu) {
   const std::int64_t width = gu.size(1) / 2;
   if (!kernels_apply(gu)) return at::silu(gu.narrow(1, 0, width)) * gu.narrow(1, width, width);
   at::Tensor h = at::empty({gu.size(0), width}, gu.options());
-  if (gu.scalar_type() == at::kFloat)
-    LFT_KERNEL(swiglu_forward_paired<float>)(gu.data_ptr<float>(), h.data_ptr<float>(), gu.size(0), width);
-  else
-    LFT_KERNEL(swiglu_forward_paired<at::BFloat16>)(gu.data_ptr<at::BFloat16>(), h.data_ptr<at::BFloat16>(),
-                                                    gu.size(0), width);
+  kernels::with_dtype(gu.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    LFT_KERNEL(swiglu_forward_paired<T>)(gu.data_ptr<T>(), h.data_ptr<T>(), gu.size(0), width);
+  });
   return h;
 }
 
@@ -44,12 +43,10 @@ at::Tensor swiglu_backward(const at::Tensor& dh, const at::Tensor& gu) {
     return at::cat({dh * u * s * (1 + g * (1 - s)), dh * g * s}, 1);
   }
   at::Tensor dgu = at::empty_like(gu);
-  if (gu.scalar_type() == at::kFloat)
-    LFT_KERNEL(swiglu_backward_paired<float>)(dh.data_ptr<float>(), gu.data_ptr<float>(), dgu.data_ptr<float>(),
-                                              gu.size(0), width);
-  else
-    LFT_KERNEL(swiglu_backward_paired<at::BFloat16>)(dh.data_ptr<at::BFloat16>(), gu.data_ptr<at::BFloat16>(),
-                                                     dgu.data_ptr<at::BFloat16>(), gu.size(0), width);
+  kernels::with_dtype(gu.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    LFT_KERNEL(swiglu_backward_paired<T>)(dh.data_ptr<T>(), gu.data_ptr<T>(), dgu.data_ptr<T>(), gu.size(0), width);
+  });
   return dgu;
 }
 

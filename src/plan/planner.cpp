@@ -252,7 +252,8 @@ PlanResult make_plan(const PlanRequest& r) {
   for (Candidate& c : predicted) {
     if (static_cast<int>(result.ranked.size()) >= r.top) break;
     try {
-      const engine::RunPlan plan = engine::resolve_run_plan(parse_with(r, c.overrides), c.layout.mesh, false, r.cluster.cpus());
+      const engine::RunPlan plan =
+          engine::resolve_run_plan(parse_with(r, c.overrides), c.layout.mesh, false, r.cluster.cpus());
       c.prediction.memory_bytes = plan.memory.device_total();
       c.memory_report = plan.memory.str();
     } catch (const config::ConfigError& e) {

@@ -227,7 +227,8 @@ TEST(MemoryEstimate, ContextParallelHoldsAQuarterOfTheActivations) {
 }
 
 // On a CPU the blocked attention keeps its probabilities for backward (fp32 up to 1024 tokens,
-// with the fused softmax), which the estimate counts, where LibTorch's flash attention (which keeps O(T) per head): the difference is what the run measures.
+// with the fused softmax), where LibTorch's flash attention keeps O(T) per head: the estimate
+// counts them, and its difference between the two is what the run measures.
 TEST(MemoryEstimate, BlockedAttentionsKeptProbabilitiesAreCounted) {
   ASSERT_TRUE(cpu_memory_counter_installed());
   if (world().size() != 1) GTEST_SKIP() << "runs at 1 rank";
