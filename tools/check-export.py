@@ -29,13 +29,15 @@ def load_tensor(path, preferred):
                      f"({', '.join(sorted(tensors))}): name the one to use '{preferred}'")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None):
+    """argv: the command line after the program's name (default sys.argv's); a test may import
+    this file and call main for each check, in one Python start-up."""
+    parser = argparse.ArgumentParser(prog="check-export.py", description=__doc__.splitlines()[0])
     parser.add_argument("export_dir")
     parser.add_argument("input_ids")
     parser.add_argument("expected_logits")
     parser.add_argument("--tol", type=float, default=1e-4, help="max abs difference (1e-4)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     for path in (args.input_ids, args.expected_logits):
         if not os.path.isfile(path):

@@ -234,8 +234,10 @@ def merged(args):
     return 0 if ok and moved > 0 else 1
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None):
+    """argv: the command line after the program's name (default sys.argv's); a test that runs
+    several commands imports this file and calls main once for each, in one Python start-up."""
+    parser = argparse.ArgumentParser(prog="check-peft.py", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     make = commands.add_parser("make-adapter", help="write a random nonzero LoRA adapter")
     make.add_argument("base_dir")
@@ -261,7 +263,7 @@ def main():
     mrg.add_argument("adapter_dir")
     mrg.add_argument("export_dir")
     mrg.add_argument("--tol", type=float, default=1e-6, help="max abs difference (1e-6)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.command == "merged":
         return merged(args)
     if args.command == "make-adapter":

@@ -44,8 +44,11 @@ int threads_per_rank(int requested, int local_size) {
   return std::max(1, static_cast<int>(cores) / std::max(1, local_size));
 }
 
+void prefer_isolated_singleton() { setenv("OMPI_MCA_ess_singleton_isolated", "1", /*overwrite=*/0); }
+
 Runtime::Runtime(int* argc, char*** argv) {
   install_cpu_memory_counter();  // before any tensor the run allocates
+  prefer_isolated_singleton();
   int provided = 0;
   LFT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
   LFT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));

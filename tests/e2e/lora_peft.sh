@@ -20,49 +20,111 @@ py=.venv/bin/python
   || fail "transformers or peft is not installed: run tools/install-python-env (make test does)"
 fixture=$PWD/tests/fixtures/llama-tiny
 
-# (a) every linear, lm_head in modules_to_save.
-$py tools/check-peft.py make-adapter "$fixture" "$out/a" --r 4 --alpha 8 --targets all \
-  --modules-to-save lm_head --seed 1 || fail "make-adapter (a)"
-mkdir -p "$out/a-logits"
-"$build/tests/export_logits" "$fixture" "$out/a-logits" --adapter "$out/a" || fail "export_logits (a)"
-$py tools/check-peft.py compare "$fixture" "$out/a" "$out/a-logits/ids.safetensors" \
-  "$out/a-logits/logits.safetensors" --tol 1e-4 || fail "PEFT's logits differ from lftrain's (a)"
+# The Python side runs in two processes (importing torch, transformers and PEFT takes ~7 s each time
+# on a 2-core machine; one process per check made this the suite's slowest test): `prepare` writes
+# every adapter and the training base before the C++ steps, `verify` checks all their outputs after.
+# Each calls tools/check-peft.py's and tools/check-export.py's main once per check.
+checks() {
+  $py - "$@" <<'PY'
+import importlib.util
+import sys
 
-# (b) rsLoRA (alpha / sqrt(r)), q_proj and v_proj only, nothing saved whole.
-$py tools/check-peft.py make-adapter "$fixture" "$out/b" --r 8 --alpha 4 --targets q_proj,v_proj \
-  --rslora --seed 2 || fail "make-adapter (b)"
-mkdir -p "$out/b-logits"
-"$build/tests/export_logits" "$fixture" "$out/b-logits" --adapter "$out/b" || fail "export_logits (b)"
-$py tools/check-peft.py compare "$fixture" "$out/b" "$out/b-logits/ids.safetensors" \
-  "$out/b-logits/logits.safetensors" --tol 1e-4 || fail "PEFT's logits differ from lftrain's (b)"
+phase, fixture, out = sys.argv[1:4]
 
-# (e) DoRA on every linear, magnitudes away from the base's row norms.
-$py tools/check-peft.py make-adapter "$fixture" "$out/e" --r 4 --alpha 8 --targets all --dora --seed 4 \
-  || fail "make-adapter (e)"
-mkdir -p "$out/e-logits"
-"$build/tests/export_logits" "$fixture" "$out/e-logits" --adapter "$out/e" || fail "export_logits (e)"
-$py tools/check-peft.py compare "$fixture" "$out/e" "$out/e-logits/ids.safetensors" \
-  "$out/e-logits/logits.safetensors" --tol 1e-4 || fail "PEFT's logits differ from lftrain's (e, DoRA)"
 
-# (c) The fixture's vocabulary (61) is smaller than the byte tokenizer's (259 ids): training runs
-# on the same architecture with vocab_size 300, written by transformers, and an adapter like (a)'s.
-$py - "$fixture" "$out/base" <<'PY' || fail "writing the base folder"
-import sys, torch, transformers
-from transformers import AutoConfig, AutoModelForCausalLM
-transformers.utils.logging.disable_progress_bar()
-torch.manual_seed(0)
-config = AutoConfig.from_pretrained(sys.argv[1])
-config.vocab_size = 300
-AutoModelForCausalLM.from_config(config).save_pretrained(sys.argv[2])
+def tool(name):
+    spec = importlib.util.spec_from_file_location(name.replace("-", "_"), f"tools/{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+peft, export = tool("check-peft"), tool("check-export")
+
+
+def check(module, what, *argv):
+    if module.main(list(argv)) != 0:
+        sys.exit(f"lora_peft: FAIL: {what}")
+
+
+def write_base(folder):
+    """The fixture's architecture with vocab_size 300 (the byte tokenizer has 259 ids, the fixture 61)."""
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+    transformers.utils.logging.disable_progress_bar()
+    torch.manual_seed(0)
+    config = AutoConfig.from_pretrained(fixture)
+    config.vocab_size = 300
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+
+
+def trained_from_start(name):
+    """(d) The exported adapter holds the tensors the run started from, and some changed, each by
+    little (4 AdamW steps of 1e-3 move a value by about 4e-3; an adapter made afresh, lora_B zero,
+    would be about 0.1 away from the start's random values)."""
+    from safetensors.torch import load_file
+    start = load_file(f"{out}/{name}/start/adapter_model.safetensors")
+    trained = load_file(f"{out}/{name}/peft/adapter_model.safetensors")
+    if set(start) != set(trained):
+        sys.exit(f"lora_peft: FAIL: the trained adapter ({name}): tensors differ: only in the start "
+                 f"{sorted(set(start) - set(trained))}, only in the export {sorted(set(trained) - set(start))}")
+    changes = {k: (trained[k].float() - start[k].float()).abs().max().item() for k in start}
+    changed = [k for k, v in changes.items() if v > 0]
+    print(f"lora_peft: {name}: {len(changed)} of {len(changes)} adapter tensors changed in training, by up to "
+          f"{max(changes.values()):.3e}")
+    if not changed:
+        sys.exit(f"lora_peft: FAIL: the trained adapter ({name}) equals the one the run started from")
+    if max(changes.values()) > 0.02:
+        sys.exit(f"lora_peft: FAIL: the trained adapter ({name}) is far from the one the run started from: "
+                 "was it loaded?")
+
+
+if phase == "prepare":
+    # (a) every linear, lm_head in modules_to_save; (b) rsLoRA (alpha / sqrt(r)), q_proj and v_proj
+    # only, nothing saved whole; (e) DoRA on every linear, magnitudes away from the base's row norms.
+    check(peft, "make-adapter (a)", "make-adapter", fixture, f"{out}/a", "--r", "4", "--alpha", "8",
+          "--targets", "all", "--modules-to-save", "lm_head", "--seed", "1")
+    check(peft, "make-adapter (b)", "make-adapter", fixture, f"{out}/b", "--r", "8", "--alpha", "4",
+          "--targets", "q_proj,v_proj", "--rslora", "--seed", "2")
+    check(peft, "make-adapter (e)", "make-adapter", fixture, f"{out}/e", "--r", "4", "--alpha", "8",
+          "--targets", "all", "--dora", "--seed", "4")
+    # (c) The adapters the two training runs start from, like (a)'s, over the vocab-300 base.
+    write_base(f"{out}/base")
+    for name, extra in (("lora", []), ("dora", ["--dora"])):
+        check(peft, f"make-adapter ({name})", "make-adapter", f"{out}/base", f"{out}/{name}/start", "--r", "4",
+              "--alpha", "8", "--targets", "all", "--modules-to-save", "lm_head", "--seed", "3", *extra)
+else:
+    for case in ("a", "b", "e"):
+        check(peft, f"PEFT's logits differ from lftrain's ({case})", "compare", fixture, f"{out}/{case}",
+              f"{out}/{case}-logits/ids.safetensors", f"{out}/{case}-logits/logits.safetensors", "--tol", "1e-4")
+    for name in ("lora", "dora"):
+        logits = f"{out}/{name}/logits"
+        check(peft, f"PEFT over the exported adapter differs from lfmerge's merged model ({name})", "compare",
+              f"{out}/base", f"{out}/{name}/peft", f"{logits}/ids.safetensors", f"{logits}/logits.safetensors",
+              "--tol", "1e-4")
+        check(export, f"transformers' logits differ from lftrain's ({name})", f"{out}/{name}/merged",
+              f"{logits}/ids.safetensors", f"{logits}/logits.safetensors")
+        trained_from_start(name)
+    # (f) PEFT adapter folders merged by lfmerge = PEFT's merge_and_unload.
+    for case in ("a", "e"):
+        check(peft, f"lfmerge's merge of PEFT adapter ({case}) differs from PEFT's merge_and_unload", "merged",
+              fixture, f"{out}/{case}", f"{out}/{case}-merged", "--tol", "1e-6")
 PY
-# (c), (e) A run (fsdp2, 2 ranks) from a LoRA adapter, then one from a DoRA adapter: PEFT over
-# lfmerge --format peft's export = lfmerge's merged model = transformers over it; (d) the run
-# changed the adapter, each tensor by little.
+}
+
+checks prepare "$fixture" "$out" || fail "preparing the adapters"
+for case in a b e; do
+  mkdir -p "$out/$case-logits"
+  "$build/tests/export_logits" "$fixture" "$out/$case-logits" --adapter "$out/$case" || fail "export_logits ($case)"
+done
+
+# (c), (e) A run (fsdp2, 2 ranks) from a LoRA adapter, then one from a DoRA adapter, each exported
+# by lfmerge --format peft and merged by lfmerge (`verify` compares PEFT over the one with the
+# other, and transformers over the merged model).
 train_and_export() {
-  local name=$1; shift
+  local name=$1
   local dir=$out/$name
-  $py tools/check-peft.py make-adapter "$out/base" "$dir/start" --r 4 --alpha 8 --targets all \
-    --modules-to-save lm_head --seed 3 "$@" || fail "make-adapter ($name)"
   printf '%s\n' 'distributed = "fsdp2"' "model_name_or_path = \"$out/base\"" 'tokenizer = "bytes"' \
     'finetuning_type = "lora"' "adapter_name_or_path = \"$dir/start\"" \
     'train_dataset = "inputs/data/arithmetic.txt"' "output_dir = \"$dir/run\"" \
@@ -75,34 +137,9 @@ train_and_export() {
   "$build/lfmerge" "$dir/run/checkpoint-4" --out "$dir/merged" || fail "lfmerge ($name)"
   mkdir -p "$dir/logits"
   "$build/tests/export_logits" "$dir/merged" "$dir/logits" || fail "export_logits ($name)"
-  $py tools/check-peft.py compare "$out/base" "$dir/peft" "$dir/logits/ids.safetensors" \
-    "$dir/logits/logits.safetensors" --tol 1e-4 \
-    || fail "PEFT over the exported adapter differs from lfmerge's merged model ($name)"
-  $py tools/check-export.py "$dir/merged" "$dir/logits/ids.safetensors" \
-    "$dir/logits/logits.safetensors" || fail "transformers' logits differ from lftrain's ($name)"
-  # (d) The exported adapter holds the tensors the run started from, and some changed, each by
-  # little (4 AdamW steps of 1e-3 move a value by about 4e-3; an adapter made afresh, lora_B zero,
-  # would be about 0.1 away from the start's random values).
-  $py - "$dir/start/adapter_model.safetensors" "$dir/peft/adapter_model.safetensors" "$name" <<'PY' \
-    || fail "the trained adapter ($name)"
-import sys
-from safetensors.torch import load_file
-start, trained = load_file(sys.argv[1]), load_file(sys.argv[2])
-if set(start) != set(trained):
-    sys.exit(f"tensors differ: only in the start {sorted(set(start) - set(trained))}, "
-             f"only in the export {sorted(set(trained) - set(start))}")
-changes = {k: (trained[k].float() - start[k].float()).abs().max().item() for k in start}
-changed = [k for k, v in changes.items() if v > 0]
-print(f"lora_peft: {sys.argv[3]}: {len(changed)} of {len(changes)} adapter tensors changed in training, by up to "
-      f"{max(changes.values()):.3e}")
-if not changed:
-    sys.exit("the trained adapter equals the one the run started from")
-if max(changes.values()) > 0.02:
-    sys.exit("the trained adapter is far from the one the run started from: was it loaded?")
-PY
 }
 train_and_export lora
-train_and_export dora --dora
+train_and_export dora
 grep -q '"use_dora": true' "$out/dora/peft/adapter_config.json" || fail "the DoRA export does not say use_dora"
 [ "$(grep -c lora_magnitude_vector "$out/dora/peft/adapter_model.safetensors")" -gt 0 ] || fail "the DoRA export has no magnitudes"
 
@@ -110,8 +147,6 @@ grep -q '"use_dora": true' "$out/dora/peft/adapter_config.json" || fail "the DoR
 for case in a e; do
   "$build/lfmerge" "$out/$case" --base "$fixture" --out "$out/$case-merged" >"$out/$case-merge.log" 2>&1 ||
     { cat "$out/$case-merge.log"; fail "lfmerge of the PEFT adapter ($case)"; }
-  $py tools/check-peft.py merged "$fixture" "$out/$case" "$out/$case-merged" --tol 1e-6 ||
-    fail "lfmerge's merge of PEFT adapter ($case) differs from PEFT's merge_and_unload"
 done
 cat > "$out/export_lora.yaml" <<YAML
 model: $fixture
@@ -128,5 +163,6 @@ cmp -s "$out/a-merged/model.safetensors" "$out/a-merged-yaml/model.safetensors" 
 # Without the base the folder is refused, naming what to give.
 "$build/lfmerge" "$out/a" --out "$out/no-base" >"$out/no-base.log" 2>&1 && fail "a PEFT adapter merged without --base"
 grep -q "name that folder (--base MODEL" "$out/no-base.log" || { cat "$out/no-base.log"; fail "no-base message"; }
+checks verify "$fixture" "$out" || fail "the checks against PEFT and transformers"
 echo "lora_peft: (f) PEFT adapter folders merged by lfmerge (--base, export_lora.yaml) = PEFT's merge_and_unload"
 echo "lora_peft: ok"

@@ -13,6 +13,7 @@
 
 #include "lft/ckpt/merge.h"
 #include "lft/runtime/error.h"
+#include "lft/runtime/runtime.h"
 
 namespace {
 
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   // instead of the process being killed.
   ::signal(SIGXFSZ, SIG_IGN);
   int provided = 0, size = 1, rank = 0;
+  lft::prefer_isolated_singleton();
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

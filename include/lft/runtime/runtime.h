@@ -10,6 +10,14 @@
 
 namespace lft {
 
+// Call before MPI_Init. A process started without a launcher (`lftrain run.toml`, `lfmerge ...`) is
+// an MPI singleton, and Open MPI 4's singleton forks a daemon at MPI_Init so that MPI_Comm_spawn
+// could work later: ~2.5 s of every one-process start on a 2-core machine, for a call lftrain never
+// makes. This asks Open MPI for an isolated singleton (no daemon) unless the environment already
+// sets it; only the singleton component reads it (processes of mpirun or srun are unaffected), and
+// other MPI libraries ignore it.
+void prefer_isolated_singleton();
+
 class Runtime {
  public:
   Runtime(int* argc, char*** argv);
