@@ -16,35 +16,26 @@ out=$(mktemp -d /tmp/lft-lora-peft-XXXXXX)
 trap 'rm -rf "$out"' EXIT
 fail() { echo "lora_peft: FAIL: $*"; exit 1; }
 py=.venv/bin/python
-[ -x $py ] && $py -c "import transformers, peft" 2>/dev/null \
+[ -x $py ] && $py tests/e2e/tool_calls.py transformers peft \
   || fail "transformers or peft is not installed: run tools/install-python-env (make test does)"
 fixture=$PWD/tests/fixtures/llama-tiny
 
-# The Python side runs in two processes (importing torch, transformers and PEFT takes ~7 s each time
-# on a 2-core machine; one process per check made this the suite's slowest test): `prepare` writes
-# every adapter and the training base before the C++ steps, `verify` checks all their outputs after.
-# Each calls tools/check-peft.py's and tools/check-export.py's main once per check.
+# The Python side runs in two processes (tests/e2e/tool_calls.py: one per check made this the
+# suite's slowest test): `prepare` writes every adapter and the training base before the C++ steps,
+# `verify` checks all their outputs after.
 checks() {
   $py - "$@" <<'PY'
-import importlib.util
 import sys
 
+sys.path.insert(0, "tests/e2e")
+from tool_calls import check as run, tool  # noqa: E402
+
 phase, fixture, out = sys.argv[1:4]
-
-
-def tool(name):
-    spec = importlib.util.spec_from_file_location(name.replace("-", "_"), f"tools/{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 peft, export = tool("check-peft"), tool("check-export")
 
 
 def check(module, what, *argv):
-    if module.main(list(argv)) != 0:
-        sys.exit(f"lora_peft: FAIL: {what}")
+    run(module, f"lora_peft: FAIL: {what}", *argv)
 
 
 def write_base(folder):
