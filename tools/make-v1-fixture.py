@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
@@ -26,12 +27,14 @@ TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "
                              "tokenizers", "qwen2")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None):
+    """argv: the command line after the program's name (default sys.argv's); tests/e2e/tool_calls.py
+    calls it in a process that makes the adapters too."""
+    parser = argparse.ArgumentParser(prog="make-v1-fixture.py", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--moe", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     tok = json.load(open(os.path.join(TOKENIZER_DIR, "tokenizer.json")))
     special = {t["content"]: t["id"] for t in tok["added_tokens"]}
@@ -60,7 +63,8 @@ def main():
         shutil.copy(os.path.join(TOKENIZER_DIR, name), args.out_dir)
     print(f"make-v1-fixture: wrote {args.out_dir} ({sum(p.numel() for p in model.parameters())} "
           f"parameters, eos {cfg.eos_token_id}, pad {cfg.pad_token_id})")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -45,22 +45,19 @@ fi
 fail() { echo "dpo_parity: FAIL: $*"; exit 1; }
 
 model=$work/model
-if [ ! -f "$model/config.json" ]; then
-  "$py" tools/make-v1-fixture.py "$model" >/dev/null 2>&1 || fail "making the model (tools/make-v1-fixture.py)"
-fi
-# PEFT starts lora_B at 0 (and lora_A from torch's RNG): both sides start from this adapter
-# instead. LlamaFactory loads it with PeftModel.from_pretrained(is_trainable=True) and trains it
-# with the adapter's r, alpha, dropout (0) and targets; its DPO reference model is then the base
-# with the adapter disabled (create_ref_model gives None for lora; disable_adapter()), so the
-# rewards are not 0 at step 1.
-if [ ! -f "$work/adapter/adapter_config.json" ]; then
-  "$py" tools/check-peft.py make-adapter "$model" "$work/adapter" --r 8 --alpha 16 --seed 0 >/dev/null 2>&1 ||
-    fail "making the LoRA adapter (tools/check-peft.py make-adapter)"
-fi
+# The model and its adapters, in one Python process (tests/e2e/tool_calls.py; a kept work folder
+# that has them all is reused). PEFT starts lora_B at 0 (and lora_A from torch's RNG): both sides
+# start from the LoRA adapter instead. LlamaFactory loads it with
+# PeftModel.from_pretrained(is_trainable=True) and trains it with the adapter's r, alpha, dropout
+# (0) and targets; its DPO reference model is then the base with the adapter disabled
+# (create_ref_model gives None for lora; disable_adapter()), so the rewards are not 0 at step 1.
 # The same for DoRA (use_dora: LlamaFactory 0.9.5's classic key; the adapter says it too).
-if [ ! -f "$work/adapter-dora/adapter_config.json" ]; then
-  "$py" tools/check-peft.py make-adapter "$model" "$work/adapter-dora" --r 8 --alpha 16 --seed 1 --dora >/dev/null 2>&1 ||
-    fail "making the DoRA adapter (tools/check-peft.py make-adapter --dora)"
+if [ ! -f "$model/config.json" ] || [ ! -f "$work/adapter/adapter_config.json" ] ||
+   [ ! -f "$work/adapter-dora/adapter_config.json" ]; then
+  "$py" tests/e2e/tool_calls.py run make-v1-fixture "$model" \
+    --then check-peft make-adapter "$model" "$work/adapter" --r 8 --alpha 16 --seed 0 \
+    --then check-peft make-adapter "$model" "$work/adapter-dora" --r 8 --alpha 16 --seed 1 --dora >/dev/null ||
+    fail "making the model and its adapters (tools/make-v1-fixture.py, tools/check-peft.py make-adapter)"
 fi
 
 # LD-DPO weighs the tokens of the longer answer beyond the shorter one's length: its cases need

@@ -10,7 +10,7 @@ out=$(mktemp -d /tmp/lft-export-XXXXXX)
 trap 'rm -rf "$out"' EXIT
 fail() { echo "export_roundtrip: FAIL: $*"; exit 1; }
 py=.venv/bin/python
-[ -x $py ] && $py tests/e2e/tool_calls.py transformers \
+[ -x $py ] && $py tests/e2e/tool_calls.py installed transformers \
   || fail "transformers is not installed: run tools/install-python-env (make test does)"
 
 # The families' folders, made by transformers in one Python process (tests/e2e/tool_calls.py),

@@ -16,7 +16,7 @@ out=$(mktemp -d /tmp/lft-lora-peft-XXXXXX)
 trap 'rm -rf "$out"' EXIT
 fail() { echo "lora_peft: FAIL: $*"; exit 1; }
 py=.venv/bin/python
-[ -x $py ] && $py tests/e2e/tool_calls.py transformers peft \
+[ -x $py ] && $py tests/e2e/tool_calls.py installed transformers peft \
   || fail "transformers or peft is not installed: run tools/install-python-env (make test does)"
 fixture=$PWD/tests/fixtures/llama-tiny
 

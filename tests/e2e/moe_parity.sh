@@ -30,9 +30,10 @@ work=$(mktemp -d /tmp/lft-moeparity-XXXXXX)
 if [ "${MOE_PARITY_KEEP:-0}" = 1 ]; then echo "moe_parity: work folder $work"; else trap 'rm -rf "$work"' EXIT; fi
 
 model=$work/model
-"$py" tools/make-v1-fixture.py "$model" --moe >/dev/null 2>&1 || fail "making the model (tools/make-v1-fixture.py --moe)"
-"$py" tools/check-peft.py make-adapter "$model" "$work/adapter" --r 8 --alpha 16 --seed 0 \
-  --targets q_proj,k_proj,v_proj,o_proj >/dev/null 2>&1 || fail "making the LoRA adapter (tools/check-peft.py)"
+"$py" tests/e2e/tool_calls.py run make-v1-fixture "$model" --moe \
+  --then check-peft make-adapter "$model" "$work/adapter" --r 8 --alpha 16 --seed 0 \
+  --targets q_proj,k_proj,v_proj,o_proj >/dev/null ||
+  fail "making the model and its LoRA adapter (tools/make-v1-fixture.py --moe, tools/check-peft.py)"
 
 write_yaml() {  # FILE OUTPUT_DIR EXTRA_LINES
   cat > "$1" <<YAML

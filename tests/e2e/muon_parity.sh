@@ -35,9 +35,9 @@ py=.venv-v1/bin/python
 if [ ! -x "$py" ] || ! "$py" -c 'import llamafactory' 2>/dev/null; then have_lf=0; py=.venv/bin/python; fi
 
 model=$work/model
-"$py" tools/make-v1-fixture.py "$model" >/dev/null 2>&1 || fail "making the model (tools/make-v1-fixture.py)"
-"$py" tools/check-peft.py make-adapter "$model" "$work/adapter" --r 8 --alpha 16 --seed 0 >/dev/null 2>&1 \
-  || fail "making the LoRA adapter (tools/check-peft.py)"
+"$py" tests/e2e/tool_calls.py run make-v1-fixture "$model" \
+  --then check-peft make-adapter "$model" "$work/adapter" --r 8 --alpha 16 --seed 0 >/dev/null \
+  || fail "making the model and its LoRA adapter (tools/make-v1-fixture.py, tools/check-peft.py)"
 
 cat > "$work/job.yaml" <<YAML
 model_name_or_path: $model

@@ -11,7 +11,7 @@ out=$(mktemp -d /tmp/lft-qlora-pre-XXXXXX)
 trap 'rm -rf "$out"' EXIT
 fail() { echo "qlora_prequantized: FAIL: $*"; exit 1; }
 py=.venv/bin/python
-$py tests/e2e/tool_calls.py transformers bitsandbytes \
+$py tests/e2e/tool_calls.py installed transformers bitsandbytes \
   || fail "transformers or bitsandbytes is not installed: run tools/install-python-env (make test does)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 

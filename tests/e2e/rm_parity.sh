@@ -28,7 +28,9 @@ if [ "${RM_PARITY_KEEP:-0}" = 1 ]; then echo "rm_parity: work folder $work"; els
 fail() { echo "rm_parity: FAIL: $*"; exit 1; }
 
 model=$work/model
-"$py" tools/make-v1-fixture.py "$model" >/dev/null 2>&1 || fail "making the model (tools/make-v1-fixture.py)"
+"$py" tests/e2e/tool_calls.py run make-v1-fixture "$model" \
+  --then check-peft make-adapter "$model" "$work/adapter" --r 8 --alpha 16 --seed 0 >/dev/null ||
+  fail "making the model and its LoRA adapter (tools/make-v1-fixture.py, tools/check-peft.py make-adapter)"
 "$py" - "$model" <<'PY' || fail "adding the value head"
 import json, sys, torch
 from safetensors.torch import save_file
@@ -41,8 +43,6 @@ head = {"v_head.summary.weight": torch.randn(1, config["hidden_size"], generator
         "v_head.summary.bias": torch.randn(1, generator=g) * 0.1}
 save_file(head, folder + "/value_head.safetensors", metadata={"format": "pt"})
 PY
-"$py" tools/check-peft.py make-adapter "$model" "$work/adapter" --r 8 --alpha 16 --seed 0 >/dev/null 2>&1 ||
-  fail "making the LoRA adapter (tools/check-peft.py make-adapter)"
 cp "$model/value_head.safetensors" "$work/adapter/" || fail "copying the value head to the adapter"
 
 fsdp2="distributed: fsdp2

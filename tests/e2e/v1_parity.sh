@@ -37,15 +37,15 @@ else trap 'rm -rf "$work"' EXIT; fi
 fail() { echo "v1_parity: FAIL: $*"; exit 1; }
 
 model=$work/model
-"$py" tools/make-v1-fixture.py "$model" >/dev/null 2>&1 || fail "making the model (tools/make-v1-fixture.py)"
-# v1's LoRA starts from PEFT's random lora_A (torch's RNG) and lora_B = 0; both sides start from
-# this adapter instead. v1 loads it with PeftModel.from_pretrained(is_trainable=True): it trains
-# it, with the adapter's own r, alpha, dropout and targets (the YAML's are ignored).
-"$py" tools/check-peft.py make-adapter "$model" "$work/adapter" --r 8 --alpha 16 --seed 0 >/dev/null 2>&1 ||
-  fail "making the LoRA adapter (tools/check-peft.py make-adapter)"
-# The same for DoRA (PEFT's use_dora), its magnitudes away from the base's row norms.
-"$py" tools/check-peft.py make-adapter "$model" "$work/adapter-dora" --r 8 --alpha 16 --seed 1 --dora >/dev/null 2>&1 ||
-  fail "making the DoRA adapter (tools/check-peft.py make-adapter --dora)"
+# The model, then the adapters, in one Python process (tests/e2e/tool_calls.py). v1's LoRA starts
+# from PEFT's random lora_A (torch's RNG) and lora_B = 0; both sides start from the LoRA adapter
+# instead. v1 loads it with PeftModel.from_pretrained(is_trainable=True): it trains it, with the
+# adapter's own r, alpha, dropout and targets (the YAML's are ignored). The same for DoRA (PEFT's
+# use_dora), its magnitudes away from the base's row norms.
+"$py" tests/e2e/tool_calls.py run make-v1-fixture "$model" \
+  --then check-peft make-adapter "$model" "$work/adapter" --r 8 --alpha 16 --seed 0 \
+  --then check-peft make-adapter "$model" "$work/adapter-dora" --r 8 --alpha 16 --seed 1 --dora >/dev/null ||
+  fail "making the model and its adapters (tools/make-v1-fixture.py, tools/check-peft.py make-adapter)"
 cat > "$work/identity.yaml" <<EOF
 identity:
   path: $data/identity.json
