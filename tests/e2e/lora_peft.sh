@@ -28,14 +28,14 @@ checks() {
 import sys
 
 sys.path.insert(0, "tests/e2e")
-from tool_calls import check as run, tool  # noqa: E402
+import tool_calls  # noqa: E402
 
 phase, fixture, out = sys.argv[1:4]
-peft, export = tool("check-peft"), tool("check-export")
+peft, export = tool_calls.tool("check-peft"), tool_calls.tool("check-export")
 
 
 def check(module, what, *argv):
-    run(module, f"lora_peft: FAIL: {what}", *argv)
+    tool_calls.check(module, f"lora_peft: FAIL: {what}", *argv)
 
 
 def write_base(folder):

@@ -1,11 +1,11 @@
 // Causal attention in blocks of query rows on a CPU, for bf16 (and fp32 with the fused softmax).
 // LibTorch's CPU flash attention runs its block products through MKL's bf16 GEMM, which on a CPU
 // that MKL does not recognise as Intel's (AMD Zen 4 here) converts both operands to fp32 and runs
-// fp32 GEMMs, at half the bf16 rate or less. This keeps the products in at::matmul (oneDNN's bf16 kernels), and skips the
-// keys above the diagonal block by block. The arithmetic is transformers' eager attention in bf16
-// (scores from a bf16 GEMM, scaled and masked in bf16, softmax in fp32, probabilities back to
-// bf16), block by block; autograd differentiates it, so under gradient checkpointing its saved
-// scores live for one layer's recomputation only. In fp32 (fused softmax only) it replaces
+// fp32 GEMMs, at half the bf16 rate or less. This keeps the products in at::matmul (oneDNN's bf16
+// kernels), and skips the keys above the diagonal block by block. The arithmetic is transformers'
+// eager attention in bf16 (scores from a bf16 GEMM, scaled and masked in bf16, softmax in fp32,
+// probabilities back to bf16), block by block; autograd differentiates it, so under gradient
+// checkpointing its saved scores live for one layer's recomputation only. In fp32 (fused softmax only) it replaces
 // LibTorch's flash attention, whose backward alone took 2.4x the blocked forward and backward
 // together on the MoE bench's shape (AVX2 build, MKL's fp32 GEMMs).
 #pragma once

@@ -10,11 +10,12 @@
 
 namespace lft {
 
-// Call before MPI_Init. A process started without a launcher (`lftrain run.toml`, `lfmerge ...`) is
-// an MPI singleton, and Open MPI 4's singleton forks a daemon at MPI_Init so that MPI_Comm_spawn
-// could work later: ~2.5 s of every one-process start on a 2-core machine, for a call lftrain never
-// makes. This asks Open MPI for an isolated singleton (no daemon) unless the environment already
-// sets it; only the singleton component reads it (processes of mpirun or srun are unaffected), and
+// Call before MPI_Init. A process started without a launcher (`lftrain run.toml`, `lfmerge ...`)
+// is an MPI singleton, and Open MPI 4's singleton forks a daemon at MPI_Init so that
+// MPI_Comm_spawn could work later, a call lftrain never makes: 0.1 s a start, ~2.5 s where a munge
+// socket with no munged behind it makes the daemon's PMIx retry (measured on a 2-core machine).
+// This asks Open MPI for an isolated singleton (no daemon) unless the environment already sets
+// it; only the singleton component reads it (processes of mpirun or srun are unaffected), and
 // other MPI libraries ignore it.
 void prefer_isolated_singleton();
 
