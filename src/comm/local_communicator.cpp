@@ -14,8 +14,9 @@ namespace {
 // for that point, and the written tensor is kept from reuse until the posting stream is past it.
 class LocalWork final : public Work {
  public:
-  LocalWork(std::string what, CollStats* stats, const at::Device& device, const at::Tensor* written = nullptr)
-      : Work(std::move(what), stats), posted_(device, {written}) {
+  LocalWork(std::string what, CollStats* stats, const at::Device& device, const at::Tensor* written,
+            const at::Tensor* read)
+      : Work(std::move(what), stats), posted_(device, {written, read}) {
     if (device.is_cpu()) test();
   }
   ~LocalWork() override { finish_in_destructor(); }
@@ -39,8 +40,8 @@ void require_self(int peer, const char* what) {
 LocalCommunicator::LocalCommunicator(std::string name, at::Device device)
     : Communicator(std::move(name), 0, 1, device) {}
 
-WorkPtr LocalCommunicator::done(CallInfo info, const at::Tensor* written) const {
-  return std::make_unique<LocalWork>(std::move(info.what), info.stats, device(), written);
+WorkPtr LocalCommunicator::done(CallInfo info, const at::Tensor* written, const at::Tensor* read) const {
+  return std::make_unique<LocalWork>(std::move(info.what), info.stats, device(), written, read);
 }
 
 WorkPtr LocalCommunicator::do_all_reduce(const at::Tensor&, ReduceOp, CallInfo info) {
@@ -50,19 +51,19 @@ WorkPtr LocalCommunicator::do_all_reduce(const at::Tensor&, ReduceOp, CallInfo i
 WorkPtr LocalCommunicator::do_reduce_scatter(const at::Tensor& in, const at::Tensor& out, ReduceOp,
                                              const std::vector<int64_t>&, CallInfo info) {
   out.copy_(in);
-  return done(std::move(info), &out);
+  return done(std::move(info), &out, &in);
 }
 
 WorkPtr LocalCommunicator::do_all_gather(const at::Tensor& in, const at::Tensor& out,
                                          const std::vector<int64_t>&, CallInfo info) {
   out.copy_(in);
-  return done(std::move(info), &out);
+  return done(std::move(info), &out, &in);
 }
 
 WorkPtr LocalCommunicator::do_all_to_all(const at::Tensor& in, const at::Tensor& out, const std::vector<int64_t>&,
                                          const std::vector<int64_t>&, CallInfo info) {
   out.copy_(in);
-  return done(std::move(info), &out);
+  return done(std::move(info), &out, &in);
 }
 
 WorkPtr LocalCommunicator::do_broadcast(const at::Tensor&, int root, CallInfo info) {

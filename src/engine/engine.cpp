@@ -45,21 +45,23 @@ std::vector<TensorBox> whole_boxes(const std::vector<at::Tensor>& tensors, int r
 }
 
 at::Tensor local_grad_norm_squared(const std::vector<at::Tensor>& tensors, const at::Device& device) {
-  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
-  if (device.is_cpu()) {
-    double sum = 0.0;
-    for (const auto& t : tensors) {
-      const at::Tensor& g = t.grad();
-      if (g.defined()) sum += model::sum_of_squares(g);
-    }
-    return at::full({1}, sum, f64);
+  // Each gradient's squares are summed where it lives (host memory under offload, in double; on
+  // the GPU one fused kernel for every norm, accumulated in fp32) and the total is returned on
+  // DEVICE, the communicator's that sums it over ranks.
+  double host_sum = 0.0;
+  std::vector<at::Tensor> on_device;
+  for (const auto& t : tensors) {
+    const at::Tensor& g = t.grad();
+    if (!g.defined()) continue;
+    if (g.is_cpu())
+      host_sum += model::sum_of_squares(g);
+    else
+      on_device.push_back(g);
   }
-  // One fused kernel for every gradient's norm (fp32 accumulation), then one sum of their squares.
-  std::vector<at::Tensor> grads;
-  for (const auto& t : tensors)
-    if (t.grad().defined()) grads.push_back(t.grad());
-  if (grads.empty()) return at::zeros({1}, f64);
-  return at::stack(at::_foreach_norm(grads, 2, at::kFloat)).to(at::kDouble).square().sum().reshape({1});
+  at::Tensor total = at::full({1}, host_sum, at::TensorOptions().dtype(at::kDouble).device(device));
+  if (!on_device.empty())
+    total += at::stack(at::_foreach_norm(on_device, 2, at::kFloat)).to(at::kDouble).square().sum().reshape({1}).to(device);
+  return total;
 }
 
 }  // namespace lft::engine

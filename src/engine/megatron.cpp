@@ -195,16 +195,17 @@ at::Tensor grad_or_zeros(const at::Tensor& t) {
 
 void set_grad(at::Tensor t, const at::Tensor& g) { t.mutable_grad() = g; }
 
-// All-reduces the gradients of `tensors` as one flat buffer over `comm`.
+// All-reduces the gradients of `tensors` as one flat buffer over `comm`, on its device (the
+// gradients may be in host memory: offloaded shards).
 void all_reduce_grads(const std::vector<at::Tensor>& tensors, Communicator& comm) {
   if (tensors.empty() || comm.size() == 1) return;
   std::vector<at::Tensor> flat;
   for (const at::Tensor& t : tensors) flat.push_back(grad_or_zeros(t).reshape({-1}).to(at::kFloat));
-  at::Tensor buffer = at::cat(flat);
+  at::Tensor buffer = at::cat(flat).to(comm.device());
   comm.all_reduce(buffer);
   std::int64_t at = 0;
   for (const at::Tensor& t : tensors) {
-    set_grad(t, buffer.narrow(0, at, t.numel()).view(t.sizes()).to(t.scalar_type()));
+    set_grad(t, buffer.narrow(0, at, t.numel()).view(t.sizes()).to(t.device(), t.scalar_type()));
     at += t.numel();
   }
 }
@@ -225,24 +226,24 @@ void MegatronEngine::sync_replicated_gradients(const std::vector<at::Tensor>& gr
     const Param& p = params_[i];
     if (!p.kv_replica) continue;
     const at::Tensor& t = grads[i];
-    at::Tensor whole = at::zeros(p.box.global_shape, t.options().dtype(at::kFloat));
+    at::Tensor whole = at::zeros(p.box.global_shape, t.options().dtype(at::kFloat).device(tp_.device()));
     whole.narrow(0, p.box.offset[0] + rows[i], t.size(0)).copy_(grad_or_zeros(t));
     tp_.all_reduce(whole);
-    set_grad(t, whole.narrow(0, p.box.offset[0] + rows[i], t.size(0)).to(t.scalar_type()));
+    set_grad(t, whole.narrow(0, p.box.offset[0] + rows[i], t.size(0)).to(t.device(), t.scalar_type()));
   }
   // Tied embeddings on the first and the last stage: both take the sum.
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (!params_[i].tied_copy) continue;
     const int other = params_[i].other_stage;
     const at::Tensor& t = grads[i];
-    const at::Tensor mine = grad_or_zeros(t).to(at::kFloat).contiguous();
+    const at::Tensor mine = grad_or_zeros(t).to(pp_.device(), at::kFloat).contiguous();
     at::Tensor theirs = at::empty_like(mine);
     // Posted as one grouped pair: on NCCL an ungrouped send and receive between the same two
     // ranks deadlock once the tensor is larger than the transport's buffers.
     Communicator::SendRecv both = pp_.send_recv_async(mine, other, kTiedEmbeddingTag, theirs, other, kTiedEmbeddingTag);
     both.recv->wait();
     both.send->wait();
-    set_grad(t, (mine + theirs).to(t.scalar_type()));
+    set_grad(t, (mine + theirs).to(t.device(), t.scalar_type()));
   }
 }
 

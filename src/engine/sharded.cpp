@@ -47,7 +47,7 @@ void ShardedEngine::take_parameters(model::CausalLM& model, const model::WeightS
 
 at::Tensor ShardedEngine::grad_norm_squared() {
   const std::vector<at::Tensor>& pieces = dp_.pieces();
-  at::Tensor t = local_grad_norm_squared(pieces, pieces.front().device()).to(shard_comm_.device());
+  at::Tensor t = local_grad_norm_squared(pieces, shard_comm_.device());
   shard_comm_.all_reduce(t, ReduceOp::Sum);
   return t;
 }

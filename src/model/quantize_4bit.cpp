@@ -7,7 +7,11 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -182,11 +186,29 @@ Quantized4bit quantize_4bit(const at::Tensor& weight, Quant4Type type, bool doub
   return q;
 }
 
+namespace {
+
+// CODE on DEVICE. Off the host, each table is copied there once per device and kept: a copy from
+// pageable host memory waits for the GPU, and dequantize runs for every quantized linear in the
+// forward, its recompute and the backward. The tables are never freed (a process-long cache of a
+// few hundred bytes; no destructor runs at exit, after CUDA may be gone).
+const at::Tensor& code_on(const at::Tensor& code, const at::Device& device) {
+  if (device.is_cpu()) return code;
+  static std::mutex mutex;
+  static auto* copies = new std::map<std::pair<const void*, std::string>, at::Tensor>();
+  const std::lock_guard<std::mutex> lock(mutex);
+  at::Tensor& copy = (*copies)[{code.data_ptr(), device.str()}];
+  if (!copy.defined()) copy = code.to(device);
+  return copy;
+}
+
+}  // namespace
+
 at::Tensor block_absmax(const Quantized4bit& q) {
   if (!q.double_quantized()) return q.absmax;
   // dequantize_blockwise (code * block scale, float32), then + offset.
   const std::int64_t n = q.quantized_absmax.numel();
-  at::Tensor values = dynamic_8bit_code().to(q.quantized_absmax.device()).index_select(0, q.quantized_absmax.to(at::kLong));
+  at::Tensor values = code_on(dynamic_8bit_code(), q.quantized_absmax.device()).index_select(0, q.quantized_absmax.to(at::kInt));
   const at::Tensor scales = q.absmax_scale.repeat_interleave(256).narrow(0, 0, n);
   return values * scales + q.absmax_offset;
 }
@@ -196,8 +218,8 @@ at::Tensor dequantize_4bit(const Quantized4bit& q, c10::ScalarType dtype) {
   std::int64_t n = 1;
   for (std::int64_t d : q.shape) n *= d;
   const at::Tensor high = at::bitwise_right_shift(q.packed, 4), low = at::bitwise_and(q.packed, 15);
-  const at::Tensor nibbles = at::stack({high, low}, 1).reshape({-1}).narrow(0, 0, n).to(at::kLong);
-  const at::Tensor values = quant4_code(q.type).to(q.packed.device()).index_select(0, nibbles);
+  const at::Tensor nibbles = at::stack({high, low}, 1).reshape({-1}).narrow(0, 0, n).to(at::kInt);  // int32 indices: half the bytes of int64
+  const at::Tensor values = code_on(quant4_code(q.type), q.packed.device()).index_select(0, nibbles);
   const at::Tensor absmax = block_absmax(q);
   const std::int64_t full = n - n % q.blocksize, blocks = full / q.blocksize;
   at::Tensor out = (values.narrow(0, 0, full).view({blocks, q.blocksize}) * absmax.narrow(0, 0, blocks).view({-1, 1})).reshape({-1});

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -27,22 +28,35 @@ void AdamW::step(double lr) {
 }
 
 void AdamW::step_group(const std::vector<std::size_t>& group, double lr, double weight_decay) {
-  std::vector<at::Tensor> p, g, m, v, s;
+  // One fused call per (device, dtype): CUDA's kernel refuses lists that mix them (the CPU's does
+  // not check), and a layout may hold some pieces on the host (offload) and others on the GPU.
+  struct Lists {
+    at::Device device;
+    at::ScalarType dtype;
+    std::vector<at::Tensor> p, g, m, v, s;
+  };
+  std::vector<Lists> lists;
   for (std::size_t i : group) {
     const at::Tensor& grad = params_[i].grad();
     if (!grad.defined()) continue;
-    p.push_back(params_[i]);
-    g.push_back(grad);
-    m.push_back(exp_avg_[i]);
-    v.push_back(exp_avg_sq_[i]);
-    s.push_back(step_count_[i]);
+    const at::Tensor& param = params_[i];
+    auto it = std::find_if(lists.begin(), lists.end(), [&](const Lists& l) {
+      return l.device == param.device() && l.dtype == param.scalar_type();
+    });
+    if (it == lists.end()) it = lists.insert(lists.end(), Lists{param.device(), param.scalar_type(), {}, {}, {}, {}, {}});
+    it->p.push_back(param);
+    it->g.push_back(grad);
+    it->m.push_back(exp_avg_[i]);
+    it->v.push_back(exp_avg_sq_[i]);
+    it->s.push_back(step_count_[i]);
   }
-  if (p.empty()) return;
   c10::NoGradGuard no_grad;
-  // The fused kernel reads the step count for bias correction; the caller advances it first.
-  at::_foreach_add_(s, 1.0);
-  at::_fused_adamw_(p, g, m, v, /*max_exp_avg_sqs=*/{}, s, lr, options_.beta1, options_.beta2,
-                    weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+  for (Lists& l : lists) {
+    // The fused kernel reads the step count for bias correction; the caller advances it first.
+    at::_foreach_add_(l.s, 1.0);
+    at::_fused_adamw_(l.p, l.g, l.m, l.v, /*max_exp_avg_sqs=*/{}, l.s, lr, options_.beta1, options_.beta2,
+                      weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+  }
 }
 
 void AdamW::load_state(std::size_t param, std::size_t k, const at::Tensor& value) {

@@ -168,7 +168,10 @@ std::vector<at::Tensor> Muon::updates(std::size_t first, std::size_t last, const
   for (std::size_t k = first; k < last; ++k) mine.push_back(momenta[k].reshape({-1}));
   std::int64_t all_elements = 0;
   for (std::int64_t c : counts) all_elements += c;
-  at::Tensor gathered = at::empty({all_elements}, at::kFloat);
+  // The exchange stays where the momenta are (the GPU, or the host under offload): the piece
+  // group moves it to its communicator's device when that differs.
+  const at::TensorOptions fp32 = momenta[first].options().dtype(at::kFloat);
+  at::Tensor gathered = at::empty({all_elements}, fp32);
   group_->all_gather(at::cat(mine), gathered, counts);
   // 2. The matrices this rank is dealt, each piece placed in its box, orthogonalised.
   std::vector<std::int64_t> cursor(static_cast<std::size_t>(ranks), 0);
@@ -177,7 +180,7 @@ std::vector<at::Tensor> Muon::updates(std::size_t first, std::size_t last, const
   std::vector<std::int64_t> dealt_counts(static_cast<std::size_t>(ranks), 0);
   for (std::size_t k = first; k < last; ++k) {
     const Matrix& m = matrices_[k];
-    at::Tensor whole = m.owner == me ? at::empty(m.shape, at::kFloat) : at::Tensor();
+    at::Tensor whole = m.owner == me ? at::empty(m.shape, fp32) : at::Tensor();
     for (int r = 0; r < ranks; ++r) {
       const Box& b = m.rank_boxes[r];
       if (m.owner == me && b.numel() > 0)
@@ -190,8 +193,8 @@ std::vector<at::Tensor> Muon::updates(std::size_t first, std::size_t last, const
   // 3. Every rank's updates, and this rank's box of each.
   std::int64_t total = 0;
   for (std::int64_t c : dealt_counts) total += c;
-  at::Tensor updates = at::empty({total}, at::kBFloat16);
-  const at::Tensor sent = dealt.empty() ? at::empty({0}, at::kBFloat16) : at::cat(dealt);
+  at::Tensor updates = at::empty({total}, fp32.dtype(at::kBFloat16));
+  const at::Tensor sent = dealt.empty() ? at::empty({0}, fp32.dtype(at::kBFloat16)) : at::cat(dealt);
   group_->all_gather(sent, updates, dealt_counts);
   std::vector<std::int64_t> owner_start(static_cast<std::size_t>(ranks), 0);
   for (int r = 1; r < ranks; ++r) owner_start[r] = owner_start[r - 1] + dealt_counts[r - 1];

@@ -16,10 +16,10 @@ struct PostedOnStream::Event {
   at::cuda::CUDAEvent event;
 };
 
-PostedOnStream::PostedOnStream(const c10::Device& device, std::initializer_list<const at::Tensor*> written) {
+PostedOnStream::PostedOnStream(const c10::Device& device, std::initializer_list<const at::Tensor*> used) {
   if (!device.is_cuda()) return;
   const c10::cuda::CUDAStream posting = c10::cuda::getCurrentCUDAStream(device.index());
-  for (const at::Tensor* t : written)
+  for (const at::Tensor* t : used)
     if (t != nullptr && t->defined() && t->is_cuda()) c10::cuda::CUDACachingAllocator::recordStream(t->storage().data_ptr(), posting);
   event_ = std::make_unique<Event>();
   event_->device = device.index();

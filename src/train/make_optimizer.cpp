@@ -8,20 +8,22 @@
 namespace lft::train {
 namespace {
 
-// Muon's piece group over a communicator; the exchanged tensors live on the CPU for Muon's
-// bookkeeping and on the communicator's device otherwise.
+// Muon's piece group over a communicator. The exchanged tensors live where Muon's momenta are:
+// on the communicator's device, or on the host under offload while the communicator is a GPU's
+// (then they are moved there and back).
 class CommPieceGroup final : public optim::PieceGroup {
  public:
   explicit CommPieceGroup(Communicator& comm) : comm_(comm) {}
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
   void all_gather(const at::Tensor& in, const at::Tensor& out, const std::vector<std::int64_t>& counts) override {
-    if (in.device() == comm_.device()) {
-      comm_.all_gather(in, out, counts);
+    const at::Device device = comm_.device();
+    if (out.device() == device) {
+      comm_.all_gather(in.to(device), out, counts);
       return;
     }
-    at::Tensor there = out.to(comm_.device());
-    comm_.all_gather(in.to(comm_.device()), there, counts);
+    at::Tensor there = at::empty(out.sizes(), out.options().device(device));
+    comm_.all_gather(in.to(device), there, counts);
     out.copy_(there);
   }
 

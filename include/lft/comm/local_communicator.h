@@ -30,8 +30,9 @@ class LocalCommunicator final : public Communicator {
   WorkPtr do_barrier(CallInfo info) override;
 
  private:
-  // The Work of an operation just queued; `written`, the tensor it wrote (null: none).
-  WorkPtr done(CallInfo info, const at::Tensor* written = nullptr) const;
+  // The Work of an operation just queued; `written` and `read`, the tensors it wrote and read
+  // (null: none), kept from the allocator until the posting stream is past them.
+  WorkPtr done(CallInfo info, const at::Tensor* written = nullptr, const at::Tensor* read = nullptr) const;
   std::map<int, std::deque<at::Tensor>> sent_;  // sends to itself by tag, until received
 };
 

@@ -2,8 +2,9 @@
 // once but on the device later: a local communicator's copy queued on the side stream (offload's
 // host-to-device copy and its all-gather at world 1). Recorded on the calling thread's current
 // CUDA stream when made; `order_current_stream` makes the stream current at that later moment
-// (the compute stream) wait for it, and the tensors it names (null: none) are recorded on the posting stream
-// so the allocator does not hand their memory out while that stream may still write them. For a
+// (the compute stream) wait for it, and the tensors it names (null: none) are recorded on the
+// posting stream so the allocator does not hand their memory out while that stream may still read
+// or write them (a tensor made on the compute stream and dropped after posting). For a
 // CPU device it holds nothing and is complete.
 #pragma once
 
@@ -17,7 +18,7 @@ namespace lft {
 
 class PostedOnStream {
  public:
-  PostedOnStream(const c10::Device& device, std::initializer_list<const at::Tensor*> written);
+  PostedOnStream(const c10::Device& device, std::initializer_list<const at::Tensor*> used);
   ~PostedOnStream();
   PostedOnStream(const PostedOnStream&) = delete;
   PostedOnStream& operator=(const PostedOnStream&) = delete;
