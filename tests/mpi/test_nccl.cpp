@@ -6,6 +6,7 @@
 #include "mpi_test_util.h"
 
 #if LFT_HAS_NCCL
+#include <ATen/cuda/Sleep.h>
 #include <cuda_runtime_api.h>
 
 #include "lft/comm/nccl_communicator.h"
@@ -113,6 +114,29 @@ TEST(Nccl, OwnStreamIsOrderedWithTheComputeStream) {
   EXPECT_TRUE(at::equal(theirs.cpu(), at::full({1000}, static_cast<float>((r + n - 1) % n))));
   EXPECT_EQ(nccl.stats()[CollKind::Send].calls, 1u);
   EXPECT_EQ(nccl.stats()[CollKind::Recv].calls, 1u);
+}
+
+// The same with what the collective reads and writes kept apart: with the compute stream asleep
+// for about half a second before it writes the input and clears the output, a collective that did
+// not wait for it would gather the old input (or see its output cleared after it). At one rank
+// too, where an in-place all-reduce changes nothing and cannot show the order (the check above).
+TEST(Nccl, OutOfPlaceGatherWaitsForTheComputeStreamsWrites) {
+  const DeviceChoice device = this_ranks_device();
+  LFT_REQUIRE_GPU(device);
+  NcclCommunicator nccl(world(), "nccl-world");
+  const int n = world().size(), r = world().rank();
+  const std::int64_t each = 1 << 20;
+  const auto cuda = at::TensorOptions().device(at::kCUDA, device.index).dtype(at::kFloat);
+  at::Tensor in = at::full({each}, -1.0f, cuda);
+  at::Tensor out = at::empty({n * each}, cuda);
+  at::cuda::sleep(1'000'000'000);
+  in.fill_(static_cast<float>(r + 1));
+  out.fill_(-2.0f);
+  WorkPtr work = nccl.all_gather_async(in, out);
+  work->wait();
+  const at::Tensor expected =
+      at::arange(1, n + 1, cuda).repeat_interleave(each);  // rank k's block holds k + 1
+  EXPECT_TRUE(at::equal(out, expected)) << "min " << out.min().item<float>() << ", max " << out.max().item<float>();
 }
 
 // A Work stays usable after the device timings have read its events and let them go: post A and
