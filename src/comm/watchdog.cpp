@@ -14,8 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include "lft/comm/device_read.h"
 #include "lft/comm/liveness.h"
 #include "lft/runtime/error.h"
+#include "lft/runtime/host_read.h"
 #include "lft/runtime/signals.h"
 
 namespace lft {
@@ -130,6 +132,7 @@ void Watchdog::start() {
   s.running = true;
   s.thread = std::thread(watch_loop);
   set_wait_reporter(&Watchdog::current_wait);
+  set_host_reader(&read_on_host);  // the model's host reads wait under the watchdog too
 }
 
 void Watchdog::add_abort_hook(void (*hook)()) {

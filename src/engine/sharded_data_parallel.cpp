@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "lft/comm/device_read.h"
 #include "lft/engine/shard_copy.h"
 #include "lft/model/float8.h"
 #include "lft/model/parameter_storage.h"
@@ -489,7 +490,7 @@ void ShardedDataParallel::reduce_embedding_rows() {
   const at::Tensor count = at::full({1}, rows.numel(), rows.options());
   at::Tensor counts = at::empty({ranks}, rows.options());
   shard_comm_.all_gather(count, counts);
-  const at::Tensor host_counts = counts.cpu();
+  const at::Tensor host_counts = read_on_host(counts, "reading the embedding gradient's row counts of every rank");
   std::vector<std::int64_t> row_counts(host_counts.data_ptr<std::int64_t>(), host_counts.data_ptr<std::int64_t>() + ranks);
   std::vector<std::int64_t> value_counts;
   std::int64_t total = 0;

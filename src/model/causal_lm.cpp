@@ -15,6 +15,7 @@
 #include "lft/model/moe.h"
 #include "lft/model/score_head.h"
 #include "lft/model/segments.h"
+#include "lft/runtime/host_read.h"
 
 namespace lft::model {
 
@@ -279,7 +280,7 @@ void CausalLM::finish_routing(const AttentionInputs& in, std::int64_t first, std
                               rows.reshape({1}).to(at::kDouble),
                               at::tensor({dropped, assignments}, at::kDouble).to(prob_sum.device())});
   if (cp_ != nullptr) stats = cp_->all_gather(stats).view({cp_->size(), -1}).sum(0);
-  stats = stats.cpu();
+  stats = host_read(stats, "reading the MoE routing's statistics");
   const std::int64_t experts = config_.moe.num_experts, layers = static_cast<std::int64_t>(counts.size());
   const at::Tensor by_layer = stats.narrow(0, 0, layers * experts).view({layers, experts});
   const at::Tensor c = by_layer.sum(0), s = stats.narrow(0, layers * experts, experts);

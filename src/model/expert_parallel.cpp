@@ -10,6 +10,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "lft/runtime/host_read.h"
+
 namespace lft::model {
 
 namespace {
@@ -103,7 +105,7 @@ at::Tensor experts_across_ranks(const std::shared_ptr<const ExpertExchange>& exc
                            std::to_string(ranks) + " ranks");
   // How many rows each rank sends this rank for each of its experts: [source][local expert].
   const at::Tensor mine = at::tensor(per_expert, at::TensorOptions().dtype(at::kLong)).to(rows.device());
-  const at::Tensor theirs_t = exchange->exchange_counts(mine).cpu();
+  const at::Tensor theirs_t = host_read(exchange->exchange_counts(mine), "reading the row counts of every rank's experts");
   const std::int64_t* theirs = theirs_t.data_ptr<std::int64_t>();
   // The own block (rows routed to this rank's experts) stays: it is no part of either exchange.
   std::vector<std::int64_t> send = block_sums(per_expert.data(), ranks, local), recv = block_sums(theirs, ranks, local);

@@ -129,7 +129,15 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const at::Tensor& co
     causal = false;
   }
   // GQA: kv head g serves query heads g*r .. g*r+r-1 (HF repeat_kv, i.e. repeat_interleave),
-  // which is what enable_gqa does.
+  // which is what enable_gqa does. On CUDA a mask (packed segments, a sliding window) leaves only
+  // the memory-efficient kernel, which does not take grouped kv heads: with enable_gqa the math
+  // kernel would run, holding every [T, T] score of every head in fp32. The kv heads repeated
+  // first keep the memory-efficient kernel.
+  if (mask && q.is_cuda() && kv_here != heads_here) {
+    k = k.repeat_interleave(heads_here / kv_here, 1);
+    v = v.repeat_interleave(heads_here / kv_here, 1);
+    kv_here = heads_here;
+  }
   const double softcap = config_.attn_logit_softcapping;
   const double scale = scale_.value_or(std::pow(static_cast<double>(head_dim_), -0.5));
   at::Tensor o = softcap > 0 ? softcapped_attention(q, k, v, mask, causal, scale, softcap)

@@ -12,6 +12,7 @@
 #include "lft/model/fused.h"
 #include "lft/model/grouped_experts.h"
 #include "lft/model/qwen3.h"
+#include "lft/runtime/host_read.h"
 
 namespace lft::model {
 
@@ -121,7 +122,13 @@ at::Tensor SparseMoeBlockImpl::forward(const at::Tensor& x, const at::Tensor& to
 
 at::Tensor SparseMoeBlockImpl::expert_order(std::int64_t rows, const at::Tensor& chosen, const at::Tensor& top_weights,
                                             std::vector<std::int64_t>& sizes, std::int64_t& dropped) const {
-  const at::Tensor per_expert = at::bincount(chosen, {}, moe_.num_experts).cpu();
+  // Rows per expert, read on the host (the sizes of the experts' GEMMs). On a GPU counted without
+  // bincount, which reads its input's minimum and maximum on the host first: one wait, not three.
+  const at::Tensor per_expert = host_read(
+      chosen.is_cpu() ? at::bincount(chosen, {}, moe_.num_experts)
+                      : at::zeros({moe_.num_experts}, chosen.options().dtype(at::kLong))
+                            .scatter_add_(0, chosen.reshape({-1}), at::ones({chosen.numel()}, chosen.options().dtype(at::kLong))),
+      "reading the rows routed to each expert");
   const std::int64_t* count = per_expert.data_ptr<std::int64_t>();
   sizes.assign(count, count + moe_.num_experts);
   dropped = 0;

@@ -47,7 +47,7 @@ void Trainer::add_routing(StepResult& r) {
   if (totals.expert_rows.defined()) sums.narrow(0, 4, layers * experts).copy_(totals.expert_rows.reshape({-1}));
   at::Tensor device_sums = sums.to(s.torch_device());
   s.mesh.device_dp().all_reduce(device_sums);
-  sums = device_sums.cpu();
+  sums = read_on_host(device_sums, "reading the MoE statistics summed over data-parallel ranks");
   const double forwards = sums[1].item<double>();
   if (forwards == 0) return;
   r.aux_loss = sums[0].item<double>() / forwards;
