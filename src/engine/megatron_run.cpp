@@ -197,7 +197,15 @@ at::Tensor MegatronEngine::run_micro_batches(model::CausalLM&, const std::vector
 
 std::string MegatronEngine::summary(double steps, double step_seconds) {
   if (plan_.pp == 1) return "";
-  at::Tensor waited = at::full({1}, pipeline_wait_seconds_, at::TensorOptions().dtype(at::kDouble));
+  // Under NCCL the host never blocks in a receive (the compute stream waits on the device), so
+  // the host's clock reads ~0 there: the device's measure of the compute stream's stalls in the
+  // receives stands in (since training began: the statistics are reset then).
+  double waited_here = pipeline_wait_seconds_;
+  if (pp_.times_on_device()) {
+    pp_.settle_stats();
+    waited_here = pp_.stats()[CollKind::Recv].waited_seconds;
+  }
+  at::Tensor waited = at::full({1}, waited_here, at::TensorOptions().dtype(at::kDouble));
   pp_host_.all_reduce(waited);
   const double mean = waited.item<double>() / plan_.pp;  // seconds over the run, per stage
   const double theory = simulate_pipeline(plan_.schedule, plan_.pp, plan_.micro_batches, plan_.virtual_stages,

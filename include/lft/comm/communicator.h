@@ -66,6 +66,9 @@ class Communicator {
   // Adds the timings a backend measures on the device (CUDA events) once they are known; call
   // before reading seconds and waited_seconds. A no-op where the host measures them.
   virtual void settle_stats() {}
+  // Whether waited_seconds is the device's (the compute stream's stalls: NCCL, where the host
+  // never blocks in wait()) rather than the host's time in wait().
+  virtual bool times_on_device() const { return false; }
   virtual const char* backend() const = 0;
   // Whether reduce_scatter carries 16-bit floats as they are and sums them in fp32 (into an fp32
   // `out`): the sum of 16-bit gradients in fp32 at half the bytes of converting them first (MPI).

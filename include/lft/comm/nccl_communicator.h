@@ -28,6 +28,7 @@ class NcclCommunicator : public Communicator {
 
   const char* backend() const override { return "nccl"; }
   void settle_stats() override;
+  bool times_on_device() const override { return true; }
 
   struct Timings;  // the device's timings of operations and waits (CUDA events)
 

@@ -112,7 +112,7 @@ class MegatronEngine final : public Engine, private model::ParallelOps {
   const model::WeightSource* weights_ = nullptr;  // during prepare_from
   std::vector<PipelineAction> executed_;
   int peak_live_ = 0;
-  double pipeline_wait_seconds_ = 0.0;  // in point-to-point receives, over the run
+  double pipeline_wait_seconds_ = 0.0;  // the host in point-to-point receives, over the run (MPI)
   // Sharded data parallelism over this rank's boxes; or, without it over dp > 1, the gradients
   // all-reduced in buckets during the last backward.
   std::unique_ptr<ShardedDataParallel> sharded_;
