@@ -17,7 +17,7 @@
 #include "lft/comm/device_read.h"
 #include "lft/comm/liveness.h"
 #include "lft/runtime/error.h"
-#include "lft/runtime/host_read.h"
+#include "lft/runtime/host_transfer.h"
 #include "lft/runtime/signals.h"
 
 namespace lft {

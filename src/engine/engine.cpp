@@ -60,7 +60,8 @@ at::Tensor local_grad_norm_squared(const std::vector<at::Tensor>& tensors, const
   }
   at::Tensor total = at::full({1}, host_sum, at::TensorOptions().dtype(at::kDouble).device(device));
   if (!on_device.empty())
-    total += at::stack(at::_foreach_norm(on_device, 2, at::kFloat)).to(at::kDouble).square().sum().reshape({1}).to(device);
+    total += at::stack(at::_foreach_norm(on_device, 2, at::kFloat)).to(at::kDouble).square().sum().reshape({1})
+                 .to(device);
   return total;
 }
 

@@ -490,7 +490,8 @@ void ShardedDataParallel::reduce_embedding_rows() {
   const at::Tensor count = at::full({1}, rows.numel(), rows.options());
   at::Tensor counts = at::empty({ranks}, rows.options());
   shard_comm_.all_gather(count, counts);
-  const at::Tensor host_counts = read_on_host(counts, "reading the embedding gradient's row counts of every rank");
+  const at::Tensor host_counts =
+      read_on_host(counts, "reading the embedding gradient's row counts of every rank");
   std::vector<std::int64_t> row_counts(host_counts.data_ptr<std::int64_t>(), host_counts.data_ptr<std::int64_t>() + ranks);
   std::vector<std::int64_t> value_counts;
   std::int64_t total = 0;

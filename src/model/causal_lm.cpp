@@ -15,7 +15,7 @@
 #include "lft/model/moe.h"
 #include "lft/model/score_head.h"
 #include "lft/model/segments.h"
-#include "lft/runtime/host_read.h"
+#include "lft/runtime/host_transfer.h"
 
 namespace lft::model {
 
@@ -278,7 +278,7 @@ void CausalLM::finish_routing(const AttentionInputs& in, std::int64_t first, std
   // group's chunks summed; read on the host once (the forward's one wait for its routing).
   at::Tensor stats = at::cat({at::stack(counts).reshape({-1}).to(at::kDouble), prob_sum.to(at::kDouble),
                               rows.reshape({1}).to(at::kDouble),
-                              at::tensor({dropped, assignments}, at::kDouble).to(prob_sum.device())});
+                              to_device(at::tensor({dropped, assignments}, at::kDouble), prob_sum.device())});
   if (cp_ != nullptr) stats = cp_->all_gather(stats).view({cp_->size(), -1}).sum(0);
   stats = host_read(stats, "reading the MoE routing's statistics");
   const std::int64_t experts = config_.moe.num_experts, layers = static_cast<std::int64_t>(counts.size());

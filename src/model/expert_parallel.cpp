@@ -10,7 +10,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "lft/runtime/host_read.h"
+#include "lft/runtime/host_transfer.h"
 
 namespace lft::model {
 
@@ -104,8 +104,9 @@ at::Tensor experts_across_ranks(const std::shared_ptr<const ExpertExchange>& exc
     throw std::logic_error("experts_across_ranks: " + std::to_string(experts) + " experts over " +
                            std::to_string(ranks) + " ranks");
   // How many rows each rank sends this rank for each of its experts: [source][local expert].
-  const at::Tensor mine = at::tensor(per_expert, at::TensorOptions().dtype(at::kLong)).to(rows.device());
-  const at::Tensor theirs_t = host_read(exchange->exchange_counts(mine), "reading the row counts of every rank's experts");
+  const at::Tensor mine = to_device(at::tensor(per_expert, at::TensorOptions().dtype(at::kLong)), rows.device());
+  const at::Tensor theirs_t =
+      host_read(exchange->exchange_counts(mine), "reading the row counts of every rank's experts");
   const std::int64_t* theirs = theirs_t.data_ptr<std::int64_t>();
   // The own block (rows routed to this rank's experts) stays: it is no part of either exchange.
   std::vector<std::int64_t> send = block_sums(per_expert.data(), ranks, local), recv = block_sums(theirs, ranks, local);
@@ -144,7 +145,7 @@ at::Tensor experts_across_ranks(const std::shared_ptr<const ExpertExchange>& exc
       sizes[e] += n;
     }
   const auto index = [&](const std::vector<std::int64_t>& v) {
-    return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(rows.device());
+    return to_device(at::tensor(v, at::TensorOptions().dtype(at::kLong)), rows.device());
   };
   const at::Tensor their_out = local_experts(arrived.index_select(0, index(by_expert)), sizes);
   // Back to (source, expert) order: position p of `arrived` takes row back[p] of their_out.

@@ -12,7 +12,7 @@
 #include "lft/model/fused.h"
 #include "lft/model/grouped_experts.h"
 #include "lft/model/qwen3.h"
-#include "lft/runtime/host_read.h"
+#include "lft/runtime/host_transfer.h"
 
 namespace lft::model {
 
@@ -160,7 +160,8 @@ at::Tensor SparseMoeBlockImpl::expert_order(std::int64_t rows, const at::Tensor&
   // capacity for the pairs kept.
   if (dropped == 0) return moe_.drop_by_position ? order : stable_order(chosen, false);
   const at::Tensor pairs = std::get<0>(
-      at::sort(order.index_select(0, at::tensor(kept, at::TensorOptions().dtype(at::kLong)).to(order.device()))));
+      at::sort(order.index_select(
+          0, to_device(at::tensor(kept, at::TensorOptions().dtype(at::kLong)), order.device()))));
   return pairs.index_select(0, stable_order(chosen.index_select(0, pairs), false));
 }
 

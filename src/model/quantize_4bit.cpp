@@ -208,7 +208,8 @@ at::Tensor block_absmax(const Quantized4bit& q) {
   if (!q.double_quantized()) return q.absmax;
   // dequantize_blockwise (code * block scale, float32), then + offset.
   const std::int64_t n = q.quantized_absmax.numel();
-  at::Tensor values = code_on(dynamic_8bit_code(), q.quantized_absmax.device()).index_select(0, q.quantized_absmax.to(at::kInt));
+  at::Tensor values = code_on(dynamic_8bit_code(), q.quantized_absmax.device())
+                          .index_select(0, q.quantized_absmax.to(at::kInt));
   const at::Tensor scales = q.absmax_scale.repeat_interleave(256).narrow(0, 0, n);
   return values * scales + q.absmax_offset;
 }
@@ -218,7 +219,8 @@ at::Tensor dequantize_4bit(const Quantized4bit& q, c10::ScalarType dtype) {
   std::int64_t n = 1;
   for (std::int64_t d : q.shape) n *= d;
   const at::Tensor high = at::bitwise_right_shift(q.packed, 4), low = at::bitwise_and(q.packed, 15);
-  const at::Tensor nibbles = at::stack({high, low}, 1).reshape({-1}).narrow(0, 0, n).to(at::kInt);  // int32 indices: half the bytes of int64
+  // int32 indices: half the bytes of int64 (a whole weight's worth of them lives here)
+  const at::Tensor nibbles = at::stack({high, low}, 1).reshape({-1}).narrow(0, 0, n).to(at::kInt);
   const at::Tensor values = code_on(quant4_code(q.type), q.packed.device()).index_select(0, nibbles);
   const at::Tensor absmax = block_absmax(q);
   const std::int64_t full = n - n % q.blocksize, blocks = full / q.blocksize;

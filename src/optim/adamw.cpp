@@ -43,7 +43,8 @@ void AdamW::step_group(const std::vector<std::size_t>& group, double lr, double 
     auto it = std::find_if(lists.begin(), lists.end(), [&](const Lists& l) {
       return l.device == param.device() && l.dtype == param.scalar_type();
     });
-    if (it == lists.end()) it = lists.insert(lists.end(), Lists{param.device(), param.scalar_type(), {}, {}, {}, {}, {}});
+    if (it == lists.end())
+      it = lists.insert(lists.end(), Lists{param.device(), param.scalar_type(), {}, {}, {}, {}, {}});
     it->p.push_back(param);
     it->g.push_back(grad);
     it->m.push_back(exp_avg_[i]);

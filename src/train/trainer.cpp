@@ -20,6 +20,7 @@
 #include "lft/model/families.h"
 #include "lft/model/hf_checkpoint.h"
 #include "lft/runtime/error.h"
+#include "lft/runtime/host_transfer.h"
 #include "lft/runtime/memory.h"
 #include "lft/runtime/log.h"
 #include "lft/runtime/signals.h"
@@ -51,17 +52,6 @@ void check_vocabulary(const TrainOptions& o, const model::ModelConfig& model, co
   throw config::ConfigError("config error: " + o.vocab_source +
                             ": the " + tok.name() + " tokenizer has " + std::to_string(tok.vocab_size()) +
                             " ids but the model's vocab_size is " + std::to_string(model.vocab_size));
-}
-
-}  // namespace
-
-namespace {
-
-// On a GPU through pinned host memory, without blocking the host: the copy is queued on the
-// compute stream, and the pinned buffer is not reused before it has run.
-at::Tensor to_device(const at::Tensor& host, const at::Device& device) {
-  if (device.is_cpu()) return host;
-  return host.pin_memory().to(device, /*non_blocking=*/true);
 }
 
 }  // namespace

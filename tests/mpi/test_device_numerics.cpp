@@ -14,7 +14,9 @@
 namespace lft {
 namespace {
 
-at::Device gpu_of(const DeviceChoice& device) { return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index)); }
+at::Device gpu_of(const DeviceChoice& device) {
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index));
+}
 
 // Steps AdamW 3 times over PARAMS (their gradients fixed) and returns them on the host.
 std::vector<at::Tensor> after_three_steps(std::vector<at::Tensor> params) {

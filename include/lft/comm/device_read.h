@@ -1,7 +1,7 @@
 // The host's waits for the GPU: a device tensor (the step's losses and gradient norm, the MoE's
 // rows per expert, ...) copied to host memory, with the host waiting under the watchdog, so a
 // collective on a GPU that cannot finish ends the job with a report here instead of hanging in a
-// CUDA call. The model reaches it through runtime/host_read.h (installed by Watchdog::start).
+// CUDA call. The model reaches it through runtime/host_transfer.h (installed by Watchdog::start).
 #pragma once
 
 #include <ATen/core/Tensor.h>

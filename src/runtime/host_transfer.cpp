@@ -1,4 +1,4 @@
-#include "lft/runtime/host_read.h"
+#include "lft/runtime/host_transfer.h"
 
 #include <ATen/ATen.h>
 
@@ -19,5 +19,10 @@ at::Tensor host_read(const at::Tensor& t, const std::string& what) {
 }
 
 void set_host_reader(HostReader r) { reader.store(r != nullptr ? r : &plain_copy); }
+
+at::Tensor to_device(const at::Tensor& host, const at::Device& device) {
+  if (device.is_cpu()) return host;
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
 
 }  // namespace lft
