@@ -2,12 +2,12 @@
 #include "lft/model/float8.h"
 
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
 #include <torch/autograd.h>
 
 #include <cstdint>
 #include <stdexcept>
 
+#include "lft/model/autocast.h"
 #include "lft/model/causal_lm.h"
 #include "lft/model/layers.h"
 
@@ -129,9 +129,7 @@ Float8Tensor to_float8(const at::Tensor& x, at::ScalarType dtype, const at::Tens
 
 at::Tensor float8_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                          const Float8Tensor& weight8, const Float8Sharding* sharding) {
-  const at::DeviceType device = x.device().type();
-  const at::ScalarType out =
-      at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : x.scalar_type();
+  const at::ScalarType out = compute_dtype(x);
   // Under autocast the input is cast to the compute dtype first (its amax is of those values).
   const at::Tensor in = x.scalar_type() == out ? x : x.to(out);
   // Function::apply takes no undefined tensors: an empty one stands for "cast the weight here".

@@ -4,10 +4,10 @@
 #include <algorithm>
 
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "fused_kernels.h"
+#include "lft/model/autocast.h"
 #include "lft/model/fused.h"
 
 namespace lft::model {
@@ -188,9 +188,7 @@ constexpr std::size_t kFirstWeight = 6;
 
 struct GroupedExperts : public torch::autograd::Function<GroupedExperts> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& rows, at::TensorList weights, const at::Tensor& sizes) {
-    const at::DeviceType device = rows.device().type();
-    const at::ScalarType dtype =
-        at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : rows.scalar_type();
+    const at::ScalarType dtype = compute_dtype(rows);
     const variable_list list(weights.begin(), weights.end());
     const Groups groups = groups_of(sizes, rows.device(), dtype);
     const Stacks w = cast_weights(list, 0, groups.sizes, dtype);

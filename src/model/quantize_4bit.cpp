@@ -188,6 +188,18 @@ Quantized4bit quantize_4bit(const at::Tensor& weight, Quant4Type type, bool doub
 
 namespace {
 
+// TYPE's values of the two nibbles of every byte value, high nibble first: [256, 2] float32.
+const at::Tensor& byte_code(Quant4Type type) {
+  static const auto make = [](Quant4Type t) {
+    const at::Tensor bytes = at::arange(256, at::kInt);
+    const at::Tensor& code = quant4_code(t);
+    return at::stack({code.index_select(0, bytes.div(16, "floor")), code.index_select(0, bytes.remainder(16))}, 1)
+        .contiguous();
+  };
+  static const at::Tensor nf4 = make(Quant4Type::NF4), fp4 = make(Quant4Type::FP4);
+  return type == Quant4Type::NF4 ? nf4 : fp4;
+}
+
 // CODE on DEVICE. Off the host, each table is copied there once per device and kept: a copy from
 // pageable host memory waits for the GPU, and dequantize runs for every quantized linear in the
 // forward, its recompute and the backward. The tables are never freed (a process-long cache of a
@@ -218,15 +230,16 @@ at::Tensor dequantize_4bit(const Quantized4bit& q, c10::ScalarType dtype) {
   c10::NoGradGuard no_grad;
   std::int64_t n = 1;
   for (std::int64_t d : q.shape) n *= d;
-  const at::Tensor high = at::bitwise_right_shift(q.packed, 4), low = at::bitwise_and(q.packed, 15);
-  // int32 indices: half the bytes of int64 (a whole weight's worth of them lives here)
-  const at::Tensor nibbles = at::stack({high, low}, 1).reshape({-1}).narrow(0, 0, n).to(at::kInt);
-  const at::Tensor values = code_on(quant4_code(q.type), q.packed.device()).index_select(0, nibbles);
+  // Each packed byte looked up whole, its two values (high nibble first) at once: one int32 index
+  // per byte and the float32 values are all a weight's dequantization holds beside its result.
+  at::Tensor pairs =
+      code_on(byte_code(q.type), q.packed.device()).index_select(0, q.packed.to(at::kInt));  // [bytes, 2]
+  at::Tensor values = pairs.view({-1}).narrow(0, 0, n);
   const at::Tensor absmax = block_absmax(q);
   const std::int64_t full = n - n % q.blocksize, blocks = full / q.blocksize;
-  at::Tensor out = (values.narrow(0, 0, full).view({blocks, q.blocksize}) * absmax.narrow(0, 0, blocks).view({-1, 1})).reshape({-1});
-  if (full < n) out = at::cat({out, values.narrow(0, full, n - full) * absmax[blocks]});
-  return out.view(q.shape).to(dtype);
+  values.narrow(0, 0, full).view({blocks, q.blocksize}).mul_(absmax.narrow(0, 0, blocks).view({-1, 1}));
+  if (full < n) values.narrow(0, full, n - full).mul_(absmax[blocks]);
+  return values.view(q.shape).to(dtype);
 }
 
 }  // namespace lft::model

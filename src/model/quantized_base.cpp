@@ -8,6 +8,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/autograd.h>
 
+#include "lft/model/autocast.h"
 #include "lft/model/layers.h"
 
 namespace lft::model {
@@ -31,7 +32,9 @@ struct QuantizedLinearFunction : torch::autograd::Function<QuantizedLinearFuncti
       saved["absmax"] = q.absmax;
     }
     saved["absmax_offset"] = static_cast<double>(q.absmax_offset);
-    return at::linear(x, dequantize_4bit(q, x.scalar_type()), bias != nullptr ? *bias : at::Tensor());
+    // Dequantized straight to the compute dtype: under autocast the fp32 weight it would cast to
+    // bf16 is never made (the same bf16 values).
+    return at::linear(x, dequantize_4bit(q, compute_dtype(x)), bias != nullptr ? *bias : at::Tensor());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -89,7 +92,7 @@ at::Tensor owned_on(const at::Tensor& t, const c10::Device& device) {
 
 at::Tensor quantized_linear(const at::Tensor& x, const std::shared_ptr<const Quantized4bit>& q, const at::Tensor& bias) {
   if (!at::GradMode::is_enabled() || !(x.requires_grad() || (bias.defined() && bias.requires_grad())))
-    return at::linear(x, dequantize_4bit(*q, x.scalar_type()), bias);
+    return at::linear(x, dequantize_4bit(*q, compute_dtype(x)), bias);
   // A trained bias (an additional_target linear) is added outside, where autograd sees it.
   if (bias.defined() && bias.requires_grad()) return QuantizedLinearFunction::apply(x, *q, nullptr) + bias;
   return QuantizedLinearFunction::apply(x, *q, bias.defined() ? &bias : nullptr);

@@ -5,6 +5,13 @@
 
 namespace lft::model {
 
+// The dtype a linear on `x` computes in: autocast's on x's device type while it is on (the
+// weights and x cast to it), else x's own.
+inline at::ScalarType compute_dtype(const at::Tensor& x) {
+  const at::DeviceType device = x.device().type();
+  return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : x.scalar_type();
+}
+
 class AutocastScope {
  public:
   AutocastScope(at::ScalarType dtype, at::DeviceType device) : on_(dtype != at::kFloat), device_(device) {
