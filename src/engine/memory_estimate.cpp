@@ -154,7 +154,10 @@ std::string MemoryEstimate::str() const {
 void add_quantized_base_memory(const RunPlan& run, MemoryEstimate& e) {
   const auto m = create_run_model(run, at::TensorOptions().device(at::kMeta));
   const model::QuantizedBaseShape q = model::plan_quantized_base(*m, run.finetuning);
-  e.gathered += static_cast<double>(q.largest) * static_cast<double>(c10::elementSize(run.compute));
+  // The largest weight while it is dequantized (model/quantize_4bit.cpp): an int32 index per byte
+  // beside the float32 values (6 bytes an element), then the values beside the weight in the
+  // compute dtype (6 in bf16; in fp32 the values are the weight).
+  e.gathered += static_cast<double>(q.largest) * 6.0;
   if (!run.parallel.sharded || !run.parallel.sharded->shard_parameters) {
     e.weights += static_cast<double>(q.totals.bytes);
     return;
