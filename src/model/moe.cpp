@@ -122,12 +122,11 @@ at::Tensor SparseMoeBlockImpl::forward(const at::Tensor& x, const at::Tensor& to
 
 at::Tensor SparseMoeBlockImpl::expert_order(std::int64_t rows, const at::Tensor& chosen, const at::Tensor& top_weights,
                                             std::vector<std::int64_t>& sizes, std::int64_t& dropped) const {
-  // Rows per expert, read on the host (the sizes of the experts' GEMMs). On a GPU counted without
-  // bincount, which reads its input's minimum and maximum on the host first: one wait, not three.
+  // Rows per expert, read on the host (the sizes of the experts' GEMMs). Counted without bincount,
+  // which on a GPU reads its input's minimum and maximum on the host first: one wait, not three.
+  const at::TensorOptions counts = chosen.options().dtype(at::kLong);
   const at::Tensor per_expert = host_read(
-      chosen.is_cpu() ? at::bincount(chosen, {}, moe_.num_experts)
-                      : at::zeros({moe_.num_experts}, chosen.options().dtype(at::kLong))
-                            .scatter_add_(0, chosen.reshape({-1}), at::ones({chosen.numel()}, chosen.options().dtype(at::kLong))),
+      at::zeros({moe_.num_experts}, counts).scatter_add_(0, chosen.reshape({-1}), at::ones({chosen.numel()}, counts)),
       "reading the rows routed to each expert");
   const std::int64_t* count = per_expert.data_ptr<std::int64_t>();
   sizes.assign(count, count + moe_.num_experts);
